@@ -1,0 +1,75 @@
+//! The `toolgate` command line. One file per subcommand; `main` parses and dispatches.
+#![allow(missing_docs)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod check;
+pub mod collect;
+pub mod eval;
+pub mod replay;
+pub mod review;
+pub mod test;
+pub mod verify;
+
+/// toolgate — governs what AI agents do with their tools.
+///
+/// toolgate decides, from JSON policies of rules, whether each tool call an agent makes is
+/// allowed, blocked, or held for human review, and writes a hash-chained audit trail.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version, about, long_about = None, propagate_version = true)]
+#[command(after_help = "Quick start:\n  toolgate replay --policy policies/customer-support.json --trace examples/traces/support.jsonl\n  toolgate check policies/\n\nRun `toolgate <COMMAND> --help` for the details of a command.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate policy files and report errors with their file and JSON path.
+    Check(check::CheckArgs),
+    /// Replay a JSONL trace of agent activity through policies and print each decision.
+    Replay(replay::ReplayArgs),
+    /// Run policy test files (`*.tests.json`) and show a diff for each failing expectation.
+    Test(test::TestArgs),
+    /// List, approve or deny human-review (hitl) requests in a review store file.
+    Review(review::ReviewArgs),
+    /// Run an audit collector: an HTTP server that stores audit events shipped by agents.
+    Collect(collect::CollectArgs),
+    /// Verify the hash chains of audit trail files and report where any chain breaks.
+    Verify(verify::VerifyArgs),
+    /// Run evaluations over JSONL inputs, or summarize stored results (`eval stats`).
+    Eval(eval::EvalArgs),
+}
+
+/// Entry point of the binary: parses arguments and runs the subcommand.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Command::Check(a) => check::run(a),
+        Command::Replay(a) => replay::run(a),
+        Command::Test(a) => test::run(a),
+        Command::Review(a) => review::run(a),
+        Command::Collect(a) => collect::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Eval(a) => eval::run(a),
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Builds a multi-threaded tokio runtime for the async subcommands.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}

@@ -1,0 +1,19 @@
+//! # toolgate
+//!
+//! toolgate governs what AI agents do with their tools. An agent framework asks it before every
+//! tool call; toolgate decides — from a JSON policy of rules — whether the call is **allowed**,
+//! **blocked** or held for **human review** (hitl), and writes an immutable, hash-chained audit
+//! trail. Evaluation results ride on those audit events.
+//!
+//! See the README for the policy language and a quick start.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod audit;
+pub mod engine;
+pub mod eval;
+pub mod policy;
+pub mod state;
+
+#[doc(hidden)]
+pub mod cli;
