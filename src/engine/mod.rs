@@ -1,1 +1,323 @@
-//! engine
+//! The governance engine: decisions about tool calls, from compiled policies.
+//!
+//! ```
+//! use toolgate::engine::{GovernanceEngine, RunContext, ToolCall};
+//! use toolgate::policy::parse_policy;
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let policy = parse_policy(r#"[{"id": "no-delete", "name": "No deletes", "priority": 1,
+//!   "enabled": true, "selector": {"phase": "tool.before", "tool": {"name": "delete*"}},
+//!   "condition": {"kind": "toolName", "op": "glob", "value": "*"},
+//!   "effect": {"type": "block", "reason": "deleting is not allowed"}}]"#, None).unwrap();
+//! let engine = GovernanceEngine::builder().policy(policy).build().unwrap();
+//! let run = engine.start_run(RunContext::new("run-1", "support-bot"));
+//! let d = run.before_tool(ToolCall::new("c1", "deleteUser", serde_json::json!({"id": 7}))).await;
+//! assert!(!d.is_allowed());
+//! assert_eq!(d.reason.as_deref(), Some("deleting is not allowed"));
+//! # });
+//! ```
+
+mod audit_hook;
+mod clock;
+mod conditions;
+mod decision;
+mod evaluate;
+mod guard;
+mod hitl;
+mod run;
+mod signals;
+mod subjects;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use chrono_tz::Tz;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
+pub use guard::{Guarded, Refusal};
+pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
+pub use run::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
+pub use signals::SignalProvider;
+pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
+
+use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
+use crate::state::{MemoryStateStore, StateStore};
+use signals::SignalRegistry;
+use subjects::RegisteredExtractor;
+
+/// What the engine decides when it fails internally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Allow the call.
+    Open,
+    /// Block the call (the default).
+    #[default]
+    Closed,
+}
+
+/// Errors of building or reloading an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A policy did not load.
+    #[error("{0}")]
+    Policy(#[from] PolicyErrors),
+    /// A subject extractor's tool glob is invalid.
+    #[error("invalid tool glob \"{glob}\": {message}")]
+    Glob {
+        /// The glob.
+        glob: String,
+        /// Why.
+        message: String,
+    },
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) policies: ArcSwap<CompiledPolicies>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) org_timezone: Option<Tz>,
+    pub(crate) failure_mode: FailureMode,
+    pub(crate) signal_timeout: Duration,
+    pub(crate) review_ttl: Option<Duration>,
+    pub(crate) state: Arc<dyn StateStore>,
+    pub(crate) reviews: Arc<dyn ReviewStore>,
+    pub(crate) signals: ArcSwap<SignalRegistry>,
+    pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
+    pub(crate) register_lock: parking_lot::Mutex<()>,
+}
+
+/// The engine. Cheap to clone (an `Arc`); share it between tasks.
+#[derive(Clone)]
+pub struct GovernanceEngine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for GovernanceEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GovernanceEngine")
+            .field("rules", &self.inner.policies.load().active_rules())
+            .finish()
+    }
+}
+
+/// Configures a [`GovernanceEngine`].
+pub struct EngineBuilder {
+    policies: Vec<Policy>,
+    files: Vec<PathBuf>,
+    clock: Arc<dyn Clock>,
+    org_timezone: Option<Tz>,
+    failure_mode: FailureMode,
+    signal_timeout: Duration,
+    review_ttl: Option<Duration>,
+    state: Arc<dyn StateStore>,
+    reviews: Arc<dyn ReviewStore>,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            policies: Vec::new(),
+            files: Vec::new(),
+            clock: Arc::new(SystemClock),
+            org_timezone: None,
+            failure_mode: FailureMode::Closed,
+            signal_timeout: Duration::from_millis(100),
+            review_ttl: None,
+            state: Arc::new(MemoryStateStore::new()),
+            reviews: Arc::new(MemoryReviewStore::new()),
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Adds a parsed policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds policy files or folders (loaded by [`build`](Self::build)).
+    pub fn policy_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.files.push(path.into());
+        self
+    }
+
+    /// Sets the clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the org timezone, overriding the policies' `timezone`.
+    pub fn org_timezone(mut self, tz: Tz) -> Self {
+        self.org_timezone = Some(tz);
+        self
+    }
+
+    /// What to decide on an internal failure (default closed: block).
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure_mode = mode;
+        self
+    }
+
+    /// How long a signal provider or subject extractor may take (default 100 ms).
+    pub fn signal_timeout(mut self, timeout: Duration) -> Self {
+        self.signal_timeout = timeout;
+        self
+    }
+
+    /// Pending reviews expire after this long (default: never).
+    pub fn review_ttl(mut self, ttl: Duration) -> Self {
+        self.review_ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the state store (default: in memory).
+    pub fn state_store(mut self, store: Arc<dyn StateStore>) -> Self {
+        self.state = store;
+        self
+    }
+
+    /// Sets the review store (default: in memory).
+    pub fn review_store(mut self, store: Arc<dyn ReviewStore>) -> Self {
+        self.reviews = store;
+        self
+    }
+
+    /// Loads and compiles the policies and builds the engine.
+    pub fn build(self) -> Result<GovernanceEngine, EngineError> {
+        let compiled = compile_all(self.policies, &self.files)?;
+        Ok(GovernanceEngine {
+            inner: Arc::new(EngineInner {
+                policies: ArcSwap::from_pointee(compiled),
+                clock: self.clock,
+                org_timezone: self.org_timezone,
+                failure_mode: self.failure_mode,
+                signal_timeout: self.signal_timeout,
+                review_ttl: self.review_ttl,
+                state: self.state,
+                reviews: self.reviews,
+                signals: ArcSwap::from_pointee(SignalRegistry::new()),
+                extractors: ArcSwap::from_pointee(Vec::new()),
+                register_lock: parking_lot::Mutex::new(()),
+            }),
+        })
+    }
+}
+
+fn compile_all(mut policies: Vec<Policy>, files: &[PathBuf]) -> Result<CompiledPolicies, PolicyErrors> {
+    if !files.is_empty() {
+        let loaded = load_policies(files)?;
+        let mut all = loaded.policies().to_vec();
+        all.append(&mut policies);
+        policies = all;
+    }
+    CompiledPolicies::compile(policies, &[])
+}
+
+impl GovernanceEngine {
+    /// Starts configuring an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// Starts a run. Emits `run.started`.
+    pub fn start_run(&self, context: RunContext) -> Run {
+        Run::new(self.inner.clone(), context)
+    }
+
+    /// Registers (or replaces) the signal provider for `key`. Safe while runs are live.
+    pub fn register_signal(&self, key: impl Into<String>, provider: impl SignalProvider) {
+        let _g = self.inner.register_lock.lock();
+        let mut map = (**self.inner.signals.load()).clone();
+        map.insert(key.into(), Arc::new(provider));
+        self.inner.signals.store(Arc::new(map));
+    }
+
+    /// Registers a subject extractor for tools matching `tool_glob` (case-insensitive).
+    pub fn register_subject_extractor(&self, tool_glob: &str, extractor: impl SubjectExtractor) -> Result<(), EngineError> {
+        let glob = crate::policy::glob_matcher(tool_glob).map_err(|e| EngineError::Glob {
+            glob: tool_glob.to_string(),
+            message: e.kind().to_string(),
+        })?;
+        let _g = self.inner.register_lock.lock();
+        let mut list: Vec<RegisteredExtractor> = self
+            .inner
+            .extractors
+            .load()
+            .iter()
+            .map(|e| RegisteredExtractor {
+                glob: e.glob.clone(),
+                extractor: e.extractor.clone(),
+            })
+            .collect();
+        list.push(RegisteredExtractor {
+            glob,
+            extractor: Arc::new(extractor),
+        });
+        self.inner.extractors.store(Arc::new(list));
+        Ok(())
+    }
+
+    /// Replaces the policies atomically. Decisions in flight finish on the old policies; on
+    /// error the old policies stay in place.
+    pub fn reload(&self, policies: Vec<Policy>) -> Result<(), EngineError> {
+        let compiled = CompiledPolicies::compile(policies, &[])?;
+        self.inner.policies.store(Arc::new(compiled));
+        Ok(())
+    }
+
+    /// Reloads from policy files or folders.
+    pub fn reload_paths(&self, paths: &[PathBuf]) -> Result<(), EngineError> {
+        let compiled = load_policies(paths)?;
+        self.inner.policies.store(Arc::new(compiled));
+        Ok(())
+    }
+
+    /// The review store, to list, approve, deny or expire reviews.
+    pub fn reviews(&self) -> Reviews<'_> {
+        Reviews { engine: self }
+    }
+
+    /// The current compiled policies.
+    pub fn policies(&self) -> Arc<CompiledPolicies> {
+        self.inner.policies.load_full()
+    }
+}
+
+/// Access to the engine's human reviews.
+#[derive(Debug)]
+pub struct Reviews<'a> {
+    engine: &'a GovernanceEngine,
+}
+
+impl Reviews<'_> {
+    /// Every review.
+    pub fn list(&self) -> Vec<Review> {
+        self.engine.inner.reviews.list()
+    }
+
+    /// Pending reviews.
+    pub fn pending(&self) -> Vec<Review> {
+        self.list().into_iter().filter(|r| r.status == ReviewStatus::Pending).collect()
+    }
+
+    /// Approves a pending review: identical calls (same fingerprint) are allowed from now on.
+    pub fn approve(&self, id: &str) -> Result<Review, ReviewError> {
+        let now = self.engine.inner.clock.now();
+        self.engine.inner.reviews.decide(id, ReviewStatus::Approved, now)
+    }
+
+    /// Denies a pending review: identical calls are blocked from now on.
+    pub fn deny(&self, id: &str) -> Result<Review, ReviewError> {
+        let now = self.engine.inner.clock.now();
+        self.engine.inner.reviews.decide(id, ReviewStatus::Denied, now)
+    }
+
+    /// Expires a review: the next identical call asks for review again.
+    pub fn expire(&self, id: &str) -> Result<Review, ReviewError> {
+        let now = self.engine.inner.clock.now();
+        self.engine.inner.reviews.decide(id, ReviewStatus::Expired, now)
+    }
+}

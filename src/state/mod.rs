@@ -1,1 +1,51 @@
-//! state
+//! Engine state that outlives a single decision: `maxCalls` counters and `metricWindow`
+//! windows. [`StateStore`] is the seam; [`MemoryStateStore`] (dashmap, sharded locks, no
+//! global lock) is the default.
+//!
+//! Keys are a stable *slot* (a hash of the counter's or tracker's definition, so state survives a
+//! policy reload when the rule is unchanged) and a *scope* (the run id, agent id, or agent and
+//! end user).
+
+mod memory;
+mod window;
+
+use std::sync::Arc;
+
+pub use memory::MemoryStateStore;
+pub use window::{SlidingWindow, WindowStats};
+
+/// Identifies one counter or metric window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StateKey {
+    /// Stable identity of the counter or tracker definition.
+    pub slot: u64,
+    /// The scope instance: run id, agent id, or `agent\u{1f}enduser`.
+    pub scope: Arc<str>,
+}
+
+/// A slot taken in a counter by [`StateStore::try_acquire`]; give it back with
+/// [`StateStore::release`] when the call does not proceed after all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permit {
+    /// When the slot was taken (ms since the Unix epoch).
+    pub at_ms: i64,
+}
+
+/// Storage of counters and metric windows.
+///
+/// Implementations must make [`try_acquire`](StateStore::try_acquire) atomic: parallel callers
+/// can never together take more than `max` slots.
+pub trait StateStore: Send + Sync + 'static {
+    /// Takes a slot if fewer than `max` are taken (within the last `window_secs` when given).
+    fn try_acquire(&self, key: &StateKey, max: u64, window_secs: Option<u64>, now_ms: i64) -> Option<Permit>;
+    /// Gives back a slot taken by `try_acquire`.
+    fn release(&self, key: &StateKey, permit: Permit);
+    /// Counts one call unconditionally.
+    fn add(&self, key: &StateKey, now_ms: i64);
+    /// The number of slots taken (within the last `window_secs` when given).
+    fn count(&self, key: &StateKey, window_secs: Option<u64>, now_ms: i64) -> u64;
+    /// Records a metric event at `at_ms` into a window of `window_secs`.
+    fn record(&self, key: &StateKey, window_secs: u64, at_ms: i64, value: f64);
+    /// Aggregates of the events with `now − window < t ≤ now`.
+    fn window(&self, key: &StateKey, window_secs: u64, now_ms: i64) -> WindowStats;
+}

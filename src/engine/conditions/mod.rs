@@ -1,0 +1,193 @@
+//! Evaluation of each condition kind, one file per kind, plus the three-valued logic that
+//! combines them (`and`, `or`, `not`, with short-circuit).
+
+mod enduser_tag;
+mod execution_time;
+mod max_calls;
+mod metric_window;
+mod require_subject;
+mod sequence;
+mod signal;
+mod time_gate;
+mod tool_arg;
+mod tool_name;
+mod tool_tag;
+
+use futures::future::BoxFuture;
+
+use super::evaluate::DecisionCtx;
+use crate::policy::{CCond, EffectType};
+
+/// A three-valued truth: a condition may be unknown for lack of data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tri {
+    True,
+    False,
+    Unknown,
+}
+
+impl From<bool> for Tri {
+    fn from(b: bool) -> Tri {
+        if b { Tri::True } else { Tri::False }
+    }
+}
+
+/// Resolves an unknown leaf by its own `onMissing`: allow → false; block/hitl → true, and the
+/// rule takes that effect if it triggers.
+pub(crate) fn resolve_missing(t: Tri, on_missing: Option<EffectType>, ctx: &mut DecisionCtx<'_>) -> Tri {
+    match (t, on_missing) {
+        (Tri::Unknown, Some(EffectType::Allow)) => Tri::False,
+        (Tri::Unknown, Some(e)) => {
+            ctx.effect_override = Some(ctx.effect_override.map_or(e, |o| o.max(e)));
+            Tri::True
+        }
+        (t, _) => t,
+    }
+}
+
+/// Evaluates a condition that needs no signal.
+pub(crate) fn eval_sync(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
+    match c {
+        CCond::And(cs) => {
+            let mut acc = Tri::True;
+            for c in cs {
+                match eval_sync(c, ctx) {
+                    Tri::False => return Tri::False,
+                    Tri::Unknown => acc = Tri::Unknown,
+                    Tri::True => {}
+                }
+            }
+            acc
+        }
+        CCond::Or(cs) => {
+            let mut acc = Tri::False;
+            for c in cs {
+                match eval_sync(c, ctx) {
+                    Tri::True => return Tri::True,
+                    Tri::Unknown => acc = Tri::Unknown,
+                    Tri::False => {}
+                }
+            }
+            acc
+        }
+        CCond::Not(c) => not(eval_sync(c, ctx)),
+        CCond::Signal { key, .. } => {
+            // Never reached: rules with signals are evaluated by `eval_async`.
+            ctx.note_missing(format!("signal {key}: evaluated without a runtime"));
+            Tri::Unknown
+        }
+        leaf => eval_leaf(leaf, ctx),
+    }
+}
+
+/// Evaluates a condition that may ask signal providers (awaited lazily, short-circuit kept).
+pub(crate) fn eval_async<'a, 'c: 'a>(c: &'a CCond, ctx: &'a mut DecisionCtx<'c>) -> BoxFuture<'a, Tri> {
+    Box::pin(async move {
+        match c {
+            CCond::And(cs) => {
+                let mut acc = Tri::True;
+                for c in cs {
+                    match eval_async(c, ctx).await {
+                        Tri::False => return Tri::False,
+                        Tri::Unknown => acc = Tri::Unknown,
+                        Tri::True => {}
+                    }
+                }
+                acc
+            }
+            CCond::Or(cs) => {
+                let mut acc = Tri::False;
+                for c in cs {
+                    match eval_async(c, ctx).await {
+                        Tri::True => return Tri::True,
+                        Tri::Unknown => acc = Tri::Unknown,
+                        Tri::False => {}
+                    }
+                }
+                acc
+            }
+            CCond::Not(c) => not(eval_async(c, ctx).await),
+            CCond::Signal {
+                key,
+                args,
+                op,
+                value,
+                on_missing,
+            } => {
+                let t = signal::eval(key, args, *op, value, ctx).await;
+                resolve_missing(t, *on_missing, ctx)
+            }
+            leaf => eval_leaf(leaf, ctx),
+        }
+    })
+}
+
+fn not(t: Tri) -> Tri {
+    match t {
+        Tri::True => Tri::False,
+        Tri::False => Tri::True,
+        Tri::Unknown => Tri::Unknown,
+    }
+}
+
+fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
+    match c {
+        CCond::ToolName(t) => tool_name::eval(t, ctx),
+        CCond::ToolTag(op) => tool_tag::eval(op, ctx),
+        CCond::ToolArg { path, test, on_missing } => {
+            let t = tool_arg::eval(path, test, ctx);
+            resolve_missing(t, *on_missing, ctx)
+        }
+        CCond::EnduserTag(op) => enduser_tag::eval(op, ctx),
+        CCond::ExecutionTime {
+            scope,
+            op,
+            ms,
+            on_missing,
+        } => {
+            let t = execution_time::eval(*scope, *op, *ms, ctx);
+            resolve_missing(t, *on_missing, ctx)
+        }
+        CCond::Sequence { must, must_not } => sequence::eval(must, must_not, ctx),
+        CCond::MaxCalls { counter, max } => max_calls::eval(*counter, *max, ctx),
+        CCond::MetricWindow {
+            tracker,
+            aggregate,
+            op,
+            value,
+            on_missing,
+        } => {
+            let t = metric_window::eval(*tracker, *aggregate, *op, *value, ctx);
+            resolve_missing(t, *on_missing, ctx)
+        }
+        CCond::TimeGate { tz, windows, on_missing } => {
+            let t = time_gate::eval(tz, windows, ctx);
+            resolve_missing(t, *on_missing, ctx)
+        }
+        CCond::RequireSubject(s) => require_subject::eval(s, ctx),
+        CCond::Signal { .. } | CCond::And(_) | CCond::Or(_) | CCond::Not(_) => eval_sync(c, ctx),
+    }
+}
+
+/// Whether a condition contains a signal (and so needs the async evaluator).
+pub(crate) fn has_signal(c: &CCond) -> bool {
+    match c {
+        CCond::Signal { .. } => true,
+        CCond::And(cs) | CCond::Or(cs) => cs.iter().any(has_signal),
+        CCond::Not(c) => has_signal(c),
+        _ => false,
+    }
+}
+
+/// Resolves a dot path (`a.b.0.c`) in a JSON value: own keys of objects, indexes of arrays.
+pub(crate) fn json_path<'v>(root: &'v serde_json::Value, path: &[String]) -> Option<&'v serde_json::Value> {
+    let mut cur = root;
+    for seg in path {
+        cur = match cur {
+            serde_json::Value::Object(m) => m.get(seg.as_str())?,
+            serde_json::Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}

@@ -1,0 +1,191 @@
+//! The result of a decision, as the agent and the audit trail see it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::policy::{EffectType, Phase};
+
+/// Why a decision came out as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DecisionCode {
+    /// No rule stopped the call.
+    Allowed,
+    /// A human approved an identical call before.
+    AllowedHitlApproved,
+    /// A rule blocked the call.
+    BlockedRule,
+    /// A review was requested; the run must stop while it is pending.
+    BlockedHitlRequested,
+    /// A review for an identical call is still pending.
+    BlockedHitlPending,
+    /// A human denied an identical call.
+    BlockedHitlDenied,
+    /// An earlier hitl aborted this run.
+    BlockedRunAborted,
+    /// The engine failed and `failure_mode` is closed.
+    BlockedFailure,
+}
+
+impl DecisionCode {
+    /// The code as written in JSON, e.g. `BLOCKED_RULE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionCode::Allowed => "ALLOWED",
+            DecisionCode::AllowedHitlApproved => "ALLOWED_HITL_APPROVED",
+            DecisionCode::BlockedRule => "BLOCKED_RULE",
+            DecisionCode::BlockedHitlRequested => "BLOCKED_HITL_REQUESTED",
+            DecisionCode::BlockedHitlPending => "BLOCKED_HITL_PENDING",
+            DecisionCode::BlockedHitlDenied => "BLOCKED_HITL_DENIED",
+            DecisionCode::BlockedRunAborted => "BLOCKED_RUN_ABORTED",
+            DecisionCode::BlockedFailure => "BLOCKED_FAILURE",
+        }
+    }
+}
+
+impl fmt::Display for DecisionCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for EffectType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Serialize for Phase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// How one rule in play came out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluatedRule {
+    /// The rule.
+    pub rule_id: Arc<str>,
+    /// Whether its condition held (after missing-data resolution).
+    pub triggered: bool,
+    /// The effect it applies when triggered.
+    pub effect: EffectType,
+    /// The rule is in shadow mode: audited, not applied.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+    /// What data was missing while evaluating it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// An error met while evaluating it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A signal the decision asked for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalRecord {
+    /// Provider key.
+    pub key: Arc<str>,
+    /// Resolved arguments.
+    pub args: Value,
+    /// The value, when the provider answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Why there is no value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long the provider took, in microseconds.
+    pub duration_us: u64,
+}
+
+/// Status of a human review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewStatus {
+    /// Waiting for a human.
+    Pending,
+    /// Approved: identical calls are allowed.
+    Approved,
+    /// Denied: identical calls are blocked.
+    Denied,
+    /// Expired without a decision.
+    Expired,
+}
+
+/// The review attached to a hitl decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HitlInfo {
+    /// The review's id.
+    pub review_id: String,
+    /// Its status at decision time.
+    pub status: ReviewStatus,
+    /// The call's fingerprint.
+    pub fingerprint: String,
+}
+
+/// A decision about one tool call in one phase.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// The phase decided.
+    pub phase: Phase,
+    /// What the agent must do: allow, block, or hitl (blocked and the run must stop).
+    pub effect: EffectType,
+    /// Why.
+    pub code: DecisionCode,
+    /// The deciding rule's reason.
+    pub reason: Option<Arc<str>>,
+    /// The deciding rule.
+    pub rule_id: Option<Arc<str>>,
+    /// Every rule in play, in evaluation order.
+    pub evaluated: Vec<EvaluatedRule>,
+    /// Signals asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<SignalRecord>,
+    /// The review, for hitl rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hitl: Option<HitlInfo>,
+    /// Whether a shadow-mode rule triggered.
+    pub shadow: bool,
+    /// The effect the shadow-mode rules would have applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow_effect: Option<EffectType>,
+    /// The agent must stop the run.
+    pub abort_run: bool,
+    /// Decision time in nanoseconds.
+    pub latency_ns: u64,
+    /// An engine fault that decided by `failure_mode`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Decision {
+    /// Whether the call may proceed.
+    pub fn is_allowed(&self) -> bool {
+        self.effect == EffectType::Allow
+    }
+
+    pub(crate) fn simple(phase: Phase, effect: EffectType, code: DecisionCode, reason: Option<Arc<str>>) -> Self {
+        Decision {
+            phase,
+            effect,
+            code,
+            reason,
+            rule_id: None,
+            evaluated: Vec::new(),
+            signals: Vec::new(),
+            hitl: None,
+            shadow: false,
+            shadow_effect: None,
+            abort_run: false,
+            latency_ns: 0,
+            error: None,
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! One decision: the rules in play, their evaluation, and how their effects combine.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::{Map, Value};
+
+use super::conditions::{Tri, eval_async, eval_sync, has_signal};
+use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
+use super::run::RunShared;
+use super::subjects::{SubjectInput, SubjectRef};
+use super::EngineInner;
+use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
+use crate::state::{Permit, StateKey};
+
+/// What a decision knows of the call.
+pub(crate) struct CallView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) name_lc: &'a str,
+    pub(crate) tags: &'a [String],
+    pub(crate) tags_lc: &'a [String],
+    pub(crate) args: &'a Value,
+    pub(crate) duration_ms: Option<f64>,
+}
+
+/// Everything one decision reads and accumulates.
+pub(crate) struct DecisionCtx<'a> {
+    pub(crate) engine: &'a EngineInner,
+    pub(crate) policies: &'a CompiledPolicies,
+    pub(crate) run: &'a RunShared,
+    pub(crate) call: CallView<'a>,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) now_ms: i64,
+    pub(crate) subjects: Vec<SubjectRef>,
+    pub(crate) permits: Vec<(u32, StateKey, Permit)>,
+    pub(crate) signals: Vec<SignalRecord>,
+    /// Missing data noted while evaluating the current rule.
+    pub(crate) missing: Vec<String>,
+    /// Effect forced by a condition's `onMissing` in the current rule.
+    pub(crate) effect_override: Option<EffectType>,
+}
+
+impl DecisionCtx<'_> {
+    pub(crate) fn note_missing(&mut self, what: String) {
+        self.missing.push(what);
+    }
+
+    pub(crate) fn org_timezone(&self) -> Option<Tz> {
+        self.engine.org_timezone.or(self.policies.org_timezone)
+    }
+
+    /// The value of a signal for these arguments: cached per decision, provider called with a
+    /// timeout; panics, errors, timeouts and absent providers are missing data.
+    pub(crate) async fn signal_value(&mut self, key: &Arc<str>, args: Map<String, Value>) -> Option<Value> {
+        let args = Value::Object(args);
+        if let Some(r) = self.signals.iter().find(|r| &r.key == key && r.args == args) {
+            let (value, error) = (r.value.clone(), r.error.clone());
+            if let Some(e) = error {
+                self.note_missing(format!("signal {key}: {e}"));
+            }
+            return value;
+        }
+        let provider = self.engine.signals.load().get(&**key).cloned();
+        let started = Instant::now();
+        let result: Result<Value, String> = match provider {
+            None => Err("no provider registered".to_string()),
+            Some(p) => {
+                let Value::Object(map) = args.clone() else {
+                    return None;
+                };
+                let fut = std::panic::AssertUnwindSafe(p.call(map));
+                match tokio::time::timeout(self.engine.signal_timeout, futures::FutureExt::catch_unwind(fut)).await {
+                    Err(_) => Err(format!("timed out after {} ms", self.engine.signal_timeout.as_millis())),
+                    Ok(Err(_)) => Err("the provider panicked".to_string()),
+                    Ok(Ok(Err(e))) => Err(format!("the provider failed: {e}")),
+                    Ok(Ok(Ok(v))) => Ok(v),
+                }
+            }
+        };
+        let duration_us = started.elapsed().as_micros() as u64;
+        let (value, error) = match result {
+            Ok(v) => (Some(v), None),
+            Err(e) => {
+                self.note_missing(format!("signal {key}: {e}"));
+                (None, Some(e))
+            }
+        };
+        self.signals.push(SignalRecord {
+            key: key.clone(),
+            args,
+            value: value.clone(),
+            error,
+            duration_us,
+        });
+        value
+    }
+}
+
+/// Per-policy combination state.
+#[derive(Clone, Copy)]
+struct Outcome {
+    effect: EffectType,
+    rule: usize,
+}
+
+fn fold(slot: &mut Option<Outcome>, combine: Combine, effect: EffectType, rule: usize) {
+    match (slot.as_ref(), combine) {
+        (None, _) => *slot = Some(Outcome { effect, rule }),
+        (Some(_), Combine::PriorityFirst) => {}
+        (Some(cur), Combine::MostSevereWins) => {
+            if effect > cur.effect {
+                *slot = Some(Outcome { effect, rule });
+            }
+        }
+    }
+}
+
+/// Across policies the most severe effect wins; the deciding rule is the first (in priority
+/// order) whose effect is the final one.
+fn overall(per_policy: &[Option<Outcome>]) -> Option<Outcome> {
+    let mut best: Option<Outcome> = None;
+    for o in per_policy.iter().flatten() {
+        best = match best {
+            None => Some(*o),
+            Some(b) if o.effect > b.effect || (o.effect == b.effect && o.rule < b.rule) => Some(*o),
+            b => b,
+        };
+    }
+    best
+}
+
+/// The result of evaluating the rules, before hitl lookup and audit.
+pub(crate) struct RuleVerdict {
+    pub(crate) effect: EffectType,
+    pub(crate) rule: Option<usize>,
+    pub(crate) shadow_effect: Option<EffectType>,
+    pub(crate) evaluated: Vec<EvaluatedRule>,
+}
+
+/// Rules in play for a call in a phase, in evaluation order.
+pub(crate) fn rules_in_play(policies: &CompiledPolicies, phase: Phase, name_lc: &str, tags_lc: &[String]) -> Vec<usize> {
+    let index = &policies.phases[phase_slot(phase)];
+    if !index.any {
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = Vec::new();
+    if !index.glob_rule.is_empty() {
+        let mut hits = Vec::new();
+        index.names.matches_into(name_lc, &mut hits);
+        out.extend(hits.into_iter().filter_map(|g| index.glob_rule.get(g).map(|r| *r as usize)));
+    }
+    out.extend(index.always.iter().map(|r| *r as usize));
+    out.sort_unstable();
+    out.dedup();
+    out.retain(|&i| {
+        let r = &policies.rules[i];
+        r.tags_all.iter().all(|t| tags_lc.contains(t)) && (r.tags_any.is_empty() || r.tags_any.iter().any(|t| tags_lc.contains(t)))
+    });
+    out
+}
+
+/// Extracts subjects with the extractors registered for the tool.
+pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize]) {
+    if !rules.iter().any(|&i| ctx.policies.rules[i].needs_subjects) {
+        return;
+    }
+    let extractors = ctx.engine.extractors.load();
+    let name_lc = ctx.call.name_lc;
+    for ex in extractors.iter().filter(|e| e.glob.is_match(name_lc)) {
+        let input = SubjectInput {
+            tool_name: ctx.call.name.to_string(),
+            tool_tags: ctx.call.tags.to_vec(),
+            args: ctx.call.args.clone(),
+            run: ctx.run.context.clone(),
+        };
+        let fut = std::panic::AssertUnwindSafe(ex.extractor.extract(input));
+        match tokio::time::timeout(ctx.engine.signal_timeout, futures::FutureExt::catch_unwind(fut)).await {
+            Ok(Ok(Ok(subjects))) => ctx.subjects.extend(subjects),
+            Ok(Ok(Err(e))) => ctx.note_missing(format!("subject extractor failed: {e}")),
+            Ok(Err(_)) => ctx.note_missing("subject extractor panicked".to_string()),
+            Err(_) => ctx.note_missing("subject extractor timed out".to_string()),
+        }
+    }
+}
+
+/// Evaluates the rules in play and combines their effects.
+pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -> RuleVerdict {
+    let policies = ctx.policies;
+    let n_policies = policies.policies.len();
+    let mut enforced: Vec<Option<Outcome>> = vec![None; n_policies];
+    let mut full: Vec<Option<Outcome>> = vec![None; n_policies];
+    let mut any_shadow = false;
+    let mut evaluated = Vec::with_capacity(rules.len());
+    let extraction_missing = std::mem::take(&mut ctx.missing);
+    for &i in rules {
+        let rule = &policies.rules[i];
+        ctx.missing.clear();
+        ctx.missing.extend(extraction_missing.iter().cloned().filter(|_| rule.needs_subjects));
+        ctx.effect_override = None;
+        let t = if has_signal(&rule.condition) {
+            eval_async(&rule.condition, ctx).await
+        } else {
+            eval_sync(&rule.condition, ctx)
+        };
+        let (triggered, effect) = match t {
+            Tri::True => (true, ctx.effect_override.unwrap_or(rule.effect)),
+            Tri::False => (false, rule.effect),
+            Tri::Unknown => match rule.on_missing {
+                EffectType::Allow => (false, rule.effect),
+                e => (true, e),
+            },
+        };
+        let p = rule.policy as usize;
+        let combine = policies.policies[p].combine;
+        if triggered {
+            fold(&mut full[p], combine, effect, i);
+            if rule.shadow {
+                any_shadow = true;
+            } else {
+                fold(&mut enforced[p], combine, effect, i);
+            }
+        }
+        evaluated.push(EvaluatedRule {
+            rule_id: rule.id.clone(),
+            triggered,
+            effect,
+            shadow: rule.shadow,
+            missing: std::mem::take(&mut ctx.missing),
+            error: None,
+        });
+    }
+    let decided = overall(&enforced);
+    let shadow_effect = if any_shadow {
+        Some(overall(&full).map_or(EffectType::Allow, |o| o.effect))
+    } else {
+        None
+    };
+    RuleVerdict {
+        effect: decided.map_or(EffectType::Allow, |o| o.effect),
+        rule: decided.map(|o| o.rule),
+        shadow_effect,
+        evaluated,
+    }
+}
+
+/// Builds the decision from a verdict (hitl handled by the caller).
+pub(crate) fn base_decision(phase: Phase, verdict: &RuleVerdict, policies: &CompiledPolicies) -> Decision {
+    let rule = verdict.rule.map(|i| &policies.rules[i]);
+    let code = match verdict.effect {
+        EffectType::Allow => DecisionCode::Allowed,
+        EffectType::Block => DecisionCode::BlockedRule,
+        EffectType::Hitl => DecisionCode::BlockedHitlRequested,
+    };
+    let mut d = Decision::simple(phase, verdict.effect, code, rule.and_then(|r| r.reason.clone()));
+    d.rule_id = rule.map(|r| r.id.clone());
+    d.shadow = verdict.shadow_effect.is_some();
+    d.shadow_effect = verdict.shadow_effect;
+    d
+}

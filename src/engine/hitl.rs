@@ -1,0 +1,262 @@
+//! Human review (hitl): call fingerprints and the review store.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::decision::ReviewStatus;
+
+/// A review request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Review {
+    /// Review id.
+    pub id: String,
+    /// Fingerprint of the call (agent, rule, tool, args, end user).
+    pub fingerprint: String,
+    /// Status.
+    pub status: ReviewStatus,
+    /// The agent.
+    pub agent_id: String,
+    /// The rule that asked for review.
+    pub rule_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The arguments.
+    pub args: Value,
+    /// The end user, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enduser_id: Option<String>,
+    /// The run that raised it.
+    pub run_id: String,
+    /// The call that raised it.
+    pub call_id: String,
+    /// The rule's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it was raised.
+    pub created_at: DateTime<Utc>,
+    /// When it was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    /// When a pending review expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// The fingerprint of a call: SHA-256 hex of agent id, rule id, tool name, canonical JSON of
+/// the args and end-user id, separated by U+001F.
+pub fn fingerprint(agent_id: &str, rule_id: &str, tool_name: &str, args: &Value, enduser_id: Option<&str>) -> String {
+    let mut h = Sha256::new();
+    for part in [agent_id, rule_id, tool_name] {
+        h.update(part.as_bytes());
+        h.update([0x1f]);
+    }
+    // serde_json maps are sorted (BTreeMap), so this is canonical.
+    h.update(serde_json::to_string(args).unwrap_or_default().as_bytes());
+    h.update([0x1f]);
+    h.update(enduser_id.unwrap_or("").as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Errors of a review store.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// No review has this id.
+    #[error("no review with id {0}")]
+    NotFound(String),
+    /// The review was already decided.
+    #[error("review {id} is already {status:?}")]
+    AlreadyDecided {
+        /// Review id.
+        id: String,
+        /// Its status.
+        status: ReviewStatus,
+    },
+    /// The store could not be read or written.
+    #[error("review store {path}: {message}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Where reviews live.
+pub trait ReviewStore: Send + Sync + 'static {
+    /// The review for a fingerprint, if any (the newest).
+    fn get(&self, fingerprint: &str) -> Option<Review>;
+    /// Stores a new review, unless one is already there for the fingerprint; returns the one
+    /// stored (so parallel identical calls share a review).
+    fn insert_if_absent(&self, review: Review) -> Review;
+    /// All reviews.
+    fn list(&self) -> Vec<Review>;
+    /// Sets a pending review's status.
+    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError>;
+}
+
+/// Reviews in memory.
+#[derive(Debug, Default)]
+pub struct MemoryReviewStore {
+    by_fp: DashMap<String, Review>,
+}
+
+impl MemoryReviewStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl ReviewStore for MemoryReviewStore {
+    fn get(&self, fingerprint: &str) -> Option<Review> {
+        self.by_fp.get(fingerprint).map(|r| r.clone())
+    }
+
+    fn insert_if_absent(&self, review: Review) -> Review {
+        let mut e = self.by_fp.entry(review.fingerprint.clone()).or_insert_with(|| review.clone());
+        if e.status == ReviewStatus::Expired {
+            *e = review;
+        }
+        e.clone()
+    }
+
+    fn list(&self) -> Vec<Review> {
+        let mut v: Vec<Review> = self.by_fp.iter().map(|r| r.clone()).collect();
+        v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError> {
+        for mut r in self.by_fp.iter_mut() {
+            if r.id == id {
+                if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
+                    return Err(ReviewError::AlreadyDecided {
+                        id: id.to_string(),
+                        status: r.status,
+                    });
+                }
+                r.status = status;
+                r.decided_at = Some(at);
+                return Ok(r.clone());
+            }
+        }
+        Err(ReviewError::NotFound(id.to_string()))
+    }
+}
+
+/// Reviews in a JSON file, shared between processes (e.g. `toolgate review` and a running
+/// agent). Every change rewrites the file atomically (write to a temp file, rename).
+#[derive(Debug)]
+pub struct FileReviewStore {
+    path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl FileReviewStore {
+    /// A store in `path` (created on first write).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileReviewStore {
+            path: path.into(),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read(&self) -> Result<Vec<Review>, ReviewError> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(s) if s.trim().is_empty() => Ok(Vec::new()),
+            Ok(s) => serde_json::from_str(&s).map_err(|e| self.io(format!("not a review file: {e}"))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(self.io(e.to_string())),
+        }
+    }
+
+    fn write(&self, reviews: &[Review]) -> Result<(), ReviewError> {
+        let tmp = self.path.with_extension("tmp");
+        let text = serde_json::to_string_pretty(reviews).map_err(|e| self.io(e.to_string()))?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| self.io(e.to_string()))?;
+        }
+        std::fs::write(&tmp, text).map_err(|e| self.io(e.to_string()))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| self.io(e.to_string()))
+    }
+
+    fn io(&self, message: String) -> ReviewError {
+        ReviewError::Io {
+            path: self.path.clone(),
+            message,
+        }
+    }
+}
+
+impl ReviewStore for FileReviewStore {
+    fn get(&self, fingerprint: &str) -> Option<Review> {
+        let _g = self.lock.lock();
+        match self.read() {
+            Ok(v) => v.into_iter().rev().find(|r| r.fingerprint == fingerprint),
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
+    }
+
+    fn insert_if_absent(&self, review: Review) -> Review {
+        let _g = self.lock.lock();
+        let mut all = match self.read() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("{e}");
+                return review;
+            }
+        };
+        if let Some(r) = all
+            .iter()
+            .rev()
+            .find(|r| r.fingerprint == review.fingerprint && r.status != ReviewStatus::Expired)
+        {
+            return r.clone();
+        }
+        all.push(review.clone());
+        if let Err(e) = self.write(&all) {
+            tracing::warn!("{e}");
+        }
+        review
+    }
+
+    fn list(&self) -> Vec<Review> {
+        let _g = self.lock.lock();
+        self.read().unwrap_or_default()
+    }
+
+    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError> {
+        let _g = self.lock.lock();
+        let mut all = self.read()?;
+        let r = all
+            .iter_mut()
+            .find(|r| r.id == id || (id.len() >= 6 && r.id.starts_with(id)))
+            .ok_or_else(|| ReviewError::NotFound(id.to_string()))?;
+        if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
+            return Err(ReviewError::AlreadyDecided {
+                id: r.id.clone(),
+                status: r.status,
+            });
+        }
+        r.status = status;
+        r.decided_at = Some(at);
+        let out = r.clone();
+        self.write(&all)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,745 @@
+//! Compilation of validated policies into the form the engine's hot path works on: one
+//! `GlobSet` per phase over every selector name glob, lowercased tags, compiled regexes and
+//! globs, resolved timezones and times, and the counters and metric trackers rules need.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono_tz::Tz;
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use regex::Regex;
+use serde_json::Value;
+
+use super::error::{PolicyError, PolicyErrors};
+use super::types::*;
+
+/// Builds a case-insensitive glob matcher (patterns and names are lowercased).
+pub(crate) fn glob_matcher(pattern: &str) -> Result<GlobMatcher, globset::Error> {
+    Ok(GlobBuilder::new(&pattern.to_lowercase())
+        .literal_separator(false)
+        .build()?
+        .compile_matcher())
+}
+
+fn glob_set(patterns: &[String]) -> Result<GlobSet, globset::Error> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        b.add(GlobBuilder::new(&p.to_lowercase()).build()?);
+    }
+    b.build()
+}
+
+fn lower(v: &[String]) -> Vec<String> {
+    v.iter().map(|s| s.to_lowercase()).collect()
+}
+
+/// A set of policies compiled for evaluation. Cheap to share (`Arc`); immutable.
+#[derive(Debug)]
+pub struct CompiledPolicies {
+    pub(crate) policies: Vec<PolicyInfo>,
+    /// Rules in evaluation order: priority descending, then load order.
+    pub(crate) rules: Vec<CompiledRule>,
+    pub(crate) phases: [PhaseIndex; 2],
+    pub(crate) counters: CounterIndex,
+    pub(crate) trackers: Vec<TrackerSpec>,
+    /// Trackers by metric key.
+    pub(crate) trackers_by_metric: HashMap<String, Vec<usize>>,
+    /// The org timezone of the first policy that sets one.
+    pub(crate) org_timezone: Option<Tz>,
+    pub(crate) source: Vec<Policy>,
+}
+
+#[derive(Debug)]
+pub(crate) struct PolicyInfo {
+    pub(crate) name: String,
+    pub(crate) combine: Combine,
+}
+
+/// Rules of one phase, indexed by tool name.
+#[derive(Debug, Default)]
+pub(crate) struct PhaseIndex {
+    pub(crate) names: GlobSet,
+    /// For each glob of `names`, the rule index it belongs to.
+    pub(crate) glob_rule: Vec<u32>,
+    /// Rules without a name selector (tags only or `tool: {}`), always candidates.
+    pub(crate) always: Vec<u32>,
+    /// Whether any rule of the phase exists at all.
+    pub(crate) any: bool,
+}
+
+/// A rule ready for evaluation.
+#[derive(Debug)]
+pub(crate) struct CompiledRule {
+    pub(crate) id: Arc<str>,
+    pub(crate) policy: u32,
+    pub(crate) tags_all: Vec<String>,
+    pub(crate) tags_any: Vec<String>,
+    pub(crate) condition: CCond,
+    pub(crate) effect: EffectType,
+    pub(crate) reason: Option<Arc<str>>,
+    /// The rule's `onMissing`, else its policy's `onMissingDefault`.
+    pub(crate) on_missing: EffectType,
+    pub(crate) shadow: bool,
+    pub(crate) needs_subjects: bool,
+}
+
+/// A compiled string test.
+#[derive(Debug)]
+pub(crate) enum StrTest {
+    Eq(String),
+    Neq(String),
+    Contains(String),
+    StartsWith(String),
+    EndsWith(String),
+    Glob(GlobMatcher),
+    In(Vec<String>),
+    Regex(Regex),
+}
+
+impl StrTest {
+    pub(crate) fn matches(&self, s: &str) -> bool {
+        match self {
+            StrTest::Eq(v) => s == v,
+            StrTest::Neq(v) => s != v,
+            StrTest::Contains(v) => s.contains(v.as_str()),
+            StrTest::StartsWith(v) => s.starts_with(v.as_str()),
+            StrTest::EndsWith(v) => s.ends_with(v.as_str()),
+            StrTest::Glob(g) => g.is_match(s),
+            StrTest::In(vs) => vs.iter().any(|v| v == s),
+            StrTest::Regex(r) => r.is_match(s),
+        }
+    }
+
+    fn compile(op: &StringOp, lowercase: bool) -> Result<StrTest, String> {
+        let l = |s: &String| if lowercase { s.to_lowercase() } else { s.clone() };
+        Ok(match op {
+            StringOp::Eq(s) => StrTest::Eq(l(s)),
+            StringOp::Neq(s) => StrTest::Neq(l(s)),
+            StringOp::Contains(s) => StrTest::Contains(l(s)),
+            StringOp::StartsWith(s) => StrTest::StartsWith(l(s)),
+            StringOp::EndsWith(s) => StrTest::EndsWith(l(s)),
+            StringOp::Glob(g) => StrTest::Glob(glob_matcher(g).map_err(|e| e.to_string())?),
+            StringOp::In(v) => StrTest::In(v.iter().map(l).collect()),
+            StringOp::Regex(r) => StrTest::Regex(
+                regex::RegexBuilder::new(r)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+}
+
+/// A compiled argument test.
+#[derive(Debug)]
+pub(crate) enum CArgTest {
+    Str(StrTest),
+    Num(CmpOp, f64),
+    Bool(bool),
+}
+
+/// A compiled sequence entry.
+#[derive(Debug)]
+pub(crate) enum CSeqEntry {
+    Glob(GlobMatcher),
+    Tags { tags: Vec<String>, all: bool },
+}
+
+/// A compiled time-gate timezone source.
+#[derive(Debug)]
+pub(crate) enum CTzSource {
+    Tag { tag: String, fallback_org: bool },
+    Static(Tz),
+}
+
+/// A compiled signal binding.
+#[derive(Debug)]
+pub(crate) enum CBinding {
+    EnduserId,
+    EnduserTag(String),
+    ToolName,
+    ToolTag(String),
+    ToolArg(Vec<String>),
+    Subject {
+        subject_type: String,
+        role: Option<String>,
+        field: SubjectField,
+    },
+    Const(Value),
+}
+
+/// The value a signal's result is compared with.
+#[derive(Debug)]
+pub(crate) struct SignalValue {
+    /// The value as written.
+    pub(crate) raw: Value,
+    /// For a string value: the string parsed as JSON, if it parses.
+    pub(crate) parsed: Option<Value>,
+}
+
+/// A compiled condition.
+#[derive(Debug)]
+pub(crate) enum CCond {
+    ToolName(StrTest),
+    ToolTag(TagOp),
+    ToolArg {
+        path: Vec<String>,
+        test: CArgTest,
+        on_missing: Option<EffectType>,
+    },
+    EnduserTag(EnduserTagOp),
+    ExecutionTime {
+        scope: TimeScope,
+        op: CmpOp,
+        ms: f64,
+        on_missing: Option<EffectType>,
+    },
+    Sequence {
+        must: Vec<CSeqEntry>,
+        must_not: Vec<CSeqEntry>,
+    },
+    MaxCalls {
+        counter: u32,
+        max: u64,
+    },
+    MetricWindow {
+        tracker: u32,
+        aggregate: Aggregate,
+        op: CmpOp,
+        value: f64,
+        on_missing: Option<EffectType>,
+    },
+    TimeGate {
+        tz: CTzSource,
+        windows: Vec<TimeWindow>,
+        on_missing: Option<EffectType>,
+    },
+    RequireSubject(SubjectTest),
+    Signal {
+        key: Arc<str>,
+        args: Vec<(String, CBinding)>,
+        op: SignalOp,
+        value: SignalValue,
+        on_missing: Option<EffectType>,
+    },
+    And(Vec<CCond>),
+    Or(Vec<CCond>),
+    Not(Box<CCond>),
+}
+
+/// Every maxCalls counter of the policies, indexed so that one match call finds the counters a
+/// tool call increments.
+#[derive(Debug, Default)]
+pub(crate) struct CounterIndex {
+    pub(crate) counters: Vec<CounterSpec>,
+    pub(crate) names: GlobSet,
+    pub(crate) glob_counter: Vec<u32>,
+    /// Counters selected by tag: (tag lowercased, counter).
+    pub(crate) by_tag: HashMap<String, Vec<u32>>,
+}
+
+/// One maxCalls counter.
+#[derive(Debug)]
+pub(crate) struct CounterSpec {
+    /// Stable identity of the counter (same across reloads when the rule is unchanged).
+    pub(crate) slot: u64,
+    pub(crate) scope: Scope,
+    pub(crate) window_seconds: Option<u64>,
+}
+
+/// One metric tracker (scope, metric, window, filter).
+#[derive(Debug)]
+pub(crate) struct TrackerSpec {
+    pub(crate) slot: u64,
+    pub(crate) scope: Scope,
+    pub(crate) window_seconds: u64,
+    pub(crate) filter_names: Option<GlobSet>,
+    pub(crate) filter_tags: Option<Vec<String>>,
+}
+
+impl TrackerSpec {
+    pub(crate) fn accepts(&self, tool_lc: Option<&str>, tags_lc: &[String]) -> bool {
+        if self.filter_names.is_none() && self.filter_tags.is_none() {
+            return true;
+        }
+        let Some(name) = tool_lc else {
+            return false;
+        };
+        if let Some(g) = &self.filter_names {
+            if !g.is_match(name) {
+                return false;
+            }
+        }
+        if let Some(t) = &self.filter_tags {
+            if !t.iter().any(|t| tags_lc.contains(t)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn stable_hash(s: &str) -> u64 {
+    // FNV-1a: stable across processes and releases, unlike std's SipHash keys.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+struct Compiler<'a> {
+    counters: CounterIndexBuilder,
+    trackers: Vec<TrackerSpec>,
+    tracker_slots: HashMap<u64, usize>,
+    trackers_by_metric: HashMap<String, Vec<usize>>,
+    errors: Vec<PolicyError>,
+    file: Option<&'a Path>,
+}
+
+struct CounterIndexBuilder {
+    counters: Vec<CounterSpec>,
+    names: GlobSetBuilder,
+    glob_counter: Vec<u32>,
+    by_tag: HashMap<String, Vec<u32>>,
+}
+
+impl Default for CounterIndexBuilder {
+    fn default() -> Self {
+        CounterIndexBuilder {
+            counters: Vec::new(),
+            names: GlobSetBuilder::new(),
+            glob_counter: Vec::new(),
+            by_tag: HashMap::new(),
+        }
+    }
+}
+
+impl Compiler<'_> {
+    fn err(&mut self, path: String, msg: String) {
+        self.errors.push(PolicyError {
+            file: self.file.map(Path::to_path_buf),
+            path,
+            message: msg,
+        });
+    }
+
+    fn cond(&mut self, c: &Condition, rule_id: &str, path: &str, ordinal: &mut u32) -> Option<CCond> {
+        *ordinal += 1;
+        let n = *ordinal;
+        Some(match c {
+            Condition::ToolName(op) => match StrTest::compile(op, true) {
+                Ok(t) => CCond::ToolName(t),
+                Err(e) => {
+                    self.err(path.into(), e);
+                    return None;
+                }
+            },
+            Condition::ToolTag(op) => CCond::ToolTag(match op {
+                TagOp::Has(t) => TagOp::Has(t.to_lowercase()),
+                TagOp::AnyOf(t) => TagOp::AnyOf(lower(t)),
+                TagOp::AllOf(t) => TagOp::AllOf(lower(t)),
+            }),
+            Condition::ToolArg { path: p, test, on_missing } => CCond::ToolArg {
+                path: p.split('.').map(str::to_string).collect(),
+                test: match test {
+                    ArgTest::String(op) => match StrTest::compile(op, false) {
+                        Ok(t) => CArgTest::Str(t),
+                        Err(e) => {
+                            self.err(path.into(), e);
+                            return None;
+                        }
+                    },
+                    ArgTest::Number(op, v) => CArgTest::Num(*op, *v),
+                    ArgTest::Boolean(b) => CArgTest::Bool(*b),
+                },
+                on_missing: *on_missing,
+            },
+            Condition::EnduserTag(op) => CCond::EnduserTag(op.clone()),
+            Condition::ExecutionTime {
+                scope,
+                op,
+                ms,
+                on_missing,
+            } => CCond::ExecutionTime {
+                scope: *scope,
+                op: *op,
+                ms: *ms,
+                on_missing: *on_missing,
+            },
+            Condition::Sequence {
+                must_have_called,
+                must_not_have_called,
+            } => {
+                let mut conv = |l: &Option<Vec<SequenceEntry>>| -> Option<Vec<CSeqEntry>> {
+                    let mut out = Vec::new();
+                    for e in l.iter().flatten() {
+                        out.push(match e {
+                            SequenceEntry::Glob(g) => match glob_matcher(g) {
+                                Ok(m) => CSeqEntry::Glob(m),
+                                Err(e) => {
+                                    self.err(path.into(), e.to_string());
+                                    return None;
+                                }
+                            },
+                            SequenceEntry::Tags { tags, all } => CSeqEntry::Tags {
+                                tags: lower(tags),
+                                all: *all,
+                            },
+                        });
+                    }
+                    Some(out)
+                };
+                let must = conv(must_have_called)?;
+                let must_not = conv(must_not_have_called)?;
+                CCond::Sequence { must, must_not }
+            }
+            Condition::MaxCalls {
+                selector,
+                max,
+                window_seconds,
+                per,
+            } => {
+                let b = &mut self.counters;
+                let idx = b.counters.len() as u32;
+                let scope = per.unwrap_or(Scope::Run);
+                let sig = format!("maxCalls|{rule_id}|{n}|{}|{:?}|{window_seconds:?}", scope.as_str(), selector);
+                b.counters.push(CounterSpec {
+                    slot: stable_hash(&sig),
+                    scope,
+                    window_seconds: *window_seconds,
+                });
+                match selector {
+                    CallSelector::ToolName(patterns) => {
+                        for p in patterns {
+                            match GlobBuilder::new(&p.to_lowercase()).build() {
+                                Ok(g) => {
+                                    b.names.add(g);
+                                    b.glob_counter.push(idx);
+                                }
+                                Err(e) => {
+                                    let msg = e.to_string();
+                                    self.err(path.into(), msg);
+                                    return None;
+                                }
+                            }
+                        }
+                    }
+                    CallSelector::ToolTag(tags) => {
+                        for t in tags {
+                            b.by_tag.entry(t.to_lowercase()).or_default().push(idx);
+                        }
+                    }
+                }
+                CCond::MaxCalls { counter: idx, max: *max }
+            }
+            Condition::MetricWindow {
+                scope,
+                metric,
+                aggregate,
+                window_seconds,
+                op,
+                value,
+                filter,
+                on_missing,
+            } => {
+                let sig = format!("metric|{}|{}|{window_seconds}|{filter:?}", scope.as_str(), metric.key());
+                let slot = stable_hash(&sig);
+                let tracker = match self.tracker_slots.get(&slot) {
+                    Some(t) => *t,
+                    None => {
+                        let (filter_names, filter_tags) = match filter {
+                            None => (None, None),
+                            Some(f) => {
+                                let names = match f.tool_name.as_deref().map(glob_set).transpose() {
+                                    Ok(n) => n,
+                                    Err(e) => {
+                                        self.err(path.into(), e.to_string());
+                                        return None;
+                                    }
+                                };
+                                (names, f.tool_tag.as_deref().map(lower))
+                            }
+                        };
+                        let t = self.trackers.len();
+                        self.trackers.push(TrackerSpec {
+                            slot,
+                            scope: *scope,
+                            window_seconds: *window_seconds,
+                            filter_names,
+                            filter_tags,
+                        });
+                        self.tracker_slots.insert(slot, t);
+                        self.trackers_by_metric.entry(metric.key().to_string()).or_default().push(t);
+                        t
+                    }
+                };
+                CCond::MetricWindow {
+                    tracker: tracker as u32,
+                    aggregate: *aggregate,
+                    op: *op,
+                    value: *value,
+                    on_missing: *on_missing,
+                }
+            }
+            Condition::TimeGate {
+                timezone,
+                windows,
+                on_missing,
+            } => CCond::TimeGate {
+                tz: match timezone {
+                    TimezoneSource::EnduserTag { tag, fallback_org } => CTzSource::Tag {
+                        tag: tag.clone(),
+                        fallback_org: *fallback_org,
+                    },
+                    TimezoneSource::Static { tz } => match tz.parse::<Tz>() {
+                        Ok(tz) => CTzSource::Static(tz),
+                        Err(_) => {
+                            self.err(path.into(), format!("\"{tz}\" is not a known IANA timezone"));
+                            return None;
+                        }
+                    },
+                },
+                windows: windows.clone(),
+                on_missing: *on_missing,
+            },
+            Condition::RequireSubject(s) => CCond::RequireSubject(s.clone()),
+            Condition::Signal {
+                key,
+                args,
+                op,
+                value,
+                on_missing,
+            } => CCond::Signal {
+                key: Arc::from(key.as_str()),
+                args: args
+                    .iter()
+                    .map(|(k, b)| {
+                        (
+                            k.clone(),
+                            match b {
+                                SignalBinding::EnduserId => CBinding::EnduserId,
+                                SignalBinding::EnduserTag(t) => CBinding::EnduserTag(t.clone()),
+                                SignalBinding::ToolName => CBinding::ToolName,
+                                SignalBinding::ToolTag(t) => CBinding::ToolTag(t.to_lowercase()),
+                                SignalBinding::ToolArg(p) => CBinding::ToolArg(p.split('.').map(str::to_string).collect()),
+                                SignalBinding::Subject {
+                                    subject_type,
+                                    role,
+                                    field,
+                                } => CBinding::Subject {
+                                    subject_type: subject_type.clone(),
+                                    role: role.clone(),
+                                    field: *field,
+                                },
+                                SignalBinding::Const(v) => CBinding::Const(match v {
+                                    Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| v.clone()),
+                                    other => other.clone(),
+                                }),
+                            },
+                        )
+                    })
+                    .collect(),
+                op: *op,
+                value: SignalValue {
+                    raw: value.clone(),
+                    parsed: match value {
+                        Value::String(s) => serde_json::from_str(s).ok(),
+                        _ => None,
+                    },
+                },
+                on_missing: *on_missing,
+            },
+            Condition::And(cs) | Condition::Or(cs) => {
+                let mut out = Vec::with_capacity(cs.len());
+                let key = if matches!(c, Condition::And(_)) { "all" } else { "any" };
+                for (i, child) in cs.iter().enumerate() {
+                    out.push(self.cond(child, rule_id, &format!("{path}.{key}[{i}]"), ordinal)?);
+                }
+                if matches!(c, Condition::And(_)) {
+                    CCond::And(out)
+                } else {
+                    CCond::Or(out)
+                }
+            }
+            Condition::Not(inner) => CCond::Not(Box::new(self.cond(inner, rule_id, &format!("{path}.not"), ordinal)?)),
+        })
+    }
+}
+
+impl CompiledPolicies {
+    /// Compiles parsed policies (in load order) into one rule set.
+    ///
+    /// `files` names the source of each policy for error messages (may be shorter than
+    /// `policies`). Rule ids must be unique across all policies.
+    pub fn compile(policies: Vec<Policy>, files: &[Option<&Path>]) -> Result<CompiledPolicies, PolicyErrors> {
+        let mut errors = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (pi, p) in policies.iter().enumerate() {
+            for (ri, r) in p.rules.iter().enumerate() {
+                if let Some(first) = seen.get(r.id.as_str()) {
+                    errors.push(PolicyError {
+                        file: files.get(pi).copied().flatten().map(Path::to_path_buf),
+                        path: format!("rules[{ri}].id"),
+                        message: format!(
+                            "duplicate rule id \"{}\": already defined by policy \"{}\"",
+                            r.id, policies[*first].meta.name
+                        ),
+                    });
+                } else {
+                    seen.insert(&r.id, pi);
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(PolicyErrors(errors));
+        }
+
+        // Evaluation order: priority descending, then load order (stable sort).
+        let mut order: Vec<(usize, usize)> = policies
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, p)| (0..p.rules.len()).map(move |ri| (pi, ri)))
+            .collect();
+        order.sort_by_key(|(pi, ri)| std::cmp::Reverse(policies[*pi].rules[*ri].priority));
+
+        let mut rules = Vec::new();
+        let mut phase_builders: [(GlobSetBuilder, Vec<u32>, Vec<u32>, bool); 2] = [
+            (GlobSetBuilder::new(), Vec::new(), Vec::new(), false),
+            (GlobSetBuilder::new(), Vec::new(), Vec::new(), false),
+        ];
+        let mut c = Compiler {
+            counters: CounterIndexBuilder::default(),
+            trackers: Vec::new(),
+            tracker_slots: HashMap::new(),
+            trackers_by_metric: HashMap::new(),
+            errors: Vec::new(),
+            file: None,
+        };
+        for (pi, ri) in order {
+            let policy = &policies[pi];
+            let rule = &policy.rules[ri];
+            c.file = files.get(pi).copied().flatten();
+            let mode = rule.mode.unwrap_or(policy.meta.mode);
+            let Some(tool) = &rule.selector.tool else { continue };
+            if !rule.enabled || mode == Mode::Off {
+                continue;
+            }
+            let mut ordinal = 0;
+            let path = format!("rules[{ri}].condition");
+            let Some(condition) = c.cond(&rule.condition, &rule.id, &path, &mut ordinal) else {
+                continue;
+            };
+            let mut needs_subjects = false;
+            rule.condition.walk(&mut |c| {
+                needs_subjects |= match c {
+                    Condition::RequireSubject(_) => true,
+                    Condition::Signal { args, .. } => args.values().any(|b| matches!(b, SignalBinding::Subject { .. })),
+                    _ => false,
+                }
+            });
+            let index = rules.len() as u32;
+            let pb = &mut phase_builders[phase_slot(rule.selector.phase)];
+            pb.3 = true;
+            match &tool.name {
+                Some(names) => {
+                    for n in names {
+                        match GlobBuilder::new(&n.to_lowercase()).build() {
+                            Ok(g) => {
+                                pb.0.add(g);
+                                pb.1.push(index);
+                            }
+                            Err(e) => c.err(format!("rules[{ri}].selector.tool.name"), e.to_string()),
+                        }
+                    }
+                }
+                None => pb.2.push(index),
+            }
+            rules.push(CompiledRule {
+                id: Arc::from(rule.id.as_str()),
+                policy: pi as u32,
+                tags_all: tool.tags_all.as_deref().map(lower).unwrap_or_default(),
+                tags_any: tool.tags_any.as_deref().map(lower).unwrap_or_default(),
+                condition,
+                effect: rule.effect.kind,
+                reason: rule.effect.reason.as_deref().map(Arc::from),
+                on_missing: rule.on_missing.unwrap_or(policy.meta.on_missing_default),
+                shadow: mode == Mode::Shadow,
+                needs_subjects,
+            });
+        }
+        let mut phases: [PhaseIndex; 2] = Default::default();
+        for (i, (b, glob_rule, always, any)) in phase_builders.into_iter().enumerate() {
+            match b.build() {
+                Ok(names) => {
+                    phases[i] = PhaseIndex {
+                        names,
+                        glob_rule,
+                        always,
+                        any,
+                    }
+                }
+                Err(e) => c.err(String::new(), format!("cannot build the selector index: {e}")),
+            }
+        }
+        let cb = std::mem::take(&mut c.counters);
+        let counter_names = match cb.names.build() {
+            Ok(n) => n,
+            Err(e) => {
+                c.err(String::new(), format!("cannot build the maxCalls index: {e}"));
+                GlobSet::empty()
+            }
+        };
+        if !c.errors.is_empty() {
+            return Err(PolicyErrors(c.errors));
+        }
+        let mut org_timezone = None;
+        for p in &policies {
+            if let Some(tz) = p.meta.timezone.as_deref().and_then(|t| t.parse::<Tz>().ok()) {
+                org_timezone = Some(tz);
+                break;
+            }
+        }
+        Ok(CompiledPolicies {
+            policies: policies
+                .iter()
+                .map(|p| PolicyInfo {
+                    name: p.meta.name.clone(),
+                    combine: p.meta.combine,
+                })
+                .collect(),
+            rules,
+            phases,
+            counters: CounterIndex {
+                counters: cb.counters,
+                names: counter_names,
+                glob_counter: cb.glob_counter,
+                by_tag: cb.by_tag,
+            },
+            trackers: c.trackers,
+            trackers_by_metric: c.trackers_by_metric,
+            org_timezone,
+            source: policies,
+        })
+    }
+
+    /// The policies this set was compiled from, in load order.
+    pub fn policies(&self) -> &[Policy] {
+        &self.source
+    }
+
+    /// Number of rules that can be evaluated (enabled, with a tool selector, not `off`).
+    pub fn active_rules(&self) -> usize {
+        self.rules.len()
+    }
+}
+
+pub(crate) fn phase_slot(p: Phase) -> usize {
+    match p {
+        Phase::Before => 0,
+        Phase::After => 1,
+    }
+}
+
