@@ -14,6 +14,7 @@ pub mod engine;
 pub mod eval;
 pub mod policy;
 pub mod state;
+pub mod trace;
 
 #[doc(hidden)]
 pub mod cli;

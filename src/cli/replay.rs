@@ -1,12 +1,219 @@
-//! `toolgate replay`.
+//! `toolgate replay`: replay a JSONL trace through policies and print each decision.
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use crate::trace::{ReplayRow, Replayer};
+
+/// Output formats of `toolgate replay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people, with a summary line.
+    Table,
+    /// One JSON object per decision.
+    Jsonl,
+}
 
 /// Arguments of `toolgate replay`.
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {}
+#[command(long_about = "Replay a JSON Lines trace of agent activity through policies and print one decision per \
+tool call (and per tool result where after-phase rules are in play).\n\n\
+The trace's `at` timestamps drive the engine's clock; `signal`, `review`, `metric` and `llm` lines drive \
+providers, reviews and metrics (see the README for the format). Bad lines are reported with their line \
+number and skipped; the rest of the trace still runs.\n\n\
+Exit status: 0 when every line was valid, 1 when a line was bad, 2 when the policies or the trace cannot be read.")]
+pub struct ReplayArgs {
+    /// Policy file or folder (repeat for several).
+    #[arg(short, long = "policy", value_name = "PATH", required = true)]
+    pub policies: Vec<PathBuf>,
+    /// The trace (JSON Lines). `-` reads standard input.
+    #[arg(short, long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// The org timezone (IANA name) for timeGate rules with `fallback: "org"`; overrides the policy's.
+    #[arg(long, value_name = "TZ")]
+    pub org_timezone: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
 
 /// Runs `toolgate replay`.
-pub fn run(_args: ReplayArgs) -> ExitCode {
-    eprintln!("toolgate replay: not implemented yet");
-    ExitCode::FAILURE
+pub fn run(args: ReplayArgs) -> ExitCode {
+    let org_tz = match args.org_timezone.as_deref().map(str::parse::<chrono_tz::Tz>).transpose() {
+        Ok(tz) => tz,
+        Err(_) => {
+            eprintln!("error: --org-timezone: not a known IANA timezone (e.g. Europe/London)");
+            return ExitCode::from(2);
+        }
+    };
+    let text = if args.trace.as_os_str() == "-" {
+        let mut s = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
+            eprintln!("error: cannot read the trace from standard input: {e}");
+            return ExitCode::from(2);
+        }
+        s
+    } else {
+        match std::fs::read_to_string(&args.trace) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: cannot read the trace {}: {e}", args.trace.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async move {
+        let builder = args
+            .policies
+            .iter()
+            .fold(crate::engine::GovernanceEngine::builder(), |b, p| b.policy_path(p.clone()));
+        let mut replayer = match Replayer::with_builder(builder, org_tz) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut printer = Printer::new(args.format);
+        let mut bad = 0usize;
+        for raw in text.lines() {
+            for r in replayer.step_text(raw).await {
+                match r {
+                    Ok(row) => printer.row(&row),
+                    Err(e) => {
+                        bad += 1;
+                        printer.flush();
+                        eprintln!("{}: {e}", args.trace.display());
+                    }
+                }
+            }
+        }
+        replayer.finish().await;
+        printer.finish(bad);
+        if bad > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    })
+}
+
+struct Printer {
+    format: Format,
+    colour: bool,
+    rows: Vec<ReplayRow>,
+    out: std::io::Stdout,
+}
+
+impl Printer {
+    fn new(format: Format) -> Self {
+        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Printer {
+            format,
+            colour,
+            rows: Vec::new(),
+            out: std::io::stdout(),
+        }
+    }
+
+    fn row(&mut self, row: &ReplayRow) {
+        match self.format {
+            Format::Jsonl => {
+                let line = serde_json::to_string(row).unwrap_or_default();
+                let _ = writeln!(self.out, "{line}");
+            }
+            Format::Table => self.rows.push(row.clone()),
+        }
+    }
+
+    fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
+
+    fn finish(&mut self, bad: usize) {
+        let before: Vec<&ReplayRow> = self.rows.iter().filter(|r| r.phase == "tool.before").collect();
+        if self.format == Format::Table {
+            print_table(&mut self.out, &self.rows, self.colour);
+            let count = |e: &str| before.iter().filter(|r| r.effect == e).count();
+            let after = self.rows.len() - before.len();
+            let mut summary = format!(
+                "{} calls: {} allowed, {} blocked, {} hitl",
+                before.len(),
+                count("allow"),
+                count("block"),
+                count("hitl")
+            );
+            if after > 0 {
+                summary.push_str(&format!("; {after} after-phase decisions"));
+            }
+            if bad > 0 {
+                summary.push_str(&format!("; {bad} bad trace lines skipped"));
+            }
+            let _ = writeln!(self.out, "{summary}");
+        }
+        self.flush();
+    }
+}
+
+fn print_table(out: &mut impl Write, rows: &[ReplayRow], colour: bool) {
+    let header = ["LINE", "RUN", "CALL", "PHASE", "TOOL", "EFFECT", "CODE", "RULE", "REASON"];
+    let cells: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.line.to_string(),
+                r.run_id.clone(),
+                r.call_id.clone(),
+                r.phase.trim_start_matches("tool.").to_string(),
+                r.tool.clone(),
+                match &r.shadow_effect {
+                    Some(s) => format!("{} (shadow: {s})", r.effect),
+                    None => r.effect.clone(),
+                },
+                r.code.clone(),
+                r.rule_id.clone().unwrap_or_else(|| "-".into()),
+                r.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for c in &cells {
+        for (i, s) in c.iter().enumerate() {
+            widths[i] = widths[i].max(s.chars().count());
+        }
+    }
+    let line = |cols: &[String], colour_code: Option<&str>| -> String {
+        let mut s = String::new();
+        for (i, c) in cols.iter().enumerate() {
+            if i == cols.len() - 1 {
+                s.push_str(c);
+            } else {
+                let pad = widths[i] - c.chars().count();
+                if i == 5 {
+                    if let Some(code) = colour_code {
+                        s.push_str(&format!("\x1b[{code}m{c}\x1b[0m"));
+                    } else {
+                        s.push_str(c);
+                    }
+                } else {
+                    s.push_str(c);
+                }
+                s.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let h: Vec<String> = header.iter().map(|s| s.to_string()).collect();
+    let _ = writeln!(out, "{}", line(&h, None));
+    for (r, c) in rows.iter().zip(&cells) {
+        let code = colour.then(|| match r.effect.as_str() {
+            "allow" => "32",
+            "block" => "31",
+            _ => "33",
+        });
+        let _ = writeln!(out, "{}", line(c, code));
+    }
 }
