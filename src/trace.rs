@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::{
-    Decision, EngineBuilder, EngineError, GovernanceEngine, ManualClock, Run, RunContext, SubjectRef, ToolCall, ToolOutcome,
+    Decision, EngineBuilder, EngineError, GovernanceEngine, ManualClock, Run, RunContext,
+    SubjectRef, ToolCall, ToolOutcome,
 };
 use crate::policy::Policy;
 
@@ -274,19 +275,32 @@ pub struct Replayer {
 
 impl std::fmt::Debug for Replayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replayer").field("line", &self.line).finish()
+        f.debug_struct("Replayer")
+            .field("line", &self.line)
+            .finish()
     }
 }
 
 impl Replayer {
     /// A replayer over these policies, with an optional org timezone.
-    pub fn new(policies: Vec<Policy>, org_timezone: Option<chrono_tz::Tz>) -> Result<Replayer, EngineError> {
-        Self::with_builder(policies.into_iter().fold(GovernanceEngine::builder(), |b, p| b.policy(p)), org_timezone)
+    pub fn new(
+        policies: Vec<Policy>,
+        org_timezone: Option<chrono_tz::Tz>,
+    ) -> Result<Replayer, EngineError> {
+        Self::with_builder(
+            policies
+                .into_iter()
+                .fold(GovernanceEngine::builder(), |b, p| b.policy(p)),
+            org_timezone,
+        )
     }
 
     /// A replayer from a configured builder (policies, audit, evaluators...). Its clock is
     /// replaced by the trace's clock.
-    pub fn with_builder(builder: EngineBuilder, org_timezone: Option<chrono_tz::Tz>) -> Result<Replayer, EngineError> {
+    pub fn with_builder(
+        builder: EngineBuilder,
+        org_timezone: Option<chrono_tz::Tz>,
+    ) -> Result<Replayer, EngineError> {
         let start: DateTime<Utc> = DateTime::from_timestamp(0, 0).unwrap_or_default();
         let clock = ManualClock::new(start);
         let mut builder = builder.clock(Arc::new(clock.clone()));
@@ -365,7 +379,9 @@ impl Replayer {
                 .runs
                 .get(id)
                 .map(|r| (id.clone(), r.clone()))
-                .ok_or_else(|| format!("no run \"{id}\" was started (add a run.start line before it)")),
+                .ok_or_else(|| {
+                    format!("no run \"{id}\" was started (add a run.start line before it)")
+                }),
             None if self.runs.len() == 1 => {
                 let (id, r) = self.runs.iter().next().ok_or("no run")?;
                 Ok((id.clone(), r.clone()))
@@ -425,7 +441,9 @@ impl Replayer {
                 ..
             } => {
                 if value.is_none() && error.is_none() {
-                    return Err(format!("signal \"{key}\" needs a \"value\" or an \"error\""));
+                    return Err(format!(
+                        "signal \"{key}\" needs a \"value\" or an \"error\""
+                    ));
                 }
                 let fresh = !self.signals.contains_key(&key);
                 self.signals.insert(
@@ -475,7 +493,8 @@ impl Replayer {
                     subjects,
                 };
                 let d = run.before_tool(call).await;
-                self.tools_by_call.insert((run_id.clone(), id.clone()), tool.name.clone());
+                self.tools_by_call
+                    .insert((run_id.clone(), id.clone()), tool.name.clone());
                 if let Some(h) = &d.hitl {
                     self.reviews_by_call.insert(id.clone(), h.review_id.clone());
                 }
@@ -490,9 +509,14 @@ impl Replayer {
                 ..
             } => {
                 let (run_id, run) = self.run_for(&run_id)?;
-                let duration = Duration::from_secs_f64(duration_ms.unwrap_or(0.0).max(0.0) / 1000.0);
+                let duration =
+                    Duration::from_secs_f64(duration_ms.unwrap_or(0.0).max(0.0) / 1000.0);
                 let outcome = ToolOutcome {
-                    output: if error.is_some() { None } else { Some(output.unwrap_or(Value::Null)) },
+                    output: if error.is_some() {
+                        None
+                    } else {
+                        Some(output.unwrap_or(Value::Null))
+                    },
                     error,
                     duration,
                 };
@@ -511,7 +535,9 @@ impl Replayer {
                     None => Ok(Vec::new()),
                 }
             }
-            TraceLine::Metric { run_id, key, value, .. } => {
+            TraceLine::Metric {
+                run_id, key, value, ..
+            } => {
                 let (_, run) = self.run_for(&run_id)?;
                 run.record_metric(&key, value);
                 Ok(Vec::new())
@@ -549,13 +575,16 @@ impl Replayer {
                 ..
             } => {
                 let (id, run) = self.run_for(&run_id)?;
-                run.end(status.as_deref().unwrap_or("success"), final_response.as_deref()).await;
+                run.end(
+                    status.as_deref().unwrap_or("success"),
+                    final_response.as_deref(),
+                )
+                .await;
                 self.runs.remove(&id);
                 Ok(Vec::new())
             }
         }
     }
-
 
     /// Ends every run still live (status `incomplete`), flushing the audit trail.
     pub async fn finish(&mut self) {

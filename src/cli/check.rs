@@ -32,7 +32,10 @@ pub fn run(args: CheckArgs) -> ExitCode {
         }
     };
     if files.is_empty() {
-        eprintln!("error: no policy files found in {}", display_paths(&args.paths));
+        eprintln!(
+            "error: no policy files found in {}",
+            display_paths(&args.paths)
+        );
         return ExitCode::FAILURE;
     }
     let mut failed = false;
@@ -50,14 +53,23 @@ pub fn run(args: CheckArgs) -> ExitCode {
                 }
                 if !args.quiet {
                     let n = p.rules.len();
-                    println!("{}: ok: {n} rule{}", f.display(), if n == 1 { "" } else { "s" });
+                    println!(
+                        "{}: ok: {n} rule{}",
+                        f.display(),
+                        if n == 1 { "" } else { "s" }
+                    );
                 }
                 loaded.push((f.clone(), p));
             }
             Err(errs) => {
                 failed = true;
                 for e in errs.errors() {
-                    println!("{}: error: {}{}", f.display(), path_prefix(&e.path), e.message);
+                    println!(
+                        "{}: error: {}{}",
+                        f.display(),
+                        path_prefix(&e.path),
+                        e.message
+                    );
                 }
             }
         }
@@ -72,15 +84,26 @@ pub fn run(args: CheckArgs) -> ExitCode {
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn path_prefix(p: &str) -> String {
-    if p.is_empty() { String::new() } else { format!("{p}: ") }
+    if p.is_empty() {
+        String::new()
+    } else {
+        format!("{p}: ")
+    }
 }
 
 fn display_paths(p: &[PathBuf]) -> String {
-    p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    p.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Rules that can never be evaluated.
@@ -93,9 +116,15 @@ fn warnings(p: &Policy) -> Vec<String> {
                 r.id
             ));
         } else if !r.enabled {
-            out.push(format!("rules[{i}] \"{}\": disabled, so never evaluated", r.id));
+            out.push(format!(
+                "rules[{i}] \"{}\": disabled, so never evaluated",
+                r.id
+            ));
         } else if r.mode.unwrap_or(p.meta.mode) == crate::policy::Mode::Off {
-            out.push(format!("rules[{i}] \"{}\": mode is off, so never evaluated", r.id));
+            out.push(format!(
+                "rules[{i}] \"{}\": mode is off, so never evaluated",
+                r.id
+            ));
         }
     }
     out

@@ -19,7 +19,9 @@ pub mod verify;
 /// allowed, blocked, or held for human review, and writes a hash-chained audit trail.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about, long_about = None, propagate_version = true)]
-#[command(after_help = "Quick start:\n  toolgate replay --policy policies/customer-support.json --trace examples/traces/support.jsonl\n  toolgate check policies/\n\nRun `toolgate <COMMAND> --help` for the details of a command.")]
+#[command(
+    after_help = "Quick start:\n  toolgate replay --policy policies/customer-support.json --trace examples/traces/support.jsonl\n  toolgate check policies/\n\nRun `toolgate <COMMAND> --help` for the details of a command."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -16,12 +16,14 @@ pub enum Format {
 
 /// Arguments of `toolgate replay`.
 #[derive(Debug, clap::Args)]
-#[command(long_about = "Replay a JSON Lines trace of agent activity through policies and print one decision per \
+#[command(
+    long_about = "Replay a JSON Lines trace of agent activity through policies and print one decision per \
 tool call (and per tool result where after-phase rules are in play).\n\n\
 The trace's `at` timestamps drive the engine's clock; `signal`, `review`, `metric` and `llm` lines drive \
 providers, reviews and metrics (see the README for the format). Bad lines are reported with their line \
 number and skipped; the rest of the trace still runs.\n\n\
-Exit status: 0 when every line was valid, 1 when a line was bad, 2 when the policies or the trace cannot be read.")]
+Exit status: 0 when every line was valid, 1 when a line was bad, 2 when the policies or the trace cannot be read."
+)]
 pub struct ReplayArgs {
     /// Policy file or folder (repeat for several).
     #[arg(short, long = "policy", value_name = "PATH", required = true)]
@@ -35,11 +37,19 @@ pub struct ReplayArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
+    #[arg(long, value_name = "FILE")]
+    pub reviews: Option<PathBuf>,
 }
 
 /// Runs `toolgate replay`.
 pub fn run(args: ReplayArgs) -> ExitCode {
-    let org_tz = match args.org_timezone.as_deref().map(str::parse::<chrono_tz::Tz>).transpose() {
+    let org_tz = match args
+        .org_timezone
+        .as_deref()
+        .map(str::parse::<chrono_tz::Tz>)
+        .transpose()
+    {
         Ok(tz) => tz,
         Err(_) => {
             eprintln!("error: --org-timezone: not a known IANA timezone (e.g. Europe/London)");
@@ -70,10 +80,17 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
     };
     rt.block_on(async move {
-        let builder = args
+        let mut builder = args
             .policies
             .iter()
-            .fold(crate::engine::GovernanceEngine::builder(), |b, p| b.policy_path(p.clone()));
+            .fold(crate::engine::GovernanceEngine::builder(), |b, p| {
+                b.policy_path(p.clone())
+            });
+        if let Some(file) = &args.reviews {
+            builder = builder.review_store(std::sync::Arc::new(
+                crate::engine::FileReviewStore::new(file),
+            ));
+        }
         let mut replayer = match Replayer::with_builder(builder, org_tz) {
             Ok(r) => r,
             Err(e) => {
@@ -97,7 +114,11 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
         replayer.finish().await;
         printer.finish(bad);
-        if bad > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        if bad > 0 {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }
     })
 }
 
@@ -134,7 +155,11 @@ impl Printer {
     }
 
     fn finish(&mut self, bad: usize) {
-        let before: Vec<&ReplayRow> = self.rows.iter().filter(|r| r.phase == "tool.before").collect();
+        let before: Vec<&ReplayRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.phase == "tool.before")
+            .collect();
         if self.format == Format::Table {
             print_table(&mut self.out, &self.rows, self.colour);
             let count = |e: &str| before.iter().filter(|r| r.effect == e).count();
@@ -159,7 +184,9 @@ impl Printer {
 }
 
 fn print_table(out: &mut impl Write, rows: &[ReplayRow], colour: bool) {
-    let header = ["LINE", "RUN", "CALL", "PHASE", "TOOL", "EFFECT", "CODE", "RULE", "REASON"];
+    let header = [
+        "LINE", "RUN", "CALL", "PHASE", "TOOL", "EFFECT", "CODE", "RULE", "REASON",
+    ];
     let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
@@ -209,7 +236,7 @@ fn print_table(out: &mut impl Write, rows: &[ReplayRow], colour: bool) {
     let h: Vec<String> = header.iter().map(|s| s.to_string()).collect();
     let _ = writeln!(out, "{}", line(&h, None));
     for (r, c) in rows.iter().zip(&cells) {
-        let code = colour.then(|| match r.effect.as_str() {
+        let code = colour.then_some(match r.effect.as_str() {
             "allow" => "32",
             "block" => "31",
             _ => "33",

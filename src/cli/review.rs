@@ -1,12 +1,114 @@
-//! `toolgate review`.
+//! `toolgate review`: list and decide human reviews in a review store file.
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use crate::engine::{FileReviewStore, ReviewStatus, ReviewStore};
 
 /// Arguments of `toolgate review`.
 #[derive(Debug, clap::Args)]
-pub struct ReviewArgs {}
+#[command(
+    long_about = "List, approve, deny or expire human-review (hitl) requests.\n\n\
+Reviews live in a JSON file shared with the engine (`FileReviewStore` in the library, \
+`toolgate replay --reviews FILE` on the command line). Approving a review lets identical calls \
+(same agent, rule, tool, arguments and end user) through from then on; denying blocks them."
+)]
+pub struct ReviewArgs {
+    /// The review store file.
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        default_value = "toolgate-reviews.json",
+        global = true
+    )]
+    pub store: PathBuf,
+    #[command(subcommand)]
+    pub action: ReviewAction,
+}
+
+/// What to do with reviews.
+#[derive(Debug, clap::Subcommand)]
+pub enum ReviewAction {
+    /// List reviews (pending ones unless --all).
+    List {
+        /// Include decided and expired reviews.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending review (by id or a unique prefix of at least 6 characters).
+    Approve {
+        /// Review id.
+        id: String,
+    },
+    /// Deny a pending review.
+    Deny {
+        /// Review id.
+        id: String,
+    },
+    /// Expire a review: the next identical call asks again.
+    Expire {
+        /// Review id.
+        id: String,
+    },
+}
 
 /// Runs `toolgate review`.
-pub fn run(_args: ReviewArgs) -> ExitCode {
-    eprintln!("toolgate review: not implemented yet");
-    ExitCode::FAILURE
+pub fn run(args: ReviewArgs) -> ExitCode {
+    let store = FileReviewStore::new(&args.store);
+    let now = chrono::Utc::now();
+    let (id, status) = match args.action {
+        ReviewAction::List { all, json } => {
+            let reviews: Vec<_> = store
+                .list()
+                .into_iter()
+                .filter(|r| all || r.status == ReviewStatus::Pending)
+                .collect();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reviews).unwrap_or_default()
+                );
+            } else if reviews.is_empty() {
+                println!(
+                    "no {}reviews in {}",
+                    if all { "" } else { "pending " },
+                    args.store.display()
+                );
+            } else {
+                for r in &reviews {
+                    println!(
+                        "{}  {:<8}  agent={} rule={} tool={} user={} args={}{}",
+                        r.id,
+                        format!("{:?}", r.status).to_lowercase(),
+                        r.agent_id,
+                        r.rule_id,
+                        r.tool_name,
+                        r.enduser_id.as_deref().unwrap_or("-"),
+                        serde_json::to_string(&r.args).unwrap_or_default(),
+                        r.reason
+                            .as_deref()
+                            .map(|x| format!("  ({x})"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
+        ReviewAction::Approve { id } => (id, ReviewStatus::Approved),
+        ReviewAction::Deny { id } => (id, ReviewStatus::Denied),
+        ReviewAction::Expire { id } => (id, ReviewStatus::Expired),
+    };
+    match store.decide(&id, status, now) {
+        Ok(r) => {
+            println!("{}: {}", r.id, format!("{:?}", r.status).to_lowercase());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

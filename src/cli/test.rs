@@ -66,7 +66,11 @@ fn some_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<St
 }
 
 fn test_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths.to_vec() };
+    let paths = if paths.is_empty() {
+        vec![PathBuf::from("policies")]
+    } else {
+        paths.to_vec()
+    };
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -74,7 +78,11 @@ fn test_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                 .map_err(|e| format!("{}: {e}", p.display()))?
                 .filter_map(Result::ok)
                 .map(|e| e.path())
-                .filter(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".tests.json")))
+                .filter(|f| {
+                    f.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.ends_with(".tests.json"))
+                })
                 .collect();
             files.sort();
             out.extend(files);
@@ -122,7 +130,11 @@ pub fn run(args: TestArgs) -> ExitCode {
         "\n{} passed, {} failed{} ({} file{})",
         passed,
         failed,
-        if broken > 0 { format!(", {broken} files unreadable") } else { String::new() },
+        if broken > 0 {
+            format!(", {broken} files unreadable")
+        } else {
+            String::new()
+        },
         files.len(),
         if files.len() == 1 { "" } else { "s" }
     );
@@ -137,11 +149,15 @@ pub fn run(args: TestArgs) -> ExitCode {
 
 async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read: {e}"))?;
-    let tf: TestFile = serde_json::from_str(&text).map_err(|e| format!("not a policy test file: {e}"))?;
+    let tf: TestFile =
+        serde_json::from_str(&text).map_err(|e| format!("not a policy test file: {e}"))?;
     let policy_path = file.parent().unwrap_or(Path::new(".")).join(&tf.policy);
     let policy = load_policy_file(&policy_path).map_err(|e| e.to_string())?;
     let org_tz = match &tf.org_timezone {
-        Some(t) => Some(t.parse::<chrono_tz::Tz>().map_err(|_| format!("orgTimezone \"{t}\" is not a known IANA timezone"))?),
+        Some(t) => Some(
+            t.parse::<chrono_tz::Tz>()
+                .map_err(|_| format!("orgTimezone \"{t}\" is not a known IANA timezone"))?,
+        ),
         None => None,
     };
     println!("{} ({})", file.display(), policy_path.display());
@@ -150,7 +166,8 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
         if filter.is_some_and(|f| !case.name.contains(f)) {
             continue;
         }
-        let mut replayer = Replayer::new(vec![policy.clone()], org_tz).map_err(|e| e.to_string())?;
+        let mut replayer =
+            Replayer::new(vec![policy.clone()], org_tz).map_err(|e| e.to_string())?;
         let mut rows: Vec<ReplayRow> = Vec::new();
         let mut problems: Vec<String> = Vec::new();
         for line in &case.trace {
@@ -164,8 +181,14 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
         replayer.finish().await;
         for exp in &case.expect {
             let phase = exp.phase.as_deref().unwrap_or("tool.before");
-            match rows.iter().find(|r| r.call_id == exp.call_id && r.phase == phase) {
-                None => problems.push(format!("call {} ({phase}): expected a decision, got none", exp.call_id)),
+            match rows
+                .iter()
+                .find(|r| r.call_id == exp.call_id && r.phase == phase)
+            {
+                None => problems.push(format!(
+                    "call {} ({phase}): expected a decision, got none",
+                    exp.call_id
+                )),
                 Some(row) => {
                     if let Some(diff) = diff(exp, row) {
                         problems.push(format!("call {} ({phase}):\n{diff}", exp.call_id));
@@ -192,9 +215,14 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
 fn diff(exp: &Expectation, row: &ReplayRow) -> Option<String> {
     let mut lines = Vec::new();
     let mut check = |field: &str, want: Option<String>, got: Option<String>| {
-        let show = |v: &Option<String>| v.clone().map_or("null".to_string(), |s| format!("\"{s}\""));
+        let show =
+            |v: &Option<String>| v.clone().map_or("null".to_string(), |s| format!("\"{s}\""));
         if want != got {
-            lines.push(format!("- {field}: {}\n+ {field}: {}", show(&want), show(&got)));
+            lines.push(format!(
+                "- {field}: {}\n+ {field}: {}",
+                show(&want),
+                show(&got)
+            ));
         }
     };
     check("effect", Some(exp.effect.clone()), Some(row.effect.clone()));
@@ -208,7 +236,11 @@ fn diff(exp: &Expectation, row: &ReplayRow) -> Option<String> {
         check("shadowEffect", s.clone(), row.shadow_effect.clone());
     }
     if let Some(a) = exp.abort_run {
-        check("abortRun", Some(a.to_string()), Some(row.abort_run.to_string()));
+        check(
+            "abortRun",
+            Some(a.to_string()),
+            Some(row.abort_run.to_string()),
+        );
     }
     (!lines.is_empty()).then(|| lines.join("\n"))
 }

@@ -18,7 +18,14 @@ impl EngineInner {
         RunAudit {}
     }
 
-    pub(crate) fn emit(&self, _run: &RunShared, _kind: &str, _body: Map<String, Value>, _at: DateTime<Utc>) {}
+    pub(crate) fn emit(
+        &self,
+        _run: &RunShared,
+        _kind: &str,
+        _body: Map<String, Value>,
+        _at: DateTime<Utc>,
+    ) {
+    }
 
     pub(crate) fn emit_with_evaluation(
         &self,
@@ -46,7 +53,11 @@ impl EngineInner {
         None
     }
 
-    pub(crate) async fn evaluate_run(&self, _run: &RunShared, _final_response: Option<&str>) -> Option<Value> {
+    pub(crate) async fn evaluate_run(
+        &self,
+        _run: &RunShared,
+        _final_response: Option<&str>,
+    ) -> Option<Value> {
         None
     }
 }

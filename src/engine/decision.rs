@@ -171,7 +171,12 @@ impl Decision {
         self.effect == EffectType::Allow
     }
 
-    pub(crate) fn simple(phase: Phase, effect: EffectType, code: DecisionCode, reason: Option<Arc<str>>) -> Self {
+    pub(crate) fn simple(
+        phase: Phase,
+        effect: EffectType,
+        code: DecisionCode,
+        reason: Option<Arc<str>>,
+    ) -> Self {
         Decision {
             phase,
             effect,

@@ -7,11 +7,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::{Map, Value};
 
+use super::EngineInner;
 use super::conditions::{Tri, eval_async, eval_sync, has_signal};
 use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
 use super::run::RunShared;
 use super::subjects::{SubjectInput, SubjectRef};
-use super::EngineInner;
 use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
 use crate::state::{Permit, StateKey};
 
@@ -53,9 +53,17 @@ impl DecisionCtx<'_> {
 
     /// The value of a signal for these arguments: cached per decision, provider called with a
     /// timeout; panics, errors, timeouts and absent providers are missing data.
-    pub(crate) async fn signal_value(&mut self, key: &Arc<str>, args: Map<String, Value>) -> Option<Value> {
+    pub(crate) async fn signal_value(
+        &mut self,
+        key: &Arc<str>,
+        args: Map<String, Value>,
+    ) -> Option<Value> {
         let args = Value::Object(args);
-        if let Some(r) = self.signals.iter().find(|r| &r.key == key && r.args == args) {
+        if let Some(r) = self
+            .signals
+            .iter()
+            .find(|r| &r.key == key && r.args == args)
+        {
             let (value, error) = (r.value.clone(), r.error.clone());
             if let Some(e) = error {
                 self.note_missing(format!("signal {key}: {e}"));
@@ -71,8 +79,16 @@ impl DecisionCtx<'_> {
                     return None;
                 };
                 let fut = std::panic::AssertUnwindSafe(p.call(map));
-                match tokio::time::timeout(self.engine.signal_timeout, futures::FutureExt::catch_unwind(fut)).await {
-                    Err(_) => Err(format!("timed out after {} ms", self.engine.signal_timeout.as_millis())),
+                match tokio::time::timeout(
+                    self.engine.signal_timeout,
+                    futures::FutureExt::catch_unwind(fut),
+                )
+                .await
+                {
+                    Err(_) => Err(format!(
+                        "timed out after {} ms",
+                        self.engine.signal_timeout.as_millis()
+                    )),
                     Ok(Err(_)) => Err("the provider panicked".to_string()),
                     Ok(Ok(Err(e))) => Err(format!("the provider failed: {e}")),
                     Ok(Ok(Ok(v))) => Ok(v),
@@ -140,7 +156,12 @@ pub(crate) struct RuleVerdict {
 }
 
 /// Rules in play for a call in a phase, in evaluation order.
-pub(crate) fn rules_in_play(policies: &CompiledPolicies, phase: Phase, name_lc: &str, tags_lc: &[String]) -> Vec<usize> {
+pub(crate) fn rules_in_play(
+    policies: &CompiledPolicies,
+    phase: Phase,
+    name_lc: &str,
+    tags_lc: &[String],
+) -> Vec<usize> {
     let index = &policies.phases[phase_slot(phase)];
     if !index.any {
         return Vec::new();
@@ -149,14 +170,18 @@ pub(crate) fn rules_in_play(policies: &CompiledPolicies, phase: Phase, name_lc: 
     if !index.glob_rule.is_empty() {
         let mut hits = Vec::new();
         index.names.matches_into(name_lc, &mut hits);
-        out.extend(hits.into_iter().filter_map(|g| index.glob_rule.get(g).map(|r| *r as usize)));
+        out.extend(
+            hits.into_iter()
+                .filter_map(|g| index.glob_rule.get(g).map(|r| *r as usize)),
+        );
     }
     out.extend(index.always.iter().map(|r| *r as usize));
     out.sort_unstable();
     out.dedup();
     out.retain(|&i| {
         let r = &policies.rules[i];
-        r.tags_all.iter().all(|t| tags_lc.contains(t)) && (r.tags_any.is_empty() || r.tags_any.iter().any(|t| tags_lc.contains(t)))
+        r.tags_all.iter().all(|t| tags_lc.contains(t))
+            && (r.tags_any.is_empty() || r.tags_any.iter().any(|t| tags_lc.contains(t)))
     });
     out
 }
@@ -176,7 +201,12 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize])
             run: ctx.run.context.clone(),
         };
         let fut = std::panic::AssertUnwindSafe(ex.extractor.extract(input));
-        match tokio::time::timeout(ctx.engine.signal_timeout, futures::FutureExt::catch_unwind(fut)).await {
+        match tokio::time::timeout(
+            ctx.engine.signal_timeout,
+            futures::FutureExt::catch_unwind(fut),
+        )
+        .await
+        {
             Ok(Ok(Ok(subjects))) => ctx.subjects.extend(subjects),
             Ok(Ok(Err(e))) => ctx.note_missing(format!("subject extractor failed: {e}")),
             Ok(Err(_)) => ctx.note_missing("subject extractor panicked".to_string()),
@@ -197,7 +227,12 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
     for &i in rules {
         let rule = &policies.rules[i];
         ctx.missing.clear();
-        ctx.missing.extend(extraction_missing.iter().cloned().filter(|_| rule.needs_subjects));
+        ctx.missing.extend(
+            extraction_missing
+                .iter()
+                .filter(|_| rule.needs_subjects)
+                .cloned(),
+        );
         ctx.effect_override = None;
         let t = if has_signal(&rule.condition) {
             eval_async(&rule.condition, ctx).await
@@ -246,14 +281,23 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
 }
 
 /// Builds the decision from a verdict (hitl handled by the caller).
-pub(crate) fn base_decision(phase: Phase, verdict: &RuleVerdict, policies: &CompiledPolicies) -> Decision {
+pub(crate) fn base_decision(
+    phase: Phase,
+    verdict: &RuleVerdict,
+    policies: &CompiledPolicies,
+) -> Decision {
     let rule = verdict.rule.map(|i| &policies.rules[i]);
     let code = match verdict.effect {
         EffectType::Allow => DecisionCode::Allowed,
         EffectType::Block => DecisionCode::BlockedRule,
         EffectType::Hitl => DecisionCode::BlockedHitlRequested,
     };
-    let mut d = Decision::simple(phase, verdict.effect, code, rule.and_then(|r| r.reason.clone()));
+    let mut d = Decision::simple(
+        phase,
+        verdict.effect,
+        code,
+        rule.and_then(|r| r.reason.clone()),
+    );
     d.rule_id = rule.map(|r| r.id.clone());
     d.shadow = verdict.shadow_effect.is_some();
     d.shadow_effect = verdict.shadow_effect;

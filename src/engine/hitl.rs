@@ -51,7 +51,13 @@ pub struct Review {
 
 /// The fingerprint of a call: SHA-256 hex of agent id, rule id, tool name, canonical JSON of
 /// the args and end-user id, separated by U+001F.
-pub fn fingerprint(agent_id: &str, rule_id: &str, tool_name: &str, args: &Value, enduser_id: Option<&str>) -> String {
+pub fn fingerprint(
+    agent_id: &str,
+    rule_id: &str,
+    tool_name: &str,
+    args: &Value,
+    enduser_id: Option<&str>,
+) -> String {
     let mut h = Sha256::new();
     for part in [agent_id, rule_id, tool_name] {
         h.update(part.as_bytes());
@@ -98,7 +104,12 @@ pub trait ReviewStore: Send + Sync + 'static {
     /// All reviews.
     fn list(&self) -> Vec<Review>;
     /// Sets a pending review's status.
-    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError>;
+    fn decide(
+        &self,
+        id: &str,
+        status: ReviewStatus,
+        at: DateTime<Utc>,
+    ) -> Result<Review, ReviewError>;
 }
 
 /// Reviews in memory.
@@ -120,7 +131,10 @@ impl ReviewStore for MemoryReviewStore {
     }
 
     fn insert_if_absent(&self, review: Review) -> Review {
-        let mut e = self.by_fp.entry(review.fingerprint.clone()).or_insert_with(|| review.clone());
+        let mut e = self
+            .by_fp
+            .entry(review.fingerprint.clone())
+            .or_insert_with(|| review.clone());
         if e.status == ReviewStatus::Expired {
             *e = review;
         }
@@ -133,7 +147,12 @@ impl ReviewStore for MemoryReviewStore {
         v
     }
 
-    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError> {
+    fn decide(
+        &self,
+        id: &str,
+        status: ReviewStatus,
+        at: DateTime<Utc>,
+    ) -> Result<Review, ReviewError> {
         for mut r in self.by_fp.iter_mut() {
             if r.id == id {
                 if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
@@ -176,7 +195,9 @@ impl FileReviewStore {
     fn read(&self) -> Result<Vec<Review>, ReviewError> {
         match std::fs::read_to_string(&self.path) {
             Ok(s) if s.trim().is_empty() => Ok(Vec::new()),
-            Ok(s) => serde_json::from_str(&s).map_err(|e| self.io(format!("not a review file: {e}"))),
+            Ok(s) => {
+                serde_json::from_str(&s).map_err(|e| self.io(format!("not a review file: {e}")))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(self.io(e.to_string())),
         }
@@ -240,7 +261,12 @@ impl ReviewStore for FileReviewStore {
         self.read().unwrap_or_default()
     }
 
-    fn decide(&self, id: &str, status: ReviewStatus, at: DateTime<Utc>) -> Result<Review, ReviewError> {
+    fn decide(
+        &self,
+        id: &str,
+        status: ReviewStatus,
+        at: DateTime<Utc>,
+    ) -> Result<Review, ReviewError> {
         let _g = self.lock.lock();
         let mut all = self.read()?;
         let r = all

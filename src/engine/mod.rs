@@ -206,7 +206,10 @@ impl EngineBuilder {
     }
 }
 
-fn compile_all(mut policies: Vec<Policy>, files: &[PathBuf]) -> Result<CompiledPolicies, PolicyErrors> {
+fn compile_all(
+    mut policies: Vec<Policy>,
+    files: &[PathBuf],
+) -> Result<CompiledPolicies, PolicyErrors> {
     if !files.is_empty() {
         let loaded = load_policies(files)?;
         let mut all = loaded.policies().to_vec();
@@ -236,7 +239,11 @@ impl GovernanceEngine {
     }
 
     /// Registers a subject extractor for tools matching `tool_glob` (case-insensitive).
-    pub fn register_subject_extractor(&self, tool_glob: &str, extractor: impl SubjectExtractor) -> Result<(), EngineError> {
+    pub fn register_subject_extractor(
+        &self,
+        tool_glob: &str,
+        extractor: impl SubjectExtractor,
+    ) -> Result<(), EngineError> {
         let glob = crate::policy::glob_matcher(tool_glob).map_err(|e| EngineError::Glob {
             glob: tool_glob.to_string(),
             message: e.kind().to_string(),
@@ -300,24 +307,36 @@ impl Reviews<'_> {
 
     /// Pending reviews.
     pub fn pending(&self) -> Vec<Review> {
-        self.list().into_iter().filter(|r| r.status == ReviewStatus::Pending).collect()
+        self.list()
+            .into_iter()
+            .filter(|r| r.status == ReviewStatus::Pending)
+            .collect()
     }
 
     /// Approves a pending review: identical calls (same fingerprint) are allowed from now on.
     pub fn approve(&self, id: &str) -> Result<Review, ReviewError> {
         let now = self.engine.inner.clock.now();
-        self.engine.inner.reviews.decide(id, ReviewStatus::Approved, now)
+        self.engine
+            .inner
+            .reviews
+            .decide(id, ReviewStatus::Approved, now)
     }
 
     /// Denies a pending review: identical calls are blocked from now on.
     pub fn deny(&self, id: &str) -> Result<Review, ReviewError> {
         let now = self.engine.inner.clock.now();
-        self.engine.inner.reviews.decide(id, ReviewStatus::Denied, now)
+        self.engine
+            .inner
+            .reviews
+            .decide(id, ReviewStatus::Denied, now)
     }
 
     /// Expires a review: the next identical call asks for review again.
     pub fn expire(&self, id: &str) -> Result<Review, ReviewError> {
         let now = self.engine.inner.clock.now();
-        self.engine.inner.reviews.decide(id, ReviewStatus::Expired, now)
+        self.engine
+            .inner
+            .reviews
+            .decide(id, ReviewStatus::Expired, now)
     }
 }

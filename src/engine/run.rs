@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
-use super::evaluate::{CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, rules_in_play};
+use super::evaluate::{
+    CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, rules_in_play,
+};
 use super::hitl::{Review, fingerprint};
 use super::subjects::SubjectRef;
 use super::{EngineInner, FailureMode};
@@ -56,7 +58,11 @@ impl RunContext {
     }
 
     /// Sets the end user.
-    pub fn with_enduser(mut self, id: impl Into<String>, tags: impl IntoIterator<Item = (String, String)>) -> Self {
+    pub fn with_enduser(
+        mut self,
+        id: impl Into<String>,
+        tags: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
         self.enduser = Some(Enduser {
             id: id.into(),
             tags: tags.into_iter().collect(),
@@ -202,7 +208,9 @@ pub struct Run {
 
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Run").field("context", &self.shared.context).finish()
+        f.debug_struct("Run")
+            .field("context", &self.shared.context)
+            .finish()
     }
 }
 
@@ -264,13 +272,20 @@ impl Run {
                 Phase::Before,
                 EffectType::Block,
                 DecisionCode::BlockedRunAborted,
-                Some(Arc::from("the run was aborted by an earlier human-review request")),
+                Some(Arc::from(
+                    "the run was aborted by an earlier human-review request",
+                )),
             )
         } else {
             let fut = std::panic::AssertUnwindSafe(self.decide_before(&call, now));
             match futures::FutureExt::catch_unwind(fut).await {
                 Ok(d) => d,
-                Err(_) => self.failure(Phase::Before, &call.id, now, "internal error while deciding"),
+                Err(_) => self.failure(
+                    Phase::Before,
+                    &call.id,
+                    now,
+                    "internal error while deciding",
+                ),
             }
         };
         let t = &self.shared.totals;
@@ -295,12 +310,22 @@ impl Run {
         decision
     }
 
-    fn failure(&self, phase: Phase, call_id: &str, now: chrono::DateTime<chrono::Utc>, msg: &str) -> Decision {
+    fn failure(
+        &self,
+        phase: Phase,
+        call_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        msg: &str,
+    ) -> Decision {
         let (effect, code) = match self.engine.failure_mode {
             FailureMode::Open => (EffectType::Allow, DecisionCode::Allowed),
             FailureMode::Closed => (EffectType::Block, DecisionCode::BlockedFailure),
         };
-        self.emit("error", obj(json!({"message": msg, "callId": call_id, "phase": phase})), now);
+        self.emit(
+            "error",
+            obj(json!({"message": msg, "callId": call_id, "phase": phase})),
+            now,
+        );
         let mut d = Decision::simple(phase, effect, code, Some(Arc::from(msg)));
         d.error = Some(msg.to_string());
         d
@@ -342,7 +367,15 @@ impl Run {
         }
         let signals = std::mem::take(&mut ctx.signals);
         if d.effect == EffectType::Allow {
-            count_allowed(&self.engine, &policies, &self.shared, &name_lc, &tags_lc, &ctx.permits, ctx.now_ms);
+            count_allowed(
+                &self.engine,
+                &policies,
+                &self.shared,
+                &name_lc,
+                &tags_lc,
+                &ctx.permits,
+                ctx.now_ms,
+            );
             self.shared.pending.lock().insert(
                 call.id.clone(),
                 PendingCall {
@@ -367,7 +400,8 @@ impl Run {
         let fp = fingerprint(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
         let store = &self.engine.reviews;
         let existing = store.get(&fp).filter(|r| {
-            !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now)) && r.status != ReviewStatus::Expired
+            !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
+                && r.status != ReviewStatus::Expired
         });
         let review = match existing {
             Some(r) => r,
@@ -389,7 +423,11 @@ impl Run {
                     reason: d.reason.as_deref().map(str::to_string),
                     created_at: now,
                     decided_at: None,
-                    expires_at: self.engine.review_ttl.and_then(|t| chrono::Duration::from_std(t).ok()).map(|t| now + t),
+                    expires_at: self
+                        .engine
+                        .review_ttl
+                        .and_then(|t| chrono::Duration::from_std(t).ok())
+                        .map(|t| now + t),
                 };
                 let stored = store.insert_if_absent(review.clone());
                 if stored.id == review.id {
@@ -444,7 +482,9 @@ impl Run {
 
         // Inbuilt metrics of the call.
         let mut metrics: Vec<(InbuiltMetric, f64)> = Vec::with_capacity(5);
-        let want = |m: InbuiltMetric| self.engine.audit_enabled() || policies.trackers_by_metric.contains_key(m.key());
+        let want = |m: InbuiltMetric| {
+            self.engine.audit_enabled() || policies.trackers_by_metric.contains_key(m.key())
+        };
         if want(InbuiltMetric::BytesIn) {
             metrics.push((InbuiltMetric::BytesIn, json_len(&pending.args)));
         }
@@ -460,7 +500,15 @@ impl Run {
             metrics.push((InbuiltMetric::RecordsOut, a.len() as f64));
         }
         for (m, v) in &metrics {
-            record_metric(&self.engine, &policies, &self.shared, m.key(), Some((&name_lc, &tags_lc)), *v, now.timestamp_millis());
+            record_metric(
+                &self.engine,
+                &policies,
+                &self.shared,
+                m.key(),
+                Some((&name_lc, &tags_lc)),
+                *v,
+                now.timestamp_millis(),
+            );
         }
 
         let rules = rules_in_play(&policies, Phase::After, &name_lc, &tags_lc);
@@ -533,7 +581,10 @@ impl Run {
                 });
                 self.emit("tool.decision", obj(body), now);
             }
-            let metrics_json: Map<String, Value> = metrics.iter().map(|(m, v)| (m.key().to_string(), num(*v))).collect();
+            let metrics_json: Map<String, Value> = metrics
+                .iter()
+                .map(|(m, v)| (m.key().to_string(), num(*v)))
+                .collect();
             let mut body = obj(json!({
                 "callId": call_id,
                 "tool": {"name": pending.name, "tags": pending.tags},
@@ -548,7 +599,8 @@ impl Run {
                 .engine
                 .evaluate_tool_output(&self.shared, &pending.name, &pending.args, &outcome)
                 .await;
-            self.engine.emit_with_evaluation(&self.shared, "tool.result", body, now, evaluation);
+            self.engine
+                .emit_with_evaluation(&self.shared, "tool.result", body, now, evaluation);
         }
         decision
     }
@@ -557,7 +609,15 @@ impl Run {
     pub fn record_metric(&self, key: &str, value: f64) {
         let now = self.engine.clock.now();
         let policies = self.engine.policies.load_full();
-        record_metric(&self.engine, &policies, &self.shared, key, None, value, now.timestamp_millis());
+        record_metric(
+            &self.engine,
+            &policies,
+            &self.shared,
+            key,
+            None,
+            value,
+            now.timestamp_millis(),
+        );
     }
 
     /// Records an LLM call: tokens and cost become the inbuilt metrics `llm_tokens_in`,
@@ -577,7 +637,9 @@ impl Run {
         totals.tokens_in.fetch_add(tokens_in, Ordering::Relaxed);
         totals.tokens_out.fetch_add(tokens_out, Ordering::Relaxed);
         if cost_usd.is_finite() && cost_usd > 0.0 {
-            totals.cost_micro_usd.fetch_add((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+            totals
+                .cost_micro_usd
+                .fetch_add((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
         }
         self.emit(
             "llm.result",
@@ -605,12 +667,14 @@ impl Run {
             "llmCostUsd": num(t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6),
             "durationMs": now.timestamp_millis() - self.shared.started_ms,
         });
-        let mut body = obj(json!({"status": status, "totals": totals, "aborted": self.is_aborted()}));
+        let mut body =
+            obj(json!({"status": status, "totals": totals, "aborted": self.is_aborted()}));
         if let Some(r) = final_response {
             body.insert("finalResponse".into(), Value::String(r.to_string()));
         }
         let evaluation = self.engine.evaluate_run(&self.shared, final_response).await;
-        self.engine.emit_with_evaluation(&self.shared, "run.ended", body, now, evaluation);
+        self.engine
+            .emit_with_evaluation(&self.shared, "run.ended", body, now, evaluation);
         self.engine.flush_audit().await;
     }
 }
@@ -634,7 +698,10 @@ fn count_allowed(
     if !idx.glob_counter.is_empty() {
         let mut g = Vec::new();
         idx.names.matches_into(name_lc, &mut g);
-        hits.extend(g.into_iter().filter_map(|i| idx.glob_counter.get(i).copied()));
+        hits.extend(
+            g.into_iter()
+                .filter_map(|i| idx.glob_counter.get(i).copied()),
+        );
     }
     for t in tags_lc {
         if let Some(cs) = idx.by_tag.get(t) {
@@ -648,7 +715,9 @@ fn count_allowed(
             continue;
         }
         if let Some(spec) = idx.counters.get(c as usize) {
-            engine.state.add(&run.state_key(spec.slot, spec.scope), now_ms);
+            engine
+                .state
+                .add(&run.state_key(spec.slot, spec.scope), now_ms);
         }
     }
 }
@@ -672,9 +741,12 @@ fn record_metric(
             None => spec.accepts(None, &[]),
         };
         if accepted {
-            engine
-                .state
-                .record(&run.state_key(spec.slot, spec.scope), spec.window_seconds, at_ms, value);
+            engine.state.record(
+                &run.state_key(spec.slot, spec.scope),
+                spec.window_seconds,
+                at_ms,
+                value,
+            );
         }
     }
 }

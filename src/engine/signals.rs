@@ -21,7 +21,10 @@ use serde_json::{Map, Value};
 /// ```
 pub trait SignalProvider: Send + Sync + 'static {
     /// Computes the signal for these arguments. An `Err` is missing data for the rule.
-    fn call(&self, args: Map<String, Value>) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+    fn call(
+        &self,
+        args: Map<String, Value>,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
 }
 
 impl<F, Fut> SignalProvider for F
@@ -29,7 +32,10 @@ where
     F: Fn(Map<String, Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, String>> + Send + 'static,
 {
-    fn call(&self, args: Map<String, Value>) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>> {
+    fn call(
+        &self,
+        args: Map<String, Value>,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>> {
         Box::pin(self(args))
     }
 }

@@ -44,7 +44,10 @@ pub struct SubjectInput {
 /// Result<Vec<SubjectRef>, String>>` implement it.
 pub trait SubjectExtractor: Send + Sync + 'static {
     /// Extracts. An `Err` yields no subjects and is recorded on the decision.
-    fn extract(&self, input: SubjectInput) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>>;
+    fn extract(
+        &self,
+        input: SubjectInput,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>>;
 }
 
 impl<F, Fut> SubjectExtractor for F
@@ -52,7 +55,10 @@ where
     F: Fn(SubjectInput) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<SubjectRef>, String>> + Send + 'static,
 {
-    fn extract(&self, input: SubjectInput) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>> {
+    fn extract(
+        &self,
+        input: SubjectInput,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>> {
         Box::pin(self(input))
     }
 }

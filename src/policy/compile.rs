@@ -52,7 +52,6 @@ pub struct CompiledPolicies {
 
 #[derive(Debug)]
 pub(crate) struct PolicyInfo {
-    pub(crate) name: String,
     pub(crate) combine: Combine,
 }
 
@@ -112,7 +111,13 @@ impl StrTest {
     }
 
     fn compile(op: &StringOp, lowercase: bool) -> Result<StrTest, String> {
-        let l = |s: &String| if lowercase { s.to_lowercase() } else { s.clone() };
+        let l = |s: &String| {
+            if lowercase {
+                s.to_lowercase()
+            } else {
+                s.clone()
+            }
+        };
         Ok(match op {
             StringOp::Eq(s) => StrTest::Eq(l(s)),
             StringOp::Neq(s) => StrTest::Neq(l(s)),
@@ -326,7 +331,13 @@ impl Compiler<'_> {
         });
     }
 
-    fn cond(&mut self, c: &Condition, rule_id: &str, path: &str, ordinal: &mut u32) -> Option<CCond> {
+    fn cond(
+        &mut self,
+        c: &Condition,
+        rule_id: &str,
+        path: &str,
+        ordinal: &mut u32,
+    ) -> Option<CCond> {
         *ordinal += 1;
         let n = *ordinal;
         Some(match c {
@@ -342,7 +353,11 @@ impl Compiler<'_> {
                 TagOp::AnyOf(t) => TagOp::AnyOf(lower(t)),
                 TagOp::AllOf(t) => TagOp::AllOf(lower(t)),
             }),
-            Condition::ToolArg { path: p, test, on_missing } => CCond::ToolArg {
+            Condition::ToolArg {
+                path: p,
+                test,
+                on_missing,
+            } => CCond::ToolArg {
                 path: p.split('.').map(str::to_string).collect(),
                 test: match test {
                     ArgTest::String(op) => match StrTest::compile(op, false) {
@@ -405,7 +420,11 @@ impl Compiler<'_> {
                 let b = &mut self.counters;
                 let idx = b.counters.len() as u32;
                 let scope = per.unwrap_or(Scope::Run);
-                let sig = format!("maxCalls|{rule_id}|{n}|{}|{:?}|{window_seconds:?}", scope.as_str(), selector);
+                let sig = format!(
+                    "maxCalls|{rule_id}|{n}|{}|{:?}|{window_seconds:?}",
+                    scope.as_str(),
+                    selector
+                );
                 b.counters.push(CounterSpec {
                     slot: stable_hash(&sig),
                     scope,
@@ -433,7 +452,10 @@ impl Compiler<'_> {
                         }
                     }
                 }
-                CCond::MaxCalls { counter: idx, max: *max }
+                CCond::MaxCalls {
+                    counter: idx,
+                    max: *max,
+                }
             }
             Condition::MetricWindow {
                 scope,
@@ -445,7 +467,11 @@ impl Compiler<'_> {
                 filter,
                 on_missing,
             } => {
-                let sig = format!("metric|{}|{}|{window_seconds}|{filter:?}", scope.as_str(), metric.key());
+                let sig = format!(
+                    "metric|{}|{}|{window_seconds}|{filter:?}",
+                    scope.as_str(),
+                    metric.key()
+                );
                 let slot = stable_hash(&sig);
                 let tracker = match self.tracker_slots.get(&slot) {
                     Some(t) => *t,
@@ -472,7 +498,10 @@ impl Compiler<'_> {
                             filter_tags,
                         });
                         self.tracker_slots.insert(slot, t);
-                        self.trackers_by_metric.entry(metric.key().to_string()).or_default().push(t);
+                        self.trackers_by_metric
+                            .entry(metric.key().to_string())
+                            .or_default()
+                            .push(t);
                         t
                     }
                 };
@@ -497,7 +526,10 @@ impl Compiler<'_> {
                     TimezoneSource::Static { tz } => match tz.parse::<Tz>() {
                         Ok(tz) => CTzSource::Static(tz),
                         Err(_) => {
-                            self.err(path.into(), format!("\"{tz}\" is not a known IANA timezone"));
+                            self.err(
+                                path.into(),
+                                format!("\"{tz}\" is not a known IANA timezone"),
+                            );
                             return None;
                         }
                     },
@@ -524,7 +556,9 @@ impl Compiler<'_> {
                                 SignalBinding::EnduserTag(t) => CBinding::EnduserTag(t.clone()),
                                 SignalBinding::ToolName => CBinding::ToolName,
                                 SignalBinding::ToolTag(t) => CBinding::ToolTag(t.to_lowercase()),
-                                SignalBinding::ToolArg(p) => CBinding::ToolArg(p.split('.').map(str::to_string).collect()),
+                                SignalBinding::ToolArg(p) => {
+                                    CBinding::ToolArg(p.split('.').map(str::to_string).collect())
+                                }
                                 SignalBinding::Subject {
                                     subject_type,
                                     role,
@@ -535,7 +569,9 @@ impl Compiler<'_> {
                                     field: *field,
                                 },
                                 SignalBinding::Const(v) => CBinding::Const(match v {
-                                    Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| v.clone()),
+                                    Value::String(s) => {
+                                        serde_json::from_str(s).unwrap_or_else(|_| v.clone())
+                                    }
                                     other => other.clone(),
                                 }),
                             },
@@ -554,7 +590,11 @@ impl Compiler<'_> {
             },
             Condition::And(cs) | Condition::Or(cs) => {
                 let mut out = Vec::with_capacity(cs.len());
-                let key = if matches!(c, Condition::And(_)) { "all" } else { "any" };
+                let key = if matches!(c, Condition::And(_)) {
+                    "all"
+                } else {
+                    "any"
+                };
                 for (i, child) in cs.iter().enumerate() {
                     out.push(self.cond(child, rule_id, &format!("{path}.{key}[{i}]"), ordinal)?);
                 }
@@ -564,7 +604,12 @@ impl Compiler<'_> {
                     CCond::Or(out)
                 }
             }
-            Condition::Not(inner) => CCond::Not(Box::new(self.cond(inner, rule_id, &format!("{path}.not"), ordinal)?)),
+            Condition::Not(inner) => CCond::Not(Box::new(self.cond(
+                inner,
+                rule_id,
+                &format!("{path}.not"),
+                ordinal,
+            )?)),
         })
     }
 }
@@ -574,7 +619,10 @@ impl CompiledPolicies {
     ///
     /// `files` names the source of each policy for error messages (may be shorter than
     /// `policies`). Rule ids must be unique across all policies.
-    pub fn compile(policies: Vec<Policy>, files: &[Option<&Path>]) -> Result<CompiledPolicies, PolicyErrors> {
+    pub fn compile(
+        policies: Vec<Policy>,
+        files: &[Option<&Path>],
+    ) -> Result<CompiledPolicies, PolicyErrors> {
         let mut errors = Vec::new();
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (pi, p) in policies.iter().enumerate() {
@@ -623,7 +671,9 @@ impl CompiledPolicies {
             let rule = &policy.rules[ri];
             c.file = files.get(pi).copied().flatten();
             let mode = rule.mode.unwrap_or(policy.meta.mode);
-            let Some(tool) = &rule.selector.tool else { continue };
+            let Some(tool) = &rule.selector.tool else {
+                continue;
+            };
             if !rule.enabled || mode == Mode::Off {
                 continue;
             }
@@ -636,7 +686,9 @@ impl CompiledPolicies {
             rule.condition.walk(&mut |c| {
                 needs_subjects |= match c {
                     Condition::RequireSubject(_) => true,
-                    Condition::Signal { args, .. } => args.values().any(|b| matches!(b, SignalBinding::Subject { .. })),
+                    Condition::Signal { args, .. } => args
+                        .values()
+                        .any(|b| matches!(b, SignalBinding::Subject { .. })),
                     _ => false,
                 }
             });
@@ -651,7 +703,9 @@ impl CompiledPolicies {
                                 pb.0.add(g);
                                 pb.1.push(index);
                             }
-                            Err(e) => c.err(format!("rules[{ri}].selector.tool.name"), e.to_string()),
+                            Err(e) => {
+                                c.err(format!("rules[{ri}].selector.tool.name"), e.to_string())
+                            }
                         }
                     }
                 }
@@ -681,14 +735,20 @@ impl CompiledPolicies {
                         any,
                     }
                 }
-                Err(e) => c.err(String::new(), format!("cannot build the selector index: {e}")),
+                Err(e) => c.err(
+                    String::new(),
+                    format!("cannot build the selector index: {e}"),
+                ),
             }
         }
         let cb = std::mem::take(&mut c.counters);
         let counter_names = match cb.names.build() {
             Ok(n) => n,
             Err(e) => {
-                c.err(String::new(), format!("cannot build the maxCalls index: {e}"));
+                c.err(
+                    String::new(),
+                    format!("cannot build the maxCalls index: {e}"),
+                );
                 GlobSet::empty()
             }
         };
@@ -697,7 +757,12 @@ impl CompiledPolicies {
         }
         let mut org_timezone = None;
         for p in &policies {
-            if let Some(tz) = p.meta.timezone.as_deref().and_then(|t| t.parse::<Tz>().ok()) {
+            if let Some(tz) = p
+                .meta
+                .timezone
+                .as_deref()
+                .and_then(|t| t.parse::<Tz>().ok())
+            {
                 org_timezone = Some(tz);
                 break;
             }
@@ -706,7 +771,6 @@ impl CompiledPolicies {
             policies: policies
                 .iter()
                 .map(|p| PolicyInfo {
-                    name: p.meta.name.clone(),
                     combine: p.meta.combine,
                 })
                 .collect(),
@@ -742,4 +806,3 @@ pub(crate) fn phase_slot(p: Phase) -> usize {
         Phase::After => 1,
     }
 }
-

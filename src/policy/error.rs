@@ -39,7 +39,11 @@ impl PolicyErrors {
         &self.0
     }
 
-    pub(crate) fn single(file: Option<PathBuf>, path: impl Into<String>, msg: impl Into<String>) -> Self {
+    pub(crate) fn single(
+        file: Option<PathBuf>,
+        path: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> Self {
         PolicyErrors(vec![PolicyError {
             file,
             path: path.into(),

@@ -29,8 +29,13 @@ pub use types::*;
 
 /// Reads and parses one policy file.
 pub fn load_policy_file(path: &Path) -> Result<Policy, PolicyErrors> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| PolicyErrors::single(Some(path.to_path_buf()), "", format!("cannot read the file: {e}")))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        PolicyErrors::single(
+            Some(path.to_path_buf()),
+            "",
+            format!("cannot read the file: {e}"),
+        )
+    })?;
     parse_policy(&text, Some(path))
 }
 
@@ -40,8 +45,9 @@ pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, PolicyErrors> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let entries = std::fs::read_dir(p)
-                .map_err(|e| PolicyErrors::single(Some(p.clone()), "", format!("cannot read the folder: {e}")))?;
+            let entries = std::fs::read_dir(p).map_err(|e| {
+                PolicyErrors::single(Some(p.clone()), "", format!("cannot read the folder: {e}"))
+            })?;
             let mut files: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .map(|e| e.path())

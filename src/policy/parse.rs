@@ -28,7 +28,11 @@ pub const MAX_CONDITION_DEPTH: usize = 64;
 pub fn parse_policy(text: &str, file: Option<&Path>) -> Result<Policy, PolicyErrors> {
     let file_buf = file.map(Path::to_path_buf);
     if text.trim().is_empty() {
-        return Err(PolicyErrors::single(file_buf, "", "the file is empty; expected a JSON policy"));
+        return Err(PolicyErrors::single(
+            file_buf,
+            "",
+            "the file is empty; expected a JSON policy",
+        ));
     }
     let value: Value = serde_json::from_str(text).map_err(|e| {
         let msg = if e.to_string().contains("recursion limit") {
@@ -131,9 +135,18 @@ impl Parser {
     }
 
     /// Starts reading an object; reports unknown keys at once.
-    fn obj<'a>(&mut self, v: &'a Value, path: &str, what: &str, allowed: &'static [&'static str]) -> Option<Obj<'a>> {
+    fn obj<'a>(
+        &mut self,
+        v: &'a Value,
+        path: &str,
+        what: &str,
+        allowed: &'static [&'static str],
+    ) -> Option<Obj<'a>> {
         let Some(map) = v.as_object() else {
-            self.err(path, format!("expected {what} (an object), found {}", type_name(v)));
+            self.err(
+                path,
+                format!("expected {what} (an object), found {}", type_name(v)),
+            );
             return None;
         };
         for key in map.keys() {
@@ -141,7 +154,10 @@ impl Parser {
                 let hint = suggest(key, allowed);
                 self.err(
                     join(path, key),
-                    format!("unknown key \"{key}\" in {what}{hint}; allowed keys: {}", allowed.join(", ")),
+                    format!(
+                        "unknown key \"{key}\" in {what}{hint}; allowed keys: {}",
+                        allowed.join(", ")
+                    ),
                 );
             }
         }
@@ -167,7 +183,10 @@ impl Parser {
         match v {
             Value::String(s) => Some(s.clone()),
             other => {
-                self.err(path, format!("expected a string, found {}", type_name(other)));
+                self.err(
+                    path,
+                    format!("expected a string, found {}", type_name(other)),
+                );
                 None
             }
         }
@@ -231,10 +250,17 @@ impl Parser {
         Some(list)
     }
 
-    fn opt_str_list(&mut self, o: &Obj<'_>, key: &str, allow_single: bool) -> Option<Option<Vec<String>>> {
+    fn opt_str_list(
+        &mut self,
+        o: &Obj<'_>,
+        key: &str,
+        allow_single: bool,
+    ) -> Option<Option<Vec<String>>> {
         match o.map.get(key) {
             None => Some(None),
-            Some(v) => self.str_list(v, &join(&o.path, key), allow_single).map(Some),
+            Some(v) => self
+                .str_list(v, &join(&o.path, key), allow_single)
+                .map(Some),
         }
     }
 
@@ -243,7 +269,10 @@ impl Parser {
         match v.as_f64() {
             Some(n) => Some(n),
             None => {
-                self.err(join(&o.path, key), format!("expected a number, found {}", type_name(v)));
+                self.err(
+                    join(&o.path, key),
+                    format!("expected a number, found {}", type_name(v)),
+                );
                 None
             }
         }
@@ -252,7 +281,10 @@ impl Parser {
     fn non_negative(&mut self, o: &Obj<'_>, key: &str) -> Option<f64> {
         let n = self.number(o, key)?;
         if n < 0.0 {
-            self.err(join(&o.path, key), format!("must not be negative, found {n}"));
+            self.err(
+                join(&o.path, key),
+                format!("must not be negative, found {n}"),
+            );
             return None;
         }
         Some(n)
@@ -262,7 +294,10 @@ impl Parser {
         let n = match v {
             Value::Number(n) => n,
             other => {
-                self.err(path, format!("expected a whole number, found {}", type_name(other)));
+                self.err(
+                    path,
+                    format!("expected a whole number, found {}", type_name(other)),
+                );
                 return None;
             }
         };
@@ -281,9 +316,18 @@ impl Parser {
     }
 
     fn enum_value<T: Copy>(&mut self, v: &Value, path: &str, choices: &[(&str, T)]) -> Option<T> {
-        let names = || choices.iter().map(|(n, _)| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+        let names = || {
+            choices
+                .iter()
+                .map(|(n, _)| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let Value::String(s) = v else {
-            self.err(path, format!("expected one of {}, found {}", names(), type_name(v)));
+            self.err(
+                path,
+                format!("expected one of {}, found {}", names(), type_name(v)),
+            );
             return None;
         };
         match choices.iter().find(|(n, _)| *n == s) {
@@ -300,7 +344,12 @@ impl Parser {
         self.enum_value(v, &join(&o.path, key), choices)
     }
 
-    fn opt_enum<T: Copy>(&mut self, o: &Obj<'_>, key: &str, choices: &[(&str, T)]) -> Option<Option<T>> {
+    fn opt_enum<T: Copy>(
+        &mut self,
+        o: &Obj<'_>,
+        key: &str,
+        choices: &[(&str, T)],
+    ) -> Option<Option<T>> {
         match o.map.get(key) {
             None => Some(None),
             Some(v) => self.enum_value(v, &join(&o.path, key), choices).map(Some),
@@ -312,14 +361,20 @@ impl Parser {
             None => Some(None),
             Some(Value::Bool(b)) => Some(Some(*b)),
             Some(other) => {
-                self.err(join(&o.path, key), format!("expected true or false, found {}", type_name(other)));
+                self.err(
+                    join(&o.path, key),
+                    format!("expected true or false, found {}", type_name(other)),
+                );
                 None
             }
         }
     }
 
     fn glob(&mut self, pattern: &str, path: &str) -> bool {
-        match globset::GlobBuilder::new(pattern).case_insensitive(true).build() {
+        match globset::GlobBuilder::new(pattern)
+            .case_insensitive(true)
+            .build()
+        {
             Ok(_) => true,
             Err(e) => {
                 self.err(path, format!("invalid glob \"{pattern}\": {}", e.kind()));
@@ -331,7 +386,11 @@ impl Parser {
     fn globs(&mut self, patterns: &[String], path: &str, single: bool) -> bool {
         let mut ok = true;
         for (i, p) in patterns.iter().enumerate() {
-            let at = if single { path.to_string() } else { idx(path, i) };
+            let at = if single {
+                path.to_string()
+            } else {
+                idx(path, i)
+            };
             ok &= self.glob(p, &at);
         }
         ok
@@ -341,7 +400,10 @@ impl Parser {
         if tz.parse::<chrono_tz::Tz>().is_ok() {
             true
         } else {
-            self.err(path, format!("\"{tz}\" is not a known IANA timezone (e.g. \"Europe/London\")"));
+            self.err(
+                path,
+                format!("\"{tz}\" is not a known IANA timezone (e.g. \"Europe/London\")"),
+            );
             false
         }
     }
@@ -371,7 +433,10 @@ impl Parser {
                     Some(r) => self.rules(r, "rules"),
                     None => None,
                 };
-                Some(Policy { meta: meta?, rules: rules? })
+                Some(Policy {
+                    meta: meta?,
+                    rules: rules?,
+                })
             }
             other => {
                 self.err(
@@ -391,7 +456,15 @@ impl Parser {
             v,
             "policy",
             "the policy metadata",
-            &["name", "description", "mode", "combine", "onMissingDefault", "timezone", "version"],
+            &[
+                "name",
+                "description",
+                "mode",
+                "combine",
+                "onMissingDefault",
+                "timezone",
+                "version",
+            ],
         )?;
         let name = match o.map.get("name") {
             Some(_) => self.non_empty_str(&o, "name"),
@@ -402,7 +475,10 @@ impl Parser {
         let combine = self.opt_enum(
             &o,
             "combine",
-            &[("most_severe_wins", Combine::MostSevereWins), ("priority_first", Combine::PriorityFirst)],
+            &[
+                ("most_severe_wins", Combine::MostSevereWins),
+                ("priority_first", Combine::PriorityFirst),
+            ],
         );
         let on_missing_default = self.opt_enum(&o, "onMissingDefault", EFFECTS);
         let timezone = self.opt_str(&o, "timezone");
@@ -426,7 +502,10 @@ impl Parser {
 
     fn rules(&mut self, v: &Value, path: &str) -> Option<Vec<Rule>> {
         let Value::Array(items) = v else {
-            self.err(path, format!("expected an array of rules, found {}", type_name(v)));
+            self.err(
+                path,
+                format!("expected an array of rules, found {}", type_name(v)),
+            );
             return None;
         };
         let mut rules = Vec::with_capacity(items.len());
@@ -439,7 +518,10 @@ impl Parser {
                     if let Some(first) = seen.get(&rule.id) {
                         self.err(
                             join(&at, "id"),
-                            format!("duplicate rule id \"{}\" (first used by {path}[{first}])", rule.id),
+                            format!(
+                                "duplicate rule id \"{}\" (first used by {path}[{first}])",
+                                rule.id
+                            ),
                         );
                         ok = false;
                     } else {
@@ -476,7 +558,10 @@ impl Parser {
             Some(_) => self.non_empty_str(&o, "id"),
             None => name.as_deref().map(slug).and_then(|s| {
                 if s.is_empty() {
-                    self.err(join(path, "name"), "cannot derive a rule id from this name; give the rule an \"id\"");
+                    self.err(
+                        join(path, "name"),
+                        "cannot derive a rule id from this name; give the rule an \"id\"",
+                    );
                     None
                 } else {
                     Some(s)
@@ -488,16 +573,23 @@ impl Parser {
             None => Some(0),
             Some(Value::Number(n)) if n.as_i64().is_some() => n.as_i64(),
             Some(other) => {
-                self.err(join(path, "priority"), format!("expected a whole number, found {other}"));
+                self.err(
+                    join(path, "priority"),
+                    format!("expected a whole number, found {other}"),
+                );
                 None
             }
         };
         let enabled = self.opt_bool(&o, "enabled");
-        let selector = self.req(&o, "selector").and_then(|s| self.selector(s, &join(path, "selector")));
+        let selector = self
+            .req(&o, "selector")
+            .and_then(|s| self.selector(s, &join(path, "selector")));
         let condition = self
             .req(&o, "condition")
             .and_then(|c| self.condition(c, &join(path, "condition"), 0));
-        let effect = self.req(&o, "effect").and_then(|e| self.effect(e, &join(path, "effect")));
+        let effect = self
+            .req(&o, "effect")
+            .and_then(|e| self.effect(e, &join(path, "effect")));
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let mode = self.opt_enum(&o, "mode", MODES);
         Some(Rule {
@@ -516,28 +608,36 @@ impl Parser {
 
     fn selector(&mut self, v: &Value, path: &str) -> Option<Selector> {
         let o = self.obj(v, path, "a selector", &["phase", "tool"])?;
-        let phase = self.req_enum(&o, "phase", &[("tool.before", Phase::Before), ("tool.after", Phase::After)]);
+        let phase = self.req_enum(
+            &o,
+            "phase",
+            &[("tool.before", Phase::Before), ("tool.after", Phase::After)],
+        );
         let tool = match o.map.get("tool") {
             None => Some(None),
             Some(t) => {
                 let tp = join(path, "tool");
-                self.obj(t, &tp, "a tool selector", &["name", "tagsAll", "tagsAny"]).and_then(|to| {
-                    let name = self.opt_str_list(&to, "name", true);
-                    if let Some(Some(names)) = &name {
-                        let single = matches!(to.map.get("name"), Some(Value::String(_)));
-                        self.globs(names, &join(&tp, "name"), single);
-                    }
-                    let tags_all = self.opt_str_list(&to, "tagsAll", false);
-                    let tags_any = self.opt_str_list(&to, "tagsAny", false);
-                    Some(Some(ToolSelector {
-                        name: name?,
-                        tags_all: tags_all?,
-                        tags_any: tags_any?,
-                    }))
-                })
+                self.obj(t, &tp, "a tool selector", &["name", "tagsAll", "tagsAny"])
+                    .and_then(|to| {
+                        let name = self.opt_str_list(&to, "name", true);
+                        if let Some(Some(names)) = &name {
+                            let single = matches!(to.map.get("name"), Some(Value::String(_)));
+                            self.globs(names, &join(&tp, "name"), single);
+                        }
+                        let tags_all = self.opt_str_list(&to, "tagsAll", false);
+                        let tags_any = self.opt_str_list(&to, "tagsAny", false);
+                        Some(Some(ToolSelector {
+                            name: name?,
+                            tags_all: tags_all?,
+                            tags_any: tags_any?,
+                        }))
+                    })
             }
         };
-        Some(Selector { phase: phase?, tool: tool? })
+        Some(Selector {
+            phase: phase?,
+            tool: tool?,
+        })
     }
 
     fn effect(&mut self, v: &Value, path: &str) -> Option<Effect> {
@@ -552,19 +652,37 @@ impl Parser {
 
     fn condition(&mut self, v: &Value, path: &str, depth: usize) -> Option<Condition> {
         if depth > MAX_CONDITION_DEPTH {
-            self.err(path, format!("conditions nest deeper than {MAX_CONDITION_DEPTH} levels"));
+            self.err(
+                path,
+                format!("conditions nest deeper than {MAX_CONDITION_DEPTH} levels"),
+            );
             return None;
         }
         let Some(map) = v.as_object() else {
-            self.err(path, format!("expected a condition (an object with \"kind\"), found {}", type_name(v)));
+            self.err(
+                path,
+                format!(
+                    "expected a condition (an object with \"kind\"), found {}",
+                    type_name(v)
+                ),
+            );
             return None;
         };
         let Some(kind) = map.get("kind") else {
-            self.err(path, format!("missing required key \"kind\"; one of {}", CONDITION_KINDS.join(", ")));
+            self.err(
+                path,
+                format!(
+                    "missing required key \"kind\"; one of {}",
+                    CONDITION_KINDS.join(", ")
+                ),
+            );
             return None;
         };
         let Some(kind) = kind.as_str() else {
-            self.err(join(path, "kind"), format!("expected a string, found {}", type_name(kind)));
+            self.err(
+                join(path, "kind"),
+                format!("expected a string, found {}", type_name(kind)),
+            );
             return None;
         };
         match kind {
@@ -581,12 +699,19 @@ impl Parser {
             "signal" => self.signal(v, path),
             "and" | "or" => {
                 let key = if kind == "and" { "all" } else { "any" };
-                let keys: &'static [&'static str] = if kind == "and" { &["kind", "all"] } else { &["kind", "any"] };
+                let keys: &'static [&'static str] = if kind == "and" {
+                    &["kind", "all"]
+                } else {
+                    &["kind", "any"]
+                };
                 let o = self.obj(v, path, "a condition", keys)?;
                 let list = self.req(&o, key)?;
                 let lp = join(path, key);
                 let Value::Array(items) = list else {
-                    self.err(lp, format!("expected an array of conditions, found {}", type_name(list)));
+                    self.err(
+                        lp,
+                        format!("expected an array of conditions, found {}", type_name(list)),
+                    );
                     return None;
                 };
                 if items.is_empty() {
@@ -604,7 +729,11 @@ impl Parser {
                 if !ok {
                     return None;
                 }
-                Some(if kind == "and" { Condition::And(out) } else { Condition::Or(out) })
+                Some(if kind == "and" {
+                    Condition::And(out)
+                } else {
+                    Condition::Or(out)
+                })
             }
             "not" => {
                 let o = self.obj(v, path, "a condition", &["kind", "not"])?;
@@ -616,7 +745,10 @@ impl Parser {
                 let hint = suggest(other, CONDITION_KINDS);
                 self.err(
                     join(path, "kind"),
-                    format!("unknown condition kind \"{other}\"{hint}; one of {}", CONDITION_KINDS.join(", ")),
+                    format!(
+                        "unknown condition kind \"{other}\"{hint}; one of {}",
+                        CONDITION_KINDS.join(", ")
+                    ),
                 );
                 None
             }
@@ -654,7 +786,13 @@ impl Parser {
         let v = self.req(o, "value")?;
         if op == 6 {
             let Value::Array(_) = v else {
-                self.err(vp, format!("operator \"in\" needs an array of strings, found {}", type_name(v)));
+                self.err(
+                    vp,
+                    format!(
+                        "operator \"in\" needs an array of strings, found {}",
+                        type_name(v)
+                    ),
+                );
                 return None;
             };
             return self.str_list(v, &vp, false).map(StringOp::In);
@@ -678,21 +816,34 @@ impl Parser {
     }
 
     fn tool_tag(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a toolTag condition", &["kind", "op", "tag", "tags"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a toolTag condition",
+            &["kind", "op", "tag", "tags"],
+        )?;
         let op = self.req_enum(&o, "op", &[("has", 0u8), ("anyOf", 1), ("allOf", 2)])?;
         if op == 0 {
             self.forbid(&o, "tags", "op \"has\" takes \"tag\"");
-            self.non_empty_str(&o, "tag").map(|t| Condition::ToolTag(TagOp::Has(t)))
+            self.non_empty_str(&o, "tag")
+                .map(|t| Condition::ToolTag(TagOp::Has(t)))
         } else {
             self.forbid(&o, "tag", "ops \"anyOf\"/\"allOf\" take \"tags\"");
             let tags = self.req_str_list(&o, "tags", false)?;
-            Some(Condition::ToolTag(if op == 1 { TagOp::AnyOf(tags) } else { TagOp::AllOf(tags) }))
+            Some(Condition::ToolTag(if op == 1 {
+                TagOp::AnyOf(tags)
+            } else {
+                TagOp::AllOf(tags)
+            }))
         }
     }
 
     fn forbid(&mut self, o: &Obj<'_>, key: &str, why: &str) {
         if o.map.contains_key(key) {
-            self.err(join(&o.path, key), format!("unexpected key \"{key}\": {why}"));
+            self.err(
+                join(&o.path, key),
+                format!("unexpected key \"{key}\": {why}"),
+            );
         }
     }
 
@@ -705,7 +856,11 @@ impl Parser {
         )?;
         let arg_path = self.non_empty_str(&o, "path");
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
-        let ty = self.req_enum(&o, "type", &[("string", 0u8), ("number", 1), ("boolean", 2)])?;
+        let ty = self.req_enum(
+            &o,
+            "type",
+            &[("string", 0u8), ("number", 1), ("boolean", 2)],
+        )?;
         let test = match ty {
             0 => {
                 let op = self.req_enum(
@@ -732,7 +887,10 @@ impl Parser {
                 self.req_enum(&o, "op", &[("eq", ())])?;
                 let v = self.req(&o, "value")?;
                 let Value::Bool(b) = v else {
-                    self.err(join(path, "value"), format!("expected true or false, found {}", type_name(v)));
+                    self.err(
+                        join(path, "value"),
+                        format!("expected true or false, found {}", type_name(v)),
+                    );
                     return None;
                 };
                 ArgTest::Boolean(*b)
@@ -746,8 +904,17 @@ impl Parser {
     }
 
     fn enduser_tag(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "an enduserTag condition", &["kind", "op", "tag", "value", "values"])?;
-        let op = self.req_enum(&o, "op", &[("has", 0u8), ("hasValue", 1), ("hasValueAny", 2)])?;
+        let o = self.obj(
+            v,
+            path,
+            "an enduserTag condition",
+            &["kind", "op", "tag", "value", "values"],
+        )?;
+        let op = self.req_enum(
+            &o,
+            "op",
+            &[("has", 0u8), ("hasValue", 1), ("hasValueAny", 2)],
+        )?;
         let tag = self.non_empty_str(&o, "tag");
         let op = match op {
             0 => {
@@ -758,7 +925,10 @@ impl Parser {
             1 => {
                 self.forbid(&o, "values", "op \"hasValue\" takes \"value\"");
                 let value = self.req_str(&o, "value");
-                EnduserTagOp::HasValue { tag: tag?, value: value? }
+                EnduserTagOp::HasValue {
+                    tag: tag?,
+                    value: value?,
+                }
             }
             _ => {
                 self.forbid(&o, "value", "op \"hasValueAny\" takes \"values\"");
@@ -773,8 +943,17 @@ impl Parser {
     }
 
     fn execution_time(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "an executionTime condition", &["kind", "scope", "op", "ms", "onMissing"])?;
-        let scope = self.req_enum(&o, "scope", &[("tool", TimeScope::Tool), ("total", TimeScope::Total)]);
+        let o = self.obj(
+            v,
+            path,
+            "an executionTime condition",
+            &["kind", "scope", "op", "ms", "onMissing"],
+        )?;
+        let scope = self.req_enum(
+            &o,
+            "scope",
+            &[("tool", TimeScope::Tool), ("total", TimeScope::Total)],
+        );
         let op = self.req_enum(&o, "op", CMP_OPS);
         let ms = self.non_negative(&o, "ms");
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
@@ -787,12 +966,20 @@ impl Parser {
     }
 
     fn sequence(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a sequence condition", &["kind", "mustHaveCalled", "mustNotHaveCalled"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a sequence condition",
+            &["kind", "mustHaveCalled", "mustNotHaveCalled"],
+        )?;
         let must = self.seq_list(&o, "mustHaveCalled");
         let must_not = self.seq_list(&o, "mustNotHaveCalled");
         let (must, must_not) = (must?, must_not?);
         if must.is_none() && must_not.is_none() {
-            self.err(path, "a sequence needs \"mustHaveCalled\" or \"mustNotHaveCalled\" (or both)");
+            self.err(
+                path,
+                "a sequence needs \"mustHaveCalled\" or \"mustNotHaveCalled\" (or both)",
+            );
             return None;
         }
         Some(Condition::Sequence {
@@ -807,7 +994,13 @@ impl Parser {
         };
         let lp = join(&o.path, key);
         let Value::Array(items) = v else {
-            self.err(lp, format!("expected an array of globs or {{\"by\": \"toolTag\"}} entries, found {}", type_name(v)));
+            self.err(
+                lp,
+                format!(
+                    "expected an array of globs or {{\"by\": \"toolTag\"}} entries, found {}",
+                    type_name(v)
+                ),
+            );
             return None;
         };
         if items.is_empty() {
@@ -824,7 +1017,8 @@ impl Parser {
                     out.push(SequenceEntry::Glob(g.clone()));
                 }
                 Value::Object(_) => {
-                    let Some(eo) = self.obj(item, &ip, "a sequence entry", &["by", "tags", "op"]) else {
+                    let Some(eo) = self.obj(item, &ip, "a sequence entry", &["by", "tags", "op"])
+                    else {
                         ok = false;
                         continue;
                     };
@@ -840,7 +1034,13 @@ impl Parser {
                     }
                 }
                 other => {
-                    self.err(ip, format!("expected a glob string or a {{\"by\": \"toolTag\"}} object, found {}", type_name(other)));
+                    self.err(
+                        ip,
+                        format!(
+                            "expected a glob string or a {{\"by\": \"toolTag\"}} object, found {}",
+                            type_name(other)
+                        ),
+                    );
                     ok = false;
                 }
             }
@@ -849,12 +1049,23 @@ impl Parser {
     }
 
     fn max_calls(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a maxCalls condition", &["kind", "selector", "max", "windowSeconds", "per"])?;
-        let selector = self.req(&o, "selector").and_then(|s| self.call_selector(s, &join(path, "selector")));
-        let max = self.req(&o, "max").and_then(|m| self.count_value(m, &join(path, "max"), 0));
+        let o = self.obj(
+            v,
+            path,
+            "a maxCalls condition",
+            &["kind", "selector", "max", "windowSeconds", "per"],
+        )?;
+        let selector = self
+            .req(&o, "selector")
+            .and_then(|s| self.call_selector(s, &join(path, "selector")));
+        let max = self
+            .req(&o, "max")
+            .and_then(|m| self.count_value(m, &join(path, "max"), 0));
         let window_seconds = match o.map.get("windowSeconds") {
             None => Some(None),
-            Some(w) => self.count_value(w, &join(path, "windowSeconds"), 1).map(Some),
+            Some(w) => self
+                .count_value(w, &join(path, "windowSeconds"), 1)
+                .map(Some),
         };
         let per = self.opt_enum(&o, "per", SCOPES);
         Some(Condition::MaxCalls {
@@ -871,10 +1082,12 @@ impl Parser {
         if by == 0 {
             self.forbid(&o, "tags", "`by: toolName` takes \"patterns\"");
             let patterns = self.req_str_list(&o, "patterns", false)?;
-            self.globs(&patterns, &join(path, "patterns"), false).then_some(CallSelector::ToolName(patterns))
+            self.globs(&patterns, &join(path, "patterns"), false)
+                .then_some(CallSelector::ToolName(patterns))
         } else {
             self.forbid(&o, "patterns", "`by: toolTag` takes \"tags\"");
-            self.req_str_list(&o, "tags", false).map(CallSelector::ToolTag)
+            self.req_str_list(&o, "tags", false)
+                .map(CallSelector::ToolTag)
         }
     }
 
@@ -896,7 +1109,9 @@ impl Parser {
             ],
         )?;
         let scope = self.req_enum(&o, "scope", SCOPES);
-        let metric = self.req(&o, "metric").and_then(|m| self.metric_ref(m, &join(path, "metric")));
+        let metric = self
+            .req(&o, "metric")
+            .and_then(|m| self.metric_ref(m, &join(path, "metric")));
         let aggregate = self.req_enum(
             &o,
             "aggregate",
@@ -917,20 +1132,21 @@ impl Parser {
             None => Some(None),
             Some(f) => {
                 let fp = join(path, "filter");
-                self.obj(f, &fp, "a metric filter", &["toolName", "toolTag"]).and_then(|fo| {
-                    let names = self.opt_str_list(&fo, "toolName", true)?;
-                    if let Some(names) = &names {
-                        let single = matches!(fo.map.get("toolName"), Some(Value::String(_)));
-                        if !self.globs(names, &join(&fp, "toolName"), single) {
-                            return None;
+                self.obj(f, &fp, "a metric filter", &["toolName", "toolTag"])
+                    .and_then(|fo| {
+                        let names = self.opt_str_list(&fo, "toolName", true)?;
+                        if let Some(names) = &names {
+                            let single = matches!(fo.map.get("toolName"), Some(Value::String(_)));
+                            if !self.globs(names, &join(&fp, "toolName"), single) {
+                                return None;
+                            }
                         }
-                    }
-                    let tags = self.opt_str_list(&fo, "toolTag", true)?;
-                    Some(Some(MetricFilter {
-                        tool_name: names,
-                        tool_tag: tags,
-                    }))
-                })
+                        let tags = self.opt_str_list(&fo, "toolTag", true)?;
+                        Some(Some(MetricFilter {
+                            tool_name: names,
+                            tool_tag: tags,
+                        }))
+                    })
             }
         };
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
@@ -968,13 +1184,23 @@ impl Parser {
     }
 
     fn time_gate(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a timeGate condition", &["kind", "timezone", "windows", "onMissing"])?;
-        let timezone = self.req(&o, "timezone").and_then(|t| self.tz_source(t, &join(path, "timezone")));
+        let o = self.obj(
+            v,
+            path,
+            "a timeGate condition",
+            &["kind", "timezone", "windows", "onMissing"],
+        )?;
+        let timezone = self
+            .req(&o, "timezone")
+            .and_then(|t| self.tz_source(t, &join(path, "timezone")));
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let windows = self.req(&o, "windows").and_then(|w| {
             let wp = join(path, "windows");
             let Value::Array(items) = w else {
-                self.err(wp, format!("expected an array of windows, found {}", type_name(w)));
+                self.err(
+                    wp,
+                    format!("expected an array of windows, found {}", type_name(w)),
+                );
                 return None;
             };
             if items.is_empty() {
@@ -999,10 +1225,19 @@ impl Parser {
     }
 
     fn tz_source(&mut self, v: &Value, path: &str) -> Option<TimezoneSource> {
-        let o = self.obj(v, path, "a timezone source", &["source", "tag", "fallback", "tz"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a timezone source",
+            &["source", "tag", "fallback", "tz"],
+        )?;
         let src = self.req_enum(&o, "source", &[("enduserTag", true), ("static", false)])?;
         if src {
-            self.forbid(&o, "tz", "source \"enduserTag\" takes \"tag\" (and \"fallback\")");
+            self.forbid(
+                &o,
+                "tz",
+                "source \"enduserTag\" takes \"tag\" (and \"fallback\")",
+            );
             let tag = self.non_empty_str(&o, "tag");
             let fallback = self.opt_enum(&o, "fallback", &[("org", ())]);
             Some(TimezoneSource::EnduserTag {
@@ -1013,7 +1248,8 @@ impl Parser {
             self.forbid(&o, "tag", "source \"static\" takes \"tz\"");
             self.forbid(&o, "fallback", "source \"static\" takes \"tz\"");
             let tz = self.req_str(&o, "tz")?;
-            self.timezone(&tz, &join(path, "tz")).then_some(TimezoneSource::Static { tz })
+            self.timezone(&tz, &join(path, "tz"))
+                .then_some(TimezoneSource::Static { tz })
         }
     }
 
@@ -1041,7 +1277,10 @@ impl Parser {
             match TimeOfDay::parse(&s) {
                 Some(t) => Some(t),
                 None => {
-                    self.err(join(path, key), format!("\"{s}\" is not HH:MM (00:00 to 24:00)"));
+                    self.err(
+                        join(path, key),
+                        format!("\"{s}\" is not HH:MM (00:00 to 24:00)"),
+                    );
                     None
                 }
             }
@@ -1050,18 +1289,30 @@ impl Parser {
         let end = time("end");
         let (start, end) = (start?, end?);
         if start == end {
-            self.err(path, format!("window start and end are both {start}: the window is empty"));
+            self.err(
+                path,
+                format!("window start and end are both {start}: the window is empty"),
+            );
             return None;
         }
         if start.0 == 1440 {
             self.err(join(path, "start"), "a window cannot start at 24:00");
             return None;
         }
-        Some(TimeWindow { days: days?, start, end })
+        Some(TimeWindow {
+            days: days?,
+            start,
+            end,
+        })
     }
 
     fn require_subject(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a requireSubject condition", &["kind", "subjectType", "idSystem", "role"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a requireSubject condition",
+            &["kind", "subjectType", "idSystem", "role"],
+        )?;
         let subject_type = self.non_empty_str(&o, "subjectType");
         let id_system = self.opt_str(&o, "idSystem");
         let role = self.opt_str(&o, "role");
@@ -1073,7 +1324,12 @@ impl Parser {
     }
 
     fn signal(&mut self, v: &Value, path: &str) -> Option<Condition> {
-        let o = self.obj(v, path, "a signal condition", &["kind", "key", "args", "op", "value", "onMissing"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a signal condition",
+            &["kind", "key", "args", "op", "value", "onMissing"],
+        )?;
         let key = self.non_empty_str(&o, "key");
         let args = match o.map.get("args") {
             None => Some(BTreeMap::new()),
@@ -1092,7 +1348,10 @@ impl Parser {
                 ok.then_some(out)
             }
             Some(other) => {
-                self.err(join(path, "args"), format!("expected an object of bindings, found {}", type_name(other)));
+                self.err(
+                    join(path, "args"),
+                    format!("expected an object of bindings, found {}", type_name(other)),
+                );
                 None
             }
         };
@@ -1122,7 +1381,11 @@ impl Parser {
             if !is_array {
                 self.err(
                     join(path, "value"),
-                    format!("operator \"{}\" needs an array value, found {}", op.as_str(), type_name(&value)),
+                    format!(
+                        "operator \"{}\" needs an array value, found {}",
+                        op.as_str(),
+                        type_name(&value)
+                    ),
                 );
                 return None;
             }
@@ -1137,7 +1400,20 @@ impl Parser {
     }
 
     fn binding(&mut self, v: &Value, path: &str) -> Option<SignalBinding> {
-        let o = self.obj(v, path, "a signal binding", &["from", "tag", "path", "subjectType", "role", "field", "value"])?;
+        let o = self.obj(
+            v,
+            path,
+            "a signal binding",
+            &[
+                "from",
+                "tag",
+                "path",
+                "subjectType",
+                "role",
+                "field",
+                "value",
+            ],
+        )?;
         let from = self.req_enum(
             &o,
             "from",
@@ -1163,7 +1439,10 @@ impl Parser {
             if !allowed.contains(&key.as_str()) && o.allowed.contains(&key.as_str()) {
                 self.err(
                     join(path, key),
-                    format!("unexpected key \"{key}\" for a binding from \"{}\"", o.map["from"].as_str().unwrap_or("")),
+                    format!(
+                        "unexpected key \"{key}\" for a binding from \"{}\"",
+                        o.map["from"].as_str().unwrap_or("")
+                    ),
                 );
                 ok = false;
             }
@@ -1177,7 +1456,14 @@ impl Parser {
             5 => {
                 let subject_type = self.non_empty_str(&o, "subjectType");
                 let role = self.opt_str(&o, "role");
-                let field = self.opt_enum(&o, "field", &[("id", SubjectField::Id), ("idSystem", SubjectField::IdSystem)]);
+                let field = self.opt_enum(
+                    &o,
+                    "field",
+                    &[
+                        ("id", SubjectField::Id),
+                        ("idSystem", SubjectField::IdSystem),
+                    ],
+                );
                 SignalBinding::Subject {
                     subject_type: subject_type?,
                     role: role?,
@@ -1190,7 +1476,11 @@ impl Parser {
     }
 }
 
-const MODES: &[(&str, Mode)] = &[("enforce", Mode::Enforce), ("shadow", Mode::Shadow), ("off", Mode::Off)];
+const MODES: &[(&str, Mode)] = &[
+    ("enforce", Mode::Enforce),
+    ("shadow", Mode::Shadow),
+    ("off", Mode::Off),
+];
 const EFFECTS: &[(&str, EffectType)] = &[
     ("allow", EffectType::Allow),
     ("hitl", EffectType::Hitl),
@@ -1204,7 +1494,11 @@ const CMP_OPS: &[(&str, CmpOp)] = &[
     ("gt", CmpOp::Gt),
     ("gte", CmpOp::Gte),
 ];
-const SCOPES: &[(&str, Scope)] = &[("run", Scope::Run), ("agent", Scope::Agent), ("agent_user", Scope::AgentUser)];
+const SCOPES: &[(&str, Scope)] = &[
+    ("run", Scope::Run),
+    ("agent", Scope::Agent),
+    ("agent_user", Scope::AgentUser),
+];
 
 /// Every condition `kind`.
 pub const CONDITION_KINDS: &[&str] = &[
@@ -1239,14 +1533,23 @@ fn parse_day(d: &str) -> Option<chrono::Weekday> {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or(s).trim().to_string()
+    s.lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or(s)
+        .trim()
+        .to_string()
 }
 
 /// ` (did you mean "x"?)` when a known name is close to `got`.
 fn suggest(got: &str, known: &[&str]) -> String {
     known
         .iter()
-        .map(|k| (strsim::jaro_winkler(&got.to_lowercase(), &k.to_lowercase()), k))
+        .map(|k| {
+            (
+                strsim::jaro_winkler(&got.to_lowercase(), &k.to_lowercase()),
+                k,
+            )
+        })
         .filter(|(s, _)| *s > 0.85)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, k)| format!(" (did you mean \"{k}\"?)"))

@@ -47,7 +47,10 @@ impl Policy {
             }
             .into(),
         );
-        meta.insert("onMissingDefault".into(), m.on_missing_default.as_str().into());
+        meta.insert(
+            "onMissingDefault".into(),
+            m.on_missing_default.as_str().into(),
+        );
         put_opt(&mut meta, "timezone", m.timezone.clone());
         json!({
             "policy": meta,
@@ -159,12 +162,20 @@ impl Condition {
                     m.insert("tag".into(), t.clone().into());
                 }
                 TagOp::AnyOf(t) | TagOp::AllOf(t) => {
-                    let name = if matches!(op, TagOp::AnyOf(_)) { "anyOf" } else { "allOf" };
+                    let name = if matches!(op, TagOp::AnyOf(_)) {
+                        "anyOf"
+                    } else {
+                        "allOf"
+                    };
                     m.insert("op".into(), name.into());
                     m.insert("tags".into(), strs(t));
                 }
             },
-            Condition::ToolArg { path, test, on_missing } => {
+            Condition::ToolArg {
+                path,
+                test,
+                on_missing,
+            } => {
                 m.insert("path".into(), path.clone().into());
                 match test {
                     ArgTest::String(op) => {
@@ -223,8 +234,16 @@ impl Condition {
                 must_have_called,
                 must_not_have_called,
             } => {
-                put_opt(&mut m, "mustHaveCalled", must_have_called.as_deref().map(seq_json));
-                put_opt(&mut m, "mustNotHaveCalled", must_not_have_called.as_deref().map(seq_json));
+                put_opt(
+                    &mut m,
+                    "mustHaveCalled",
+                    must_have_called.as_deref().map(seq_json),
+                );
+                put_opt(
+                    &mut m,
+                    "mustNotHaveCalled",
+                    must_not_have_called.as_deref().map(seq_json),
+                );
             }
             Condition::MaxCalls {
                 selector,
@@ -319,17 +338,27 @@ impl Condition {
                 m.insert("key".into(), key.clone().into());
                 m.insert(
                     "args".into(),
-                    Value::Object(args.iter().map(|(k, b)| (k.clone(), binding_json(b))).collect()),
+                    Value::Object(
+                        args.iter()
+                            .map(|(k, b)| (k.clone(), binding_json(b)))
+                            .collect(),
+                    ),
                 );
                 m.insert("op".into(), op.as_str().into());
                 m.insert("value".into(), value.clone());
                 put_opt(&mut m, "onMissing", on_missing.map(EffectType::as_str));
             }
             Condition::And(cs) => {
-                m.insert("all".into(), Value::Array(cs.iter().map(Condition::to_json).collect()));
+                m.insert(
+                    "all".into(),
+                    Value::Array(cs.iter().map(Condition::to_json).collect()),
+                );
             }
             Condition::Or(cs) => {
-                m.insert("any".into(), Value::Array(cs.iter().map(Condition::to_json).collect()));
+                m.insert(
+                    "any".into(),
+                    Value::Array(cs.iter().map(Condition::to_json).collect()),
+                );
             }
             Condition::Not(c) => {
                 m.insert("not".into(), c.to_json());

@@ -24,7 +24,12 @@ impl MemoryStateStore {
         Self::default()
     }
 
-    fn with_counter<R>(&self, key: &StateKey, window_secs: Option<u64>, f: impl FnOnce(&mut Counter) -> R) -> R {
+    fn with_counter<R>(
+        &self,
+        key: &StateKey,
+        window_secs: Option<u64>,
+        f: impl FnOnce(&mut Counter) -> R,
+    ) -> R {
         if let Some(c) = self.counters.get(key) {
             return f(&mut c.lock());
         }
@@ -34,8 +39,7 @@ impl MemoryStateStore {
                 None => Counter::Total(0),
             })
         });
-        let r = f(&mut entry.lock());
-        r
+        f(&mut entry.lock())
     }
 }
 
@@ -44,7 +48,13 @@ fn secs_to_ms(s: u64) -> i64 {
 }
 
 impl StateStore for MemoryStateStore {
-    fn try_acquire(&self, key: &StateKey, max: u64, window_secs: Option<u64>, now_ms: i64) -> Option<Permit> {
+    fn try_acquire(
+        &self,
+        key: &StateKey,
+        max: u64,
+        window_secs: Option<u64>,
+        now_ms: i64,
+    ) -> Option<Permit> {
         self.with_counter(key, window_secs, |c| match c {
             Counter::Total(n) => (*n < max).then(|| {
                 *n += 1;

@@ -37,7 +37,13 @@ pub struct Permit {
 /// can never together take more than `max` slots.
 pub trait StateStore: Send + Sync + 'static {
     /// Takes a slot if fewer than `max` are taken (within the last `window_secs` when given).
-    fn try_acquire(&self, key: &StateKey, max: u64, window_secs: Option<u64>, now_ms: i64) -> Option<Permit>;
+    fn try_acquire(
+        &self,
+        key: &StateKey,
+        max: u64,
+        window_secs: Option<u64>,
+        now_ms: i64,
+    ) -> Option<Permit>;
     /// Gives back a slot taken by `try_acquire`.
     fn release(&self, key: &StateKey, permit: Permit);
     /// Counts one call unconditionally.

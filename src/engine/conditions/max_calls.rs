@@ -12,7 +12,11 @@ pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
         return Tri::Unknown;
     };
     let key = ctx.run.state_key(spec.slot, spec.scope);
-    match ctx.engine.state.try_acquire(&key, max, spec.window_seconds, ctx.now_ms) {
+    match ctx
+        .engine
+        .state
+        .try_acquire(&key, max, spec.window_seconds, ctx.now_ms)
+    {
         Some(permit) => {
             ctx.permits.push((counter, key, permit));
             Tri::False

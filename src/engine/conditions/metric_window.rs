@@ -3,12 +3,21 @@ use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
 use crate::policy::{Aggregate, CmpOp};
 
-pub(crate) fn eval(tracker: u32, aggregate: Aggregate, op: CmpOp, value: f64, ctx: &mut DecisionCtx<'_>) -> Tri {
+pub(crate) fn eval(
+    tracker: u32,
+    aggregate: Aggregate,
+    op: CmpOp,
+    value: f64,
+    ctx: &mut DecisionCtx<'_>,
+) -> Tri {
     let Some(spec) = ctx.policies.trackers.get(tracker as usize) else {
         return Tri::Unknown;
     };
     let key = ctx.run.state_key(spec.slot, spec.scope);
-    let stats = ctx.engine.state.window(&key, spec.window_seconds, ctx.now_ms);
+    let stats = ctx
+        .engine
+        .state
+        .window(&key, spec.window_seconds, ctx.now_ms);
     let agg = match aggregate {
         Aggregate::Sum => Some(stats.sum),
         Aggregate::Count => Some(stats.count as f64),
@@ -19,7 +28,10 @@ pub(crate) fn eval(tracker: u32, aggregate: Aggregate, op: CmpOp, value: f64, ct
     match agg {
         Some(x) => op.apply(x, value).into(),
         None => {
-            ctx.note_missing(format!("metricWindow {}: no events in the window", aggregate.as_str()));
+            ctx.note_missing(format!(
+                "metricWindow {}: no events in the window",
+                aggregate.as_str()
+            ));
             Tri::Unknown
         }
     }

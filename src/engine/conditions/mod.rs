@@ -34,7 +34,11 @@ impl From<bool> for Tri {
 
 /// Resolves an unknown leaf by its own `onMissing`: allow → false; block/hitl → true, and the
 /// rule takes that effect if it triggers.
-pub(crate) fn resolve_missing(t: Tri, on_missing: Option<EffectType>, ctx: &mut DecisionCtx<'_>) -> Tri {
+pub(crate) fn resolve_missing(
+    t: Tri,
+    on_missing: Option<EffectType>,
+    ctx: &mut DecisionCtx<'_>,
+) -> Tri {
     match (t, on_missing) {
         (Tri::Unknown, Some(EffectType::Allow)) => Tri::False,
         (Tri::Unknown, Some(e)) => {
@@ -81,7 +85,10 @@ pub(crate) fn eval_sync(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
 }
 
 /// Evaluates a condition that may ask signal providers (awaited lazily, short-circuit kept).
-pub(crate) fn eval_async<'a, 'c: 'a>(c: &'a CCond, ctx: &'a mut DecisionCtx<'c>) -> BoxFuture<'a, Tri> {
+pub(crate) fn eval_async<'a, 'c: 'a>(
+    c: &'a CCond,
+    ctx: &'a mut DecisionCtx<'c>,
+) -> BoxFuture<'a, Tri> {
     Box::pin(async move {
         match c {
             CCond::And(cs) => {
@@ -134,7 +141,11 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
     match c {
         CCond::ToolName(t) => tool_name::eval(t, ctx),
         CCond::ToolTag(op) => tool_tag::eval(op, ctx),
-        CCond::ToolArg { path, test, on_missing } => {
+        CCond::ToolArg {
+            path,
+            test,
+            on_missing,
+        } => {
             let t = tool_arg::eval(path, test, ctx);
             resolve_missing(t, *on_missing, ctx)
         }
@@ -160,7 +171,11 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             let t = metric_window::eval(*tracker, *aggregate, *op, *value, ctx);
             resolve_missing(t, *on_missing, ctx)
         }
-        CCond::TimeGate { tz, windows, on_missing } => {
+        CCond::TimeGate {
+            tz,
+            windows,
+            on_missing,
+        } => {
             let t = time_gate::eval(tz, windows, ctx);
             resolve_missing(t, *on_missing, ctx)
         }
@@ -180,7 +195,10 @@ pub(crate) fn has_signal(c: &CCond) -> bool {
 }
 
 /// Resolves a dot path (`a.b.0.c`) in a JSON value: own keys of objects, indexes of arrays.
-pub(crate) fn json_path<'v>(root: &'v serde_json::Value, path: &[String]) -> Option<&'v serde_json::Value> {
+pub(crate) fn json_path<'v>(
+    root: &'v serde_json::Value,
+    path: &[String],
+) -> Option<&'v serde_json::Value> {
     let mut cur = root;
     for seg in path {
         cur = match cur {

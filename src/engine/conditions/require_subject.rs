@@ -8,7 +8,9 @@ pub(crate) fn eval(t: &SubjectTest, ctx: &mut DecisionCtx<'_>) -> Tri {
         .iter()
         .any(|s| {
             s.subject_type == t.subject_type
-                && t.id_system.as_ref().is_none_or(|i| s.id_system.as_ref() == Some(i))
+                && t.id_system
+                    .as_ref()
+                    .is_none_or(|i| s.id_system.as_ref() == Some(i))
                 && t.role.as_ref().is_none_or(|r| s.role.as_ref() == Some(r))
         })
         .into()

@@ -15,6 +15,8 @@ fn matches(e: &CSeqEntry, h: &HistoryEntry) -> bool {
 pub(crate) fn eval(must: &[CSeqEntry], must_not: &[CSeqEntry], ctx: &mut DecisionCtx<'_>) -> Tri {
     let history = ctx.run.history.lock();
     let missing_required = must.iter().any(|e| !history.iter().any(|h| matches(e, h)));
-    let forbidden_seen = must_not.iter().any(|e| history.iter().any(|h| matches(e, h)));
+    let forbidden_seen = must_not
+        .iter()
+        .any(|e| history.iter().any(|h| matches(e, h)));
     (missing_required || forbidden_seen).into()
 }

@@ -19,7 +19,9 @@ pub(crate) async fn eval(
                 args.insert(name.clone(), v);
             }
             None => {
-                ctx.note_missing(format!("signal {key}: binding \"{name}\" resolved to nothing"));
+                ctx.note_missing(format!(
+                    "signal {key}: binding \"{name}\" resolved to nothing"
+                ));
                 return Tri::Unknown;
             }
         }
@@ -34,7 +36,9 @@ fn resolve(b: &CBinding, ctx: &DecisionCtx<'_>) -> Option<Value> {
     let user = ctx.run.context.enduser.as_ref();
     match b {
         CBinding::EnduserId => user.map(|u| Value::String(u.id.clone())),
-        CBinding::EnduserTag(t) => user.and_then(|u| u.tags.get(t)).map(|v| Value::String(v.clone())),
+        CBinding::EnduserTag(t) => user
+            .and_then(|u| u.tags.get(t))
+            .map(|v| Value::String(v.clone())),
         CBinding::ToolName => Some(Value::String(ctx.call.name.to_string())),
         CBinding::ToolTag(t) => Some(Value::Bool(ctx.call.tags_lc.contains(t))),
         CBinding::ToolArg(p) => json_path(ctx.call.args, p).cloned(),
@@ -45,7 +49,10 @@ fn resolve(b: &CBinding, ctx: &DecisionCtx<'_>) -> Option<Value> {
         } => ctx
             .subjects
             .iter()
-            .find(|s| &s.subject_type == subject_type && role.as_ref().is_none_or(|r| s.role.as_ref() == Some(r)))
+            .find(|s| {
+                &s.subject_type == subject_type
+                    && role.as_ref().is_none_or(|r| s.role.as_ref() == Some(r))
+            })
             .and_then(|s| match field {
                 SubjectField::Id => Some(Value::String(s.value.clone())),
                 SubjectField::IdSystem => s.id_system.clone().map(Value::String),
@@ -58,9 +65,13 @@ fn resolve(b: &CBinding, ctx: &DecisionCtx<'_>) -> Option<Value> {
 pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
+        }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -70,7 +81,9 @@ fn compare(actual: &Value, op: SignalOp, expected: &SignalValue) -> bool {
     // A string `value` is compared as a string when the result is a string; otherwise it is
     // read as JSON (the seed's older form).
     let exp = match (&expected.raw, actual) {
-        (Value::String(_), Value::String(_)) if !matches!(op, SignalOp::In | SignalOp::Nin) => &expected.raw,
+        (Value::String(_), Value::String(_)) if !matches!(op, SignalOp::In | SignalOp::Nin) => {
+            &expected.raw
+        }
         (Value::String(_), _) => expected.parsed.as_ref().unwrap_or(&expected.raw),
         _ => &expected.raw,
     };
@@ -78,15 +91,17 @@ fn compare(actual: &Value, op: SignalOp, expected: &SignalValue) -> bool {
     match op {
         SignalOp::Eq => json_eq(actual, exp),
         SignalOp::Neq => !json_eq(actual, exp),
-        SignalOp::Gt | SignalOp::Gte | SignalOp::Lt | SignalOp::Lte => match (num(actual), num(exp)) {
-            (Some(a), Some(e)) => match op {
-                SignalOp::Gt => a > e,
-                SignalOp::Gte => a >= e,
-                SignalOp::Lt => a < e,
-                _ => a <= e,
-            },
-            _ => false,
-        },
+        SignalOp::Gt | SignalOp::Gte | SignalOp::Lt | SignalOp::Lte => {
+            match (num(actual), num(exp)) {
+                (Some(a), Some(e)) => match op {
+                    SignalOp::Gt => a > e,
+                    SignalOp::Gte => a >= e,
+                    SignalOp::Lt => a < e,
+                    _ => a <= e,
+                },
+                _ => false,
+            }
+        }
         SignalOp::In | SignalOp::Nin => {
             let list = match exp {
                 Value::Array(a) => Some(a),
@@ -113,10 +128,22 @@ mod tests {
         assert!(compare(&json!(1), SignalOp::Eq, &sv(json!(1.0))));
         assert!(compare(&json!(true), SignalOp::Eq, &sv(json!("true"))));
         assert!(compare(&json!("true"), SignalOp::Eq, &sv(json!("true"))));
-        assert!(compare(&json!("EU"), SignalOp::In, &sv(json!("[\"EU\",\"UK\"]"))));
-        assert!(compare(&json!("US"), SignalOp::Nin, &sv(json!(["EU", "UK"]))));
+        assert!(compare(
+            &json!("EU"),
+            SignalOp::In,
+            &sv(json!("[\"EU\",\"UK\"]"))
+        ));
+        assert!(compare(
+            &json!("US"),
+            SignalOp::Nin,
+            &sv(json!(["EU", "UK"]))
+        ));
         assert!(!compare(&json!("5"), SignalOp::Gt, &sv(json!(1))));
         assert!(compare(&json!(5), SignalOp::Gte, &sv(json!("5"))));
-        assert!(compare(&json!({"a": [1, 2]}), SignalOp::Eq, &sv(json!({"a": [1.0, 2]}))));
+        assert!(compare(
+            &json!({"a": [1, 2]}),
+            SignalOp::Eq,
+            &sv(json!({"a": [1.0, 2]}))
+        ));
     }
 }

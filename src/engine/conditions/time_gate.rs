@@ -17,7 +17,11 @@ pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCt
                 .as_ref()
                 .and_then(|u| u.tags.get(tag))
                 .and_then(|v| v.parse::<Tz>().ok());
-            from_tag.or(if *fallback_org { ctx.org_timezone() } else { None })
+            from_tag.or(if *fallback_org {
+                ctx.org_timezone()
+            } else {
+                None
+            })
         }
     };
     let Some(tz) = tz else {
