@@ -18,10 +18,18 @@ fn close(a: f64, b: f64) {
     assert!((a - b).abs() < 1e-4, "{a} != {b}");
 }
 
-async fn similarity_score(cfg: Value, response: &str, truth: &str, scale: &str) -> EvaluationResult {
+async fn similarity_score(
+    cfg: Value,
+    response: &str,
+    truth: &str,
+    scale: &str,
+) -> EvaluationResult {
     let e = LexicalSimilarityEvaluator::new(serde_json::from_value(cfg).unwrap());
     let input = EvaluationInput::new(response).with_ground_truth(truth);
-    e.evaluate(&input, &[crit("S", scale)]).await.unwrap().remove(0)
+    e.evaluate(&input, &[crit("S", scale)])
+        .await
+        .unwrap()
+        .remove(0)
 }
 
 #[test]
@@ -35,7 +43,10 @@ fn similarity_functions() {
     // kitten → sitting: distance 3, max length 7.
     close(levenshtein_similarity("kitten", "sitting"), 1.0 - 3.0 / 7.0);
     close(levenshtein_similarity("", ""), 1.0);
-    close(similarity(SimilarityAlgorithm::JaroWinkler, "MARTHA", "MARHTA"), 0.961_111);
+    close(
+        similarity(SimilarityAlgorithm::JaroWinkler, "MARTHA", "MARHTA"),
+        0.961_111,
+    );
 }
 
 #[tokio::test]
@@ -43,10 +54,22 @@ async fn lexical_similarity_evaluator() {
     let r = similarity_score(json!({"criterionName": "S"}), "Night", "NACHT", "numeric").await;
     close(num(&r.score), 0.25);
     assert_eq!(r.metadata.unwrap()["algorithm"], json!("sorensen-dice"));
-    let r = similarity_score(json!({"criterionName": "S", "caseSensitive": true}), "Night", "NACHT", "numeric").await;
+    let r = similarity_score(
+        json!({"criterionName": "S", "caseSensitive": true}),
+        "Night",
+        "NACHT",
+        "numeric",
+    )
+    .await;
     close(num(&r.score), 0.0);
     // Whitespace normalization (default on) makes these equal.
-    let r = similarity_score(json!({"criterionName": "S", "algorithm": "levenshtein"}), "  a   b ", "a b", "numeric").await;
+    let r = similarity_score(
+        json!({"criterionName": "S", "algorithm": "levenshtein"}),
+        "  a   b ",
+        "a b",
+        "numeric",
+    )
+    .await;
     close(num(&r.score), 1.0);
     let r = similarity_score(
         json!({"criterionName": "S", "algorithm": "levenshtein", "normalizeWhitespace": false}),
@@ -56,10 +79,22 @@ async fn lexical_similarity_evaluator() {
     )
     .await;
     close(num(&r.score), 0.75);
-    let r = similarity_score(json!({"criterionName": "S", "algorithm": "jaro-winkler"}), "martha", "marhta", "numeric").await;
+    let r = similarity_score(
+        json!({"criterionName": "S", "algorithm": "jaro-winkler"}),
+        "martha",
+        "marhta",
+        "numeric",
+    )
+    .await;
     close(num(&r.score), 0.961_111);
     // Binary scale: threshold (default 0.8).
-    let r = similarity_score(json!({"criterionName": "S", "algorithm": "levenshtein"}), "kitten", "sitting", "binary").await;
+    let r = similarity_score(
+        json!({"criterionName": "S", "algorithm": "levenshtein"}),
+        "kitten",
+        "sitting",
+        "binary",
+    )
+    .await;
     assert_eq!(r.score, Score::Bool(false));
     let r = similarity_score(
         json!({"criterionName": "S", "algorithm": "levenshtein", "threshold": 0.5}),
@@ -75,15 +110,25 @@ async fn lexical_similarity_evaluator() {
             .unwrap(),
     );
     let input = EvaluationInput::new("").with_context(json!({"a": "night", "b": "nacht"}));
-    close(num(&e.evaluate(&input, &[crit("S", "numeric")]).await.unwrap()[0].score), 0.25);
+    close(
+        num(&e.evaluate(&input, &[crit("S", "numeric")]).await.unwrap()[0].score),
+        0.25,
+    );
     let input = EvaluationInput::new("").with_context(json!({"a": "night"}));
-    let r = e.evaluate(&input, &[crit("S", "numeric")]).await.unwrap().remove(0);
+    let r = e
+        .evaluate(&input, &[crit("S", "numeric")])
+        .await
+        .unwrap()
+        .remove(0);
     assert!(r.error.unwrap().contains("context.b"));
 }
 
 async fn coverage(cfg: Value, input: EvaluationInput) -> EvaluationResult {
     let e = KeywordCoverageEvaluator::new(serde_json::from_value(cfg).unwrap());
-    e.evaluate(&input, &[crit("K", "numeric")]).await.unwrap().remove(0)
+    e.evaluate(&input, &[crit("K", "numeric")])
+        .await
+        .unwrap()
+        .remove(0)
 }
 
 #[tokio::test]
@@ -127,7 +172,8 @@ async fn keyword_coverage() {
     close(num(&r.score), 2.0 / 3.0);
     let r = coverage(
         json!({"criterionName": "K", "keywordsSourceField": "context.kw"}),
-        EvaluationInput::new("refund issued").with_context(json!({"kw": ["refund", "issued", "date", "refund"]})),
+        EvaluationInput::new("refund issued")
+            .with_context(json!({"kw": ["refund", "issued", "date", "refund"]})),
     )
     .await;
     close(num(&r.score), 2.0 / 3.0);
@@ -180,7 +226,12 @@ async fn sentiment_evaluator_outputs() {
         let e = SentimentEvaluator::new(
             serde_json::from_value(json!({"criterionName": "T", "outputType": output})).unwrap(),
         );
-        async move { e.evaluate(&EvaluationInput::new(text), &[crit("T", "numeric")]).await.unwrap().remove(0) }
+        async move {
+            e.evaluate(&EvaluationInput::new(text), &[crit("T", "numeric")])
+                .await
+                .unwrap()
+                .remove(0)
+        }
     };
     close(num(&run("comparativeNormalized").await.score), 0.53);
     close(num(&run("rawScore").await.score), 3.0);
@@ -191,25 +242,54 @@ async fn sentiment_evaluator_outputs() {
     assert_eq!(meta["category"], json!("positive"));
     // Thresholds: comparative 0.3 is neutral with positiveThreshold 0.5.
     let e = SentimentEvaluator::new(
-        serde_json::from_value(json!({"criterionName": "T", "outputType": "category", "positiveThreshold": 0.5}))
-            .unwrap(),
+        serde_json::from_value(
+            json!({"criterionName": "T", "outputType": "category", "positiveThreshold": 0.5}),
+        )
+        .unwrap(),
     );
-    let r = e.evaluate(&EvaluationInput::new(text), &[crit("T", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(&EvaluationInput::new(text), &[crit("T", "numeric")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Text("neutral".into()));
-    let r = e.evaluate(&EvaluationInput::new("I am not happy"), &[crit("T", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(
+            &EvaluationInput::new("I am not happy"),
+            &[crit("T", "numeric")],
+        )
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Text("negative".into()));
 }
 
 #[tokio::test]
 async fn toxicity() {
     let e = ToxicityEvaluator::new(
-        serde_json::from_value(json!({"criterionName": "Safe", "toxicTerms": ["idiot", "shut up", "crap"]})).unwrap(),
+        serde_json::from_value(
+            json!({"criterionName": "Safe", "toxicTerms": ["idiot", "shut up", "crap"]}),
+        )
+        .unwrap(),
     );
-    let r = e.evaluate(&EvaluationInput::new("Shut up, you IDIOT."), &[crit("Safe", "binary")]).await.unwrap();
+    let r = e
+        .evaluate(
+            &EvaluationInput::new("Shut up, you IDIOT."),
+            &[crit("Safe", "binary")],
+        )
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(false));
-    assert_eq!(r[0].metadata.as_ref().unwrap()["foundTerms"], json!(["idiot", "shut up"]));
+    assert_eq!(
+        r[0].metadata.as_ref().unwrap()["foundTerms"],
+        json!(["idiot", "shut up"])
+    );
     // Whole-word by default: "scrap" is fine.
-    let r = e.evaluate(&EvaluationInput::new("Scrap the draft."), &[crit("Safe", "binary")]).await.unwrap();
+    let r = e
+        .evaluate(
+            &EvaluationInput::new("Scrap the draft."),
+            &[crit("Safe", "binary")],
+        )
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(true));
     assert_eq!(r[0].metadata.as_ref().unwrap()["foundTerms"], json!([]));
     // Substring mode and case sensitivity.
@@ -219,8 +299,14 @@ async fn toxicity() {
         )
         .unwrap(),
     );
-    let r = e.evaluate(&EvaluationInput::new("scrap"), &[crit("Safe", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(&EvaluationInput::new("scrap"), &[crit("Safe", "numeric")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Number(0.0));
-    let r = e.evaluate(&EvaluationInput::new("SCRAP"), &[crit("Safe", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(&EvaluationInput::new("SCRAP"), &[crit("Safe", "numeric")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Number(1.0));
 }

@@ -26,12 +26,21 @@ async fn chat(
 ) -> (StatusCode, Json<Value>) {
     if s.fail_next.load(Ordering::SeqCst) > 0 {
         s.fail_next.fetch_sub(1, Ordering::SeqCst);
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "busy"})));
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "busy"})),
+        );
     }
     s.auth.lock().push(
-        headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string),
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
     );
-    let prompt = body["messages"][1]["content"].as_str().unwrap_or("").to_string();
+    let prompt = body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     s.chat_requests.lock().push(body);
     let content = if prompt.contains("OFFSCALE") {
         r#"{"score": 9, "reasoning": "too high"}"#.to_string()
@@ -90,13 +99,16 @@ fn settings(base: &str, model: &str) -> ModelSettings {
 }
 
 fn crit(name: &str, scale: &str, description: &str) -> EvaluationCriteria {
-    serde_json::from_value(json!({"name": name, "scale": scale, "description": description})).unwrap()
+    serde_json::from_value(json!({"name": name, "scale": scale, "description": description}))
+        .unwrap()
 }
 
 #[tokio::test]
 async fn llm_judge_substitutes_template_and_parses_reply() {
     let (base, server) = start().await;
-    let client = OpenAiCompatibleClient::with_api_key(&settings(&base, "judge-1"), Some("sk-test".into())).unwrap();
+    let client =
+        OpenAiCompatibleClient::with_api_key(&settings(&base, "judge-1"), Some("sk-test".into()))
+            .unwrap();
     let judge = LlmJudgeEvaluator::new("Helpfulness", Arc::new(client)).with_template(
         "C={{criterion.name}} D={{ criterion.description }} S={{criterion.scale}} R={{response}} \
          G={{groundTruth}} T={{context.customer.tier}} M={{context.missing}}",
@@ -118,12 +130,16 @@ async fn llm_judge_substitutes_template_and_parses_reply() {
     assert_eq!(req["messages"][0]["role"], json!("system"));
     assert_eq!(
         req["messages"][1]["content"],
-        json!("C=Helpfulness D=Is it helpful? S=likert5 R=Your refund is on its way. G=Refund issued. T=gold M=")
+        json!(
+            "C=Helpfulness D=Is it helpful? S=likert5 R=Your refund is on its way. G=Refund issued. T=gold M="
+        )
     );
     assert_eq!(server.auth.lock()[0].as_deref(), Some("Bearer sk-test"));
 
     // Through the runner: likert 4 → 0.75.
-    let runner = EvaluationRunner::new().with_criteria(criteria.to_vec()).with_evaluator(Arc::new(judge));
+    let runner = EvaluationRunner::new()
+        .with_criteria(criteria.to_vec())
+        .with_evaluator(Arc::new(judge));
     let agg = runner.run(input).await.unwrap();
     assert_eq!(agg.overall_score, Some(0.75));
 }
@@ -133,25 +149,48 @@ async fn llm_judge_errors_and_retries() {
     let (base, server) = start().await;
     let mut s = settings(&base, "judge-1");
     s.retries = 2;
-    let judge = LlmJudgeEvaluator::new("Q", Arc::new(OpenAiCompatibleClient::from_settings(&s).unwrap()))
-        .with_template("{{response}}");
+    let judge = LlmJudgeEvaluator::new(
+        "Q",
+        Arc::new(OpenAiCompatibleClient::from_settings(&s).unwrap()),
+    )
+    .with_template("{{response}}");
     let criteria = [crit("Q", "likert5", "")];
     // Off-scale score → error result.
-    let r = judge.evaluate(&EvaluationInput::new("OFFSCALE"), &criteria).await.unwrap();
-    assert!(r[0].error.as_ref().unwrap().contains("not on the likert5 scale"));
+    let r = judge
+        .evaluate(&EvaluationInput::new("OFFSCALE"), &criteria)
+        .await
+        .unwrap();
+    assert!(
+        r[0].error
+            .as_ref()
+            .unwrap()
+            .contains("not on the likert5 scale")
+    );
     // Not JSON → error result.
-    let r = judge.evaluate(&EvaluationInput::new("GARBAGE"), &criteria).await.unwrap();
+    let r = judge
+        .evaluate(&EvaluationInput::new("GARBAGE"), &criteria)
+        .await
+        .unwrap();
     assert!(r[0].error.as_ref().unwrap().contains("not a JSON object"));
     // Two 503s, then success (2 retries allowed). No key env var → no Authorization header.
     server.fail_next.store(2, Ordering::SeqCst);
-    let r = judge.evaluate(&EvaluationInput::new("fine"), &criteria).await.unwrap();
+    let r = judge
+        .evaluate(&EvaluationInput::new("fine"), &criteria)
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Number(4.0));
     assert_eq!(server.auth.lock().last().cloned(), Some(None));
     // Three 503s exhaust the retries → error result naming the URL.
     server.fail_next.store(3, Ordering::SeqCst);
-    let r = judge.evaluate(&EvaluationInput::new("fine"), &criteria).await.unwrap();
+    let r = judge
+        .evaluate(&EvaluationInput::new("fine"), &criteria)
+        .await
+        .unwrap();
     let err = r[0].error.as_ref().unwrap();
-    assert!(err.contains("/v1/chat/completions") && err.contains("503") && err.contains("3 attempt"), "{err}");
+    assert!(
+        err.contains("/v1/chat/completions") && err.contains("503") && err.contains("3 attempt"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -166,15 +205,24 @@ async fn embedding_similarity_cosine_and_threshold() {
     let e = EmbeddingSimilarityEvaluator::new(cfg, Arc::new(client));
     let input = EvaluationInput::new("cat").with_ground_truth("kitten");
     // cos([1,0,0], [0.8,0.6,0]) = 0.8
-    let r = e.evaluate(&input, &[crit("Semantic", "numeric", "")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Semantic", "numeric", "")])
+        .await
+        .unwrap();
     match r[0].score {
         Score::Number(n) => assert!((n - 0.8).abs() < 1e-9),
         ref o => panic!("{o:?}"),
     }
-    let r = e.evaluate(&input, &[crit("Semantic", "binary", "")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Semantic", "binary", "")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(true)); // 0.8 ≥ 0.75
     let far = EvaluationInput::new("cat").with_ground_truth("dog");
-    let r = e.evaluate(&far, &[crit("Semantic", "binary", "")]).await.unwrap();
+    let r = e
+        .evaluate(&far, &[crit("Semantic", "binary", "")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(false)); // cos = 0
     assert!(cosine_similarity(&[0.0, 0.0], &[1.0, 0.0]).is_none());
 }

@@ -123,9 +123,14 @@ fn normalization_rules() {
 
 #[test]
 fn scale_serde() {
-    let s: Vec<EvaluationScale> =
-        serde_json::from_value(json!(["binary", "likert5", "numeric", "pass/fail", "stars"]))
-            .unwrap();
+    let s: Vec<EvaluationScale> = serde_json::from_value(json!([
+        "binary",
+        "likert5",
+        "numeric",
+        "pass/fail",
+        "stars"
+    ]))
+    .unwrap();
     assert_eq!(
         s,
         vec![
@@ -156,7 +161,11 @@ async fn weighted_overall_score_example() {
             ("Clarity", Score::Text("fail".into())),
         ])));
     let r = runner.run(EvaluationInput::new("x")).await.unwrap();
-    assert!(close(r.overall_score.unwrap(), 0.7125), "{:?}", r.overall_score);
+    assert!(
+        close(r.overall_score.unwrap(), 0.7125),
+        "{:?}",
+        r.overall_score
+    );
     let norm: Vec<Option<f64>> = r.results.iter().map(|x| x.normalized_score).collect();
     assert_eq!(norm, vec![Some(0.85), Some(1.0), Some(0.0)]);
     assert_eq!(
@@ -216,7 +225,10 @@ async fn left_out_results_and_edge_cases() {
         .with_evaluator(Arc::new(Fixed(vec![("C", Score::Text("meh".into()))])));
     let r = runner.run(EvaluationInput::new("x")).await.unwrap();
     assert_eq!(r.overall_score, None);
-    assert_eq!(serde_json::to_value(&r).unwrap()["overallScore"], json!(null));
+    assert_eq!(
+        serde_json::to_value(&r).unwrap()["overallScore"],
+        json!(null)
+    );
 
     // All weights 0 → 0.
     let zero = vec![c("A", EvaluationScale::Binary, Some(0.0))];
@@ -260,7 +272,8 @@ async fn input_criteria_override_config_criteria() {
             ("Q", Score::Bool(false)),
             ("R", Score::Bool(true)),
         ])));
-    let input = EvaluationInput::new("x").with_criteria(vec![c("R", EvaluationScale::Binary, None)]);
+    let input =
+        EvaluationInput::new("x").with_criteria(vec![c("R", EvaluationScale::Binary, None)]);
     let r = runner.run(input).await.unwrap();
     assert_eq!(r.overall_score, Some(1.0));
     assert_eq!(r.input_snapshot.criteria[0].name, "R");
@@ -269,7 +282,8 @@ async fn input_criteria_override_config_criteria() {
     assert_eq!(r.input_snapshot.criteria[0].name, "Q");
     assert_eq!(r.overall_score, Some(0.0));
     // Invalid input criteria are an error naming the entry.
-    let bad = EvaluationInput::new("x").with_criteria(vec![c("R", EvaluationScale::Binary, Some(-1.0))]);
+    let bad =
+        EvaluationInput::new("x").with_criteria(vec![c("R", EvaluationScale::Binary, Some(-1.0))]);
     let e = runner.run(bad).await.unwrap_err().to_string();
     assert!(e.contains("input.criteria[0].weight"), "{e}");
 }
@@ -285,14 +299,23 @@ async fn jsonl_storage_appends_and_storage_failure_is_recorded() {
         path.to_str().unwrap()
     ))
     .unwrap();
-    let r1 = run_evaluation(EvaluationInput::new("abc"), &config).await.unwrap();
-    let r2 = run_evaluation(EvaluationInput::new("abcdef"), &config).await.unwrap();
+    let r1 = run_evaluation(EvaluationInput::new("abc"), &config)
+        .await
+        .unwrap();
+    let r2 = run_evaluation(EvaluationInput::new("abcdef"), &config)
+        .await
+        .unwrap();
     assert_eq!(r1.overall_score, Some(1.0));
     assert_eq!(r2.overall_score, Some(0.0));
-    assert_eq!(r1.evaluation_config_snapshot.storage_provider_type, "jsonlFile");
+    assert_eq!(
+        r1.evaluation_config_snapshot.storage_provider_type,
+        "jsonlFile"
+    );
     let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<AggregatedEvaluationResult> =
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<AggregatedEvaluationResult> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[1].input_snapshot.response, json!("abcdef"));
 
@@ -303,7 +326,9 @@ async fn jsonl_storage_appends_and_storage_failure_is_recorded() {
         }),
         ..config
     };
-    let r = run_evaluation(EvaluationInput::new("abc"), &config).await.unwrap();
+    let r = run_evaluation(EvaluationInput::new("abc"), &config)
+        .await
+        .unwrap();
     assert_eq!(r.overall_score, Some(1.0));
     assert_eq!(r.run_errors.len(), 1);
     assert_eq!(r.run_errors[0].kind, RunErrorKind::Storage);
@@ -348,7 +373,10 @@ fn validation_names_the_bad_entry() {
             ]}
         ]
     }));
-    assert!(e.contains("evaluatorConfigs[1].rules[1].config.pattern"), "{e}");
+    assert!(
+        e.contains("evaluatorConfigs[1].rules[1].config.pattern"),
+        "{e}"
+    );
 
     let e = config_err(json!({
         "criteria": [{"name": "A", "scale": "binary"}],
@@ -376,7 +404,10 @@ fn validation_names_the_bad_entry() {
         "evaluatorConfigs": [{"type": "toolUsage", "rules": [
             {"criterionName": "A", "expectedToolName": "t", "argumentChecks": [{"path": "a", "op": "equals"}]}]}]
     }));
-    assert!(e.contains("evaluatorConfigs[0].rules[0].argumentChecks[0].value"), "{e}");
+    assert!(
+        e.contains("evaluatorConfigs[0].rules[0].argumentChecks[0].value"),
+        "{e}"
+    );
 
     let e = config_err(json!({
         "evaluatorConfigs": [{"type": "llmJudge", "criterionName": "A", "model": {"baseUrl": "ftp://x", "model": "m"}}]
@@ -419,10 +450,20 @@ fn config_tags_aliases_and_split_by_speed() {
     }))
     .unwrap();
     cfg.validate().unwrap();
-    let types: Vec<&str> = cfg.evaluator_configs.iter().map(|e| e.type_name()).collect();
+    let types: Vec<&str> = cfg
+        .evaluator_configs
+        .iter()
+        .map(|e| e.type_name())
+        .collect();
     assert_eq!(
         types,
-        vec!["ruleBased", "llmJudge", "sentiment", "embeddingSimilarity", "statistical"]
+        vec![
+            "ruleBased",
+            "llmJudge",
+            "sentiment",
+            "embeddingSimilarity",
+            "statistical"
+        ]
     );
     let (fast, slow) = cfg.split_by_speed();
     let fast = fast.unwrap();

@@ -37,7 +37,11 @@ async fn tool_usage_declarative_checks() {
     ]}))
     .unwrap();
     let e = ToolUsageEvaluator::new(cfg);
-    let criteria = [crit("Search", "binary"), crit("Email", "pass/fail"), crit("Refund", "binary")];
+    let criteria = [
+        crit("Search", "binary"),
+        crit("Email", "pass/fail"),
+        crit("Refund", "binary"),
+    ];
     let good = EvaluationInput::new("done").with_tool_calls(vec![call(
         "search",
         json!({"query": "rust evals", "limit": 5, "filters": {"lang": "en"}}),
@@ -46,13 +50,27 @@ async fn tool_usage_declarative_checks() {
     assert_eq!(r[0].score, Score::Bool(true), "{:?}", r[0].reasoning);
     assert_eq!(r[1].score, Score::Bool(true)); // optional, not called
     assert_eq!(r[2].score, Score::Bool(false)); // required, not called
-    assert!(r[2].reasoning.as_ref().unwrap().contains("required tool 'refund' was not called"));
-    assert_eq!(r[0].metadata.as_ref().unwrap()["source"], json!("toolCalls"));
+    assert!(
+        r[2].reasoning
+            .as_ref()
+            .unwrap()
+            .contains("required tool 'refund' was not called")
+    );
+    assert_eq!(
+        r[0].metadata.as_ref().unwrap()["source"],
+        json!("toolCalls")
+    );
 
     // Every call must pass: the second call breaks two checks.
     let bad = EvaluationInput::new("done").with_tool_calls(vec![
-        call("search", json!({"query": "ok", "limit": 1, "filters": {"lang": "de"}})),
-        call("search", json!({"query": "DROP TABLE", "limit": 50, "filters": {"lang": "en"}})),
+        call(
+            "search",
+            json!({"query": "ok", "limit": 1, "filters": {"lang": "de"}}),
+        ),
+        call(
+            "search",
+            json!({"query": "DROP TABLE", "limit": 50, "filters": {"lang": "en"}}),
+        ),
     ]);
     let r = e.evaluate(&bad, &criteria[..1]).await.unwrap();
     assert_eq!(r[0].score, Score::Bool(false));
@@ -60,14 +78,24 @@ async fn tool_usage_declarative_checks() {
     assert_eq!(meta["callCount"], json!(2));
     let failures = meta["failures"].as_array().unwrap();
     assert_eq!(failures.len(), 2);
-    assert!(failures[0].as_str().unwrap().starts_with("call 2 of 2: argument '$.query'"));
+    assert!(
+        failures[0]
+            .as_str()
+            .unwrap()
+            .starts_with("call 2 of 2: argument '$.query'")
+    );
 }
 
 #[test]
 fn argument_check_ops() {
     let args = json!({"a": 1, "s": "hello", "arr": [1, 2], "o": {"k": true}, "n": null});
     let chk = |path: &str, op: CheckOp, value: Option<Value>| {
-        ArgumentCheck { path: path.into(), op, value }.check(&args)
+        ArgumentCheck {
+            path: path.into(),
+            op,
+            value,
+        }
+        .check(&args)
     };
     assert!(chk("a", CheckOp::Equals, Some(json!(1.0))).is_ok());
     assert!(chk("a", CheckOp::NotEquals, Some(json!(2))).is_ok());
@@ -98,7 +126,10 @@ async fn tool_usage_closure_check() {
     let e = ToolUsageEvaluator::with_rules(vec![rule]);
     let ok = EvaluationInput::new("").with_tool_calls(vec![call("pay", json!({"amount": 20}))]);
     let bad = EvaluationInput::new("").with_tool_calls(vec![call("pay", json!({"amount": 500}))]);
-    assert_eq!(e.evaluate(&ok, &[crit("Pay", "binary")]).await.unwrap()[0].score, Score::Bool(true));
+    assert_eq!(
+        e.evaluate(&ok, &[crit("Pay", "binary")]).await.unwrap()[0].score,
+        Score::Bool(true)
+    );
     let r = e.evaluate(&bad, &[crit("Pay", "numeric")]).await.unwrap();
     assert_eq!(r[0].score, Score::Number(0.0));
     assert!(r[0].reasoning.as_ref().unwrap().contains("out of range"));
@@ -121,17 +152,30 @@ async fn tool_calls_from_message_history_and_context() {
     assert_eq!(calls[0].args, json!({"city": "Paris"}));
     assert_eq!(calls[1].args, json!({"tz": "Europe/Paris"}));
 
-    let e = ToolUsageEvaluator::with_rules(vec![
-        ToolUsageRule::new("Weather", "get_weather").check("city", CheckOp::Equals, Some(json!("Paris"))),
-    ]);
+    let e =
+        ToolUsageEvaluator::with_rules(vec![ToolUsageRule::new("Weather", "get_weather").check(
+            "city",
+            CheckOp::Equals,
+            Some(json!("Paris")),
+        )]);
     let mut input = EvaluationInput::new("18C");
     input.message_history = Some(history);
-    let r = e.evaluate(&input, &[crit("Weather", "binary")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Weather", "binary")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(true));
-    assert_eq!(r[0].metadata.as_ref().unwrap()["source"], json!("messageHistory"));
+    assert_eq!(
+        r[0].metadata.as_ref().unwrap()["source"],
+        json!("messageHistory")
+    );
 
-    let input = EvaluationInput::new("").with_context(json!({"toolCalls": [{"name": "get_weather", "args": {"city": "Rome"}}]}));
-    let r = e.evaluate(&input, &[crit("Weather", "binary")]).await.unwrap();
+    let input = EvaluationInput::new("")
+        .with_context(json!({"toolCalls": [{"name": "get_weather", "args": {"city": "Rome"}}]}));
+    let r = e
+        .evaluate(&input, &[crit("Weather", "binary")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(false));
     assert_eq!(r[0].metadata.as_ref().unwrap()["source"], json!("context"));
 
@@ -141,7 +185,10 @@ async fn tool_calls_from_message_history_and_context() {
         "rules": [{"criterionName": "Weather", "expectedToolName": "get_weather"}]}))
     .unwrap();
     let input = EvaluationInput::new("").with_context(json!({"calls": "nope"}));
-    let r = ToolUsageEvaluator::new(cfg).evaluate(&input, &[crit("Weather", "binary")]).await.unwrap();
+    let r = ToolUsageEvaluator::new(cfg)
+        .evaluate(&input, &[crit("Weather", "binary")])
+        .await
+        .unwrap();
     assert!(r[0].error.as_ref().unwrap().contains("context.calls"));
 }
 
@@ -172,8 +219,10 @@ async fn statistical_evaluator_over_samples() {
     .unwrap();
     let stat = StatisticalEvaluator::new(Arc::new(RuleBasedEvaluator::new(inner)), 0.5);
     let criteria = [crit("Short", "numeric")];
-    let inputs: Vec<EvaluationInput> =
-        ["short", "also short", "this one is far too long", "ok"].iter().map(|s| EvaluationInput::new(*s)).collect();
+    let inputs: Vec<EvaluationInput> = ["short", "also short", "this one is far too long", "ok"]
+        .iter()
+        .map(|s| EvaluationInput::new(*s))
+        .collect();
     let report = stat.evaluate_multiple(&inputs, &criteria).await;
     assert_eq!(report.runs, 4);
     let s = report.criteria["Short"].summary.as_ref().unwrap();
@@ -192,26 +241,39 @@ async fn statistical_evaluator_over_samples() {
                {"type": "ruleBased", "rules": [{"criterionName": "Short", "config": {"type": "max_length", "maxLength": 10}}]}}]}"#,
     )
     .unwrap();
-    let input = EvaluationInput::new("").with_context(json!({"samples": ["short", {"response": "also short"}, "this one is far too long", "ok"]}));
+    let input = EvaluationInput::new("").with_context(
+        json!({"samples": ["short", {"response": "also short"}, "this one is far too long", "ok"]}),
+    );
     let r = run_evaluation(input, &cfg).await.unwrap();
     close(r.overall_score.unwrap(), 0.75);
     assert_eq!(r.results[0].evaluator_type, "statistical");
-    assert_eq!(r.results[0].metadata.as_ref().unwrap()["summary"]["count"], json!(4));
+    assert_eq!(
+        r.results[0].metadata.as_ref().unwrap()["summary"]["count"],
+        json!(4)
+    );
     // Without samples the evaluator fails as a whole → runErrors.
-    let r = run_evaluation(EvaluationInput::new("x"), &cfg).await.unwrap();
+    let r = run_evaluation(EvaluationInput::new("x"), &cfg)
+        .await
+        .unwrap();
     assert_eq!(r.run_errors.len(), 1);
     assert!(r.run_errors[0].error.contains("context.samples"));
 }
 
 #[test]
 fn trace_dimensions() {
-    let reference = vec![call("search", json!({"q": "rust"})), call("fetch", json!({"url": "a"}))];
+    let reference = vec![
+        call("search", json!({"q": "rust"})),
+        call("fetch", json!({"url": "a"})),
+    ];
     let current = vec![
         call("search", json!({"q": "rust"})),
         call("summarize", json!({})),
         call("fetch", json!({"url": "b"})),
     ];
-    close(tool_sequence_similarity(&current, &reference), 1.0 - 1.0 / 3.0);
+    close(
+        tool_sequence_similarity(&current, &reference),
+        1.0 - 1.0 / 3.0,
+    );
     close(parameter_agreement(&current, &reference), 0.5);
     close(tool_sequence_similarity(&[], &[]), 1.0);
     close(parameter_agreement(&[], &reference), 0.0);
@@ -220,7 +282,10 @@ fn trace_dimensions() {
     close(cost_deviation_score(0.0, 0.0), 1.0);
     // Partial key agreement: {a:1,b:2} vs {a:1,c:3}: keys {a,b,c}, 1 equal → 1/3.
     close(
-        parameter_agreement(&[call("t", json!({"a": 1, "b": 2}))], &[call("t", json!({"a": 1, "c": 3}))]),
+        parameter_agreement(
+            &[call("t", json!({"a": 1, "b": 2}))],
+            &[call("t", json!({"a": 1, "c": 3}))],
+        ),
         1.0 / 3.0,
     );
 }
@@ -245,20 +310,29 @@ async fn trace_comparison_hand_computed() {
         call("fetch", json!({"url": "b"})),
     ]);
     input.metadata = Some(json!({"costUsd": 0.012}));
-    let r = e.evaluate(&input, &[crit("Trace", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Trace", "numeric")])
+        .await
+        .unwrap();
     match r[0].score {
         Score::Number(n) => close(n, 0.77),
         ref o => panic!("{o:?}"),
     }
     let meta = r[0].metadata.as_ref().unwrap();
     assert_eq!(meta["passed"], json!(true));
-    let r = e.evaluate(&input, &[crit("Trace", "pass/fail")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Trace", "pass/fail")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(true));
 
     // Without a cost the cost dimension is skipped and the weights renormalize:
     // (0.2 + 0.1 + 0.35) / 0.85 = 0.764705…
     input.metadata = None;
-    let r = e.evaluate(&input, &[crit("Trace", "numeric")]).await.unwrap();
+    let r = e
+        .evaluate(&input, &[crit("Trace", "numeric")])
+        .await
+        .unwrap();
     match r[0].score {
         Score::Number(n) => close(n, 0.65 / 0.85),
         ref o => panic!("{o:?}"),
@@ -273,7 +347,13 @@ async fn trace_comparison_hand_computed() {
     let input = EvaluationInput::new("x")
         .with_ground_truth(json!({"toolCalls": [{"name": "a"}, {"name": "b"}]}))
         .with_tool_calls(vec![call("a", json!({}))]);
-    let r = TraceComparisonEvaluator::new(cfg).evaluate(&input, &[crit("Trace", "binary")]).await.unwrap();
+    let r = TraceComparisonEvaluator::new(cfg)
+        .evaluate(&input, &[crit("Trace", "binary")])
+        .await
+        .unwrap();
     assert_eq!(r[0].score, Score::Bool(false)); // 0.5 < 0.9
-    close(r[0].metadata.as_ref().unwrap()["score"].as_f64().unwrap(), 0.5);
+    close(
+        r[0].metadata.as_ref().unwrap()["score"].as_f64().unwrap(),
+        0.5,
+    );
 }

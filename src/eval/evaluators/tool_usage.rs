@@ -187,7 +187,10 @@ impl ArgumentCheck {
 /// A Rust closure checking a call's arguments (library users; not loadable from JSON).
 /// Returns `Err(reason)` when the arguments are not acceptable.
 #[derive(Clone)]
-pub struct ArgumentCheckFn(pub Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>);
+pub struct ArgumentCheckFn(pub Arc<ArgumentPredicate>);
+
+/// The closure type of [`ArgumentCheckFn`]: arguments in, `Err(reason)` when unacceptable.
+pub type ArgumentPredicate = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
 
 impl ArgumentCheckFn {
     /// Wraps a closure.
@@ -392,7 +395,7 @@ impl ToolUsageEvaluator {
         })
     }
 
-    fn from_context(&self, input: &EvaluationInput) -> Result<Vec<ToolCallRecord>, String> {
+    fn calls_from_context(&self, input: &EvaluationInput) -> Result<Vec<ToolCallRecord>, String> {
         let path = format!("context.{}", self.config.context_path);
         match input.field_value(&path) {
             Ok(Value::Array(a)) => Ok(a
@@ -420,7 +423,7 @@ impl ToolUsageEvaluator {
                 tool_calls_from_messages(input.message_history.as_deref().unwrap_or_default()),
                 "messageHistory",
             )),
-            ToolDataSource::Context => Ok((self.from_context(input)?, "context")),
+            ToolDataSource::Context => Ok((self.calls_from_context(input)?, "context")),
             ToolDataSource::Auto => {
                 if let Some(t) = &input.tool_calls {
                     Ok((t.clone(), "toolCalls"))
@@ -432,7 +435,7 @@ impl ToolUsageEvaluator {
                     .and_then(|c| walk(c, &self.config.context_path.split('.').collect::<Vec<_>>()))
                     .is_some()
                 {
-                    Ok((self.from_context(input)?, "context"))
+                    Ok((self.calls_from_context(input)?, "context"))
                 } else {
                     Ok((Vec::new(), "none"))
                 }
