@@ -225,7 +225,7 @@ fn parse_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Lines<T>, 
     for (n, line) in read_lines(path)? {
         match serde_json::from_str::<T>(&line) {
             Ok(v) => ok.push((n, v)),
-            Err(e) => bad.push((n, e.to_string())),
+            Err(e) => bad.push((n, format!("invalid JSON line: {e}"))),
         }
     }
     Ok((ok, bad))

@@ -220,7 +220,7 @@ pub struct KeywordCoverageConfig {
     /// Default false.
     #[serde(default)]
     pub case_sensitive: bool,
-    /// Match whole words only (default false); see [`contains_term`].
+    /// Match whole words only (default false); a keyword counts only when the characters around it are not letters, digits or `_`.
     #[serde(default)]
     pub match_whole_word: bool,
     /// Normalize whitespace in text and keywords first (default true).
