@@ -1,0 +1,835 @@
+//! The rule-based evaluator: fast, deterministic checks (seeds 000, 001 and 002).
+
+use async_trait::async_trait;
+use regex::{Regex, RegexBuilder};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::text::fold;
+use crate::eval::error::EvalError;
+use crate::eval::fields::check_path;
+use crate::eval::normalize::score_on_scale;
+use crate::eval::types::{
+    EvaluationCriteria, EvaluationInput, EvaluationResult, EvaluationScale, Evaluator, Score,
+};
+
+/// Configuration of the rule-based evaluator: `{"type": "ruleBased", "rules": [...]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleBasedConfig {
+    /// The rules, each linked to a criterion by name.
+    pub rules: Vec<EvaluationRule>,
+}
+
+/// What happens when a rule is violated (seed 001). The only action is `mark_bad`: the
+/// criterion's result is marked bad (`false`), and `metadata.markedBad` is `true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum RuleAction {
+    /// Mark the output as bad.
+    #[default]
+    #[serde(rename = "mark_bad")]
+    MarkBad,
+}
+
+/// One rule: `{"criterionName": "...", "config": {"type": "length", ...}, "weight": 2, "id": "..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EvaluationRule {
+    /// The criterion this rule evaluates.
+    pub criterion_name: String,
+    /// Optional rule id (reported in metadata and by `toolgate eval stats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Weight of the rule within its criterion (seed 002); default 1, must be ≥ 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    /// Action on violation (seed 001); default `mark_bad`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<RuleAction>,
+    /// The check.
+    pub config: RuleConfig,
+}
+
+/// A rule's check plus the options every check has.
+///
+/// In JSON these are one object: `{"type": "regex", "pattern": "^\\d+$", "sourceField": "response"}`.
+/// `sourceField` (alias `target`, where `output` means `response`) picks the text to check;
+/// default `response`. `action` may also be written here.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleConfig {
+    /// The check itself.
+    #[serde(flatten)]
+    pub check: RuleCheck,
+    /// Field path of the checked text (see [`crate::eval::fields`]); default `response`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_field: Option<String>,
+    /// Action on violation; default `mark_bad`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<RuleAction>,
+}
+
+impl RuleConfig {
+    /// A check on the response.
+    pub fn new(check: RuleCheck) -> Self {
+        RuleConfig {
+            check,
+            source_field: None,
+            action: None,
+        }
+    }
+
+    /// Sets the source field.
+    pub fn on(mut self, source_field: impl Into<String>) -> Self {
+        self.source_field = Some(source_field.into());
+        self
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut m = Map::deserialize(d)?;
+        let field = |v: Value, name: &str| -> Result<String, D::Error> {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| D::Error::custom(format!("`{name}` must be a string")))
+        };
+        let source_field = match (m.remove("sourceField"), m.remove("target")) {
+            (Some(_), Some(_)) => {
+                return Err(D::Error::custom(
+                    "give either `sourceField` or `target`, not both",
+                ));
+            }
+            (Some(v), None) => Some(field(v, "sourceField")?),
+            (None, Some(v)) => Some(field(v, "target")?),
+            (None, None) => None,
+        }
+        .map(|s| if s == "output" { "response".into() } else { s });
+        let action = m
+            .remove("action")
+            .map(|v| serde_json::from_value::<RuleAction>(v).map_err(D::Error::custom))
+            .transpose()?;
+        let check =
+            serde_json::from_value::<RuleCheck>(Value::Object(m)).map_err(D::Error::custom)?;
+        Ok(RuleConfig {
+            check,
+            source_field,
+            action,
+        })
+    }
+}
+
+/// `expectedOutcome` of a `regex` rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchOutcome {
+    /// The pattern must match (default).
+    #[default]
+    Match,
+    /// The pattern must not match.
+    NoMatch,
+}
+
+/// `expectedOutcome` of an `includes` rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncludesOutcome {
+    /// At least one keyword is present (default).
+    #[default]
+    Any,
+    /// Every keyword is present.
+    All,
+    /// No keyword is present.
+    None,
+}
+
+/// Tokenizer used by `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenEncoding {
+    /// OpenAI `cl100k_base` BPE (GPT-3.5/4); default.
+    #[default]
+    Cl100kBase,
+    /// OpenAI `o200k_base` BPE (GPT-4o).
+    O200kBase,
+    /// The estimate `ceil(chars / 4)`. Also used for the BPE encodings when toolgate is built
+    /// without the `tokenizer` feature.
+    Estimate,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The checks a rule can perform, tagged by `type`. Lengths are counted in Unicode characters
+/// (`chars`), bounds are inclusive. Case-insensitive comparisons lower-case both sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RuleCheck {
+    /// Seed 000: `min ≤ chars ≤ max` (either bound optional).
+    #[serde(rename_all = "camelCase")]
+    Length {
+        /// Minimum length (inclusive).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min: Option<usize>,
+        /// Maximum length (inclusive).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<usize>,
+    },
+    /// Seed 000: the pattern matches (or, with `expectedOutcome: "no_match"`, does not match).
+    /// Flags: `i` case-insensitive, `m` multi-line (`^`/`$` at line ends), `s` dot matches
+    /// newline; `g` and `u` are accepted and ignored. An invalid pattern or flag gives a result
+    /// with `error`.
+    #[serde(rename_all = "camelCase")]
+    Regex {
+        /// The pattern (Rust `regex` syntax).
+        pattern: String,
+        /// Flags, e.g. `"is"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flags: Option<String>,
+        /// `match` (default) or `no_match`.
+        #[serde(default)]
+        expected_outcome: MatchOutcome,
+    },
+    /// Seed 000: keyword presence (`any`, `all` or `none` of the keywords), literal substrings.
+    #[serde(rename_all = "camelCase")]
+    Includes {
+        /// Keywords (literal text).
+        keywords: Vec<String>,
+        /// Default false.
+        #[serde(default)]
+        case_sensitive: bool,
+        /// `any` (default), `all` or `none`.
+        #[serde(default)]
+        expected_outcome: IncludesOutcome,
+    },
+    /// Seed 000: the text parses as JSON.
+    JsonParse {},
+    /// Seed 001: at most `maxTokens` tokens (real BPE tokenizer, `cl100k_base` by default).
+    #[serde(rename_all = "camelCase")]
+    MaxTokens {
+        /// Maximum number of tokens (inclusive).
+        #[serde(alias = "max_tokens")]
+        max_tokens: usize,
+        /// Tokenizer; default `cl100k_base`.
+        #[serde(default)]
+        encoding: TokenEncoding,
+    },
+    /// Seed 001: at most `maxChars` characters.
+    #[serde(rename_all = "camelCase")]
+    MaxChars {
+        /// Maximum number of characters (inclusive).
+        #[serde(alias = "max_chars")]
+        max_chars: usize,
+    },
+    /// Seed 001: not empty after trimming whitespace.
+    NonEmpty {},
+    /// Seed 001: the text is one of `allowedValues` (after trimming, when `trim`, default true).
+    #[serde(rename_all = "camelCase")]
+    AllowedValues {
+        /// The allowed values.
+        #[serde(alias = "allowed_values")]
+        allowed_values: Vec<String>,
+        /// Trim the text first (default true).
+        #[serde(default = "default_true")]
+        trim: bool,
+        /// Compare case-insensitively (default false).
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seeds 001/002: at least one keyword is present (literal substrings).
+    #[serde(rename_all = "camelCase")]
+    ContainsAny {
+        /// Keywords (alias `substrings`).
+        #[serde(alias = "substrings")]
+        keywords: Vec<String>,
+        /// Default false.
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seed 001: the pattern matches somewhere in the text (`ignoreCase` default false).
+    #[serde(rename_all = "camelCase")]
+    RegexMatch {
+        /// The pattern.
+        pattern: String,
+        /// Default false.
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seed 001: the text starts with `prefix`.
+    #[serde(rename_all = "camelCase")]
+    StartsWith {
+        /// The required prefix.
+        prefix: String,
+        /// Default false.
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seed 001: the text ends with `suffix`.
+    #[serde(rename_all = "camelCase")]
+    EndsWith {
+        /// The required suffix.
+        suffix: String,
+        /// Default false.
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seed 002: none of the substrings is present.
+    #[serde(rename_all = "camelCase")]
+    NotContains {
+        /// Forbidden substrings (alias `keywords`).
+        #[serde(alias = "keywords")]
+        substrings: Vec<String>,
+        /// Default false.
+        #[serde(default, alias = "ignore_case")]
+        ignore_case: bool,
+    },
+    /// Seed 002: at most `maxLength` characters.
+    #[serde(rename_all = "camelCase")]
+    MaxLength {
+        /// Maximum number of characters (inclusive).
+        #[serde(alias = "max_length")]
+        max_length: usize,
+    },
+    /// Seed 002: the text is valid JSON (same check as `json_parse`).
+    JsonValid {},
+}
+
+impl RuleCheck {
+    /// The rule type as written in JSON (`length`, `max_tokens`, …).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            RuleCheck::Length { .. } => "length",
+            RuleCheck::Regex { .. } => "regex",
+            RuleCheck::Includes { .. } => "includes",
+            RuleCheck::JsonParse {} => "json_parse",
+            RuleCheck::MaxTokens { .. } => "max_tokens",
+            RuleCheck::MaxChars { .. } => "max_chars",
+            RuleCheck::NonEmpty {} => "non_empty",
+            RuleCheck::AllowedValues { .. } => "allowed_values",
+            RuleCheck::ContainsAny { .. } => "contains_any",
+            RuleCheck::RegexMatch { .. } => "regex_match",
+            RuleCheck::StartsWith { .. } => "starts_with",
+            RuleCheck::EndsWith { .. } => "ends_with",
+            RuleCheck::NotContains { .. } => "not_contains",
+            RuleCheck::MaxLength { .. } => "max_length",
+            RuleCheck::JsonValid {} => "json_valid",
+        }
+    }
+}
+
+fn build_regex(pattern: &str, flags: &str) -> Result<Regex, String> {
+    let mut b = RegexBuilder::new(pattern);
+    for f in flags.chars() {
+        match f {
+            'i' => {
+                b.case_insensitive(true);
+            }
+            'm' => {
+                b.multi_line(true);
+            }
+            's' => {
+                b.dot_matches_new_line(true);
+            }
+            'g' | 'u' => {}
+            other => return Err(format!("unsupported regex flag '{other}' (use i, m, s)")),
+        }
+    }
+    b.build()
+        .map_err(|e| format!("invalid regex pattern /{pattern}/: {e}"))
+}
+
+/// Counts tokens of `text` with `encoding`; returns the count and the tokenizer actually used.
+pub fn count_tokens(text: &str, encoding: TokenEncoding) -> (usize, &'static str) {
+    let estimate = || text.chars().count().div_ceil(4);
+    match encoding {
+        TokenEncoding::Estimate => (estimate(), "estimate"),
+        #[cfg(feature = "tokenizer")]
+        TokenEncoding::Cl100kBase | TokenEncoding::O200kBase => {
+            use std::sync::OnceLock;
+            use tiktoken_rs::CoreBPE;
+            static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+            static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+            let (bpe, name) = if encoding == TokenEncoding::Cl100kBase {
+                (
+                    CL100K.get_or_init(|| tiktoken_rs::cl100k_base().ok()),
+                    "cl100k_base",
+                )
+            } else {
+                (
+                    O200K.get_or_init(|| tiktoken_rs::o200k_base().ok()),
+                    "o200k_base",
+                )
+            };
+            match bpe {
+                Some(bpe) => (bpe.encode_ordinary(text).len(), name),
+                None => (estimate(), "estimate"),
+            }
+        }
+        #[cfg(not(feature = "tokenizer"))]
+        TokenEncoding::Cl100kBase | TokenEncoding::O200kBase => (estimate(), "estimate"),
+    }
+}
+
+/// Validates a rule (used by config validation); `path` locates it in error messages.
+pub(crate) fn validate_rule(rule: &EvaluationRule, path: &str) -> Result<(), EvalError> {
+    if rule.criterion_name.trim().is_empty() {
+        return Err(EvalError::config(
+            format!("{path}.criterionName"),
+            "must not be empty",
+        ));
+    }
+    if let Some(w) = rule.weight
+        && (!w.is_finite() || w < 0.0)
+    {
+        return Err(EvalError::config(
+            format!("{path}.weight"),
+            format!("must be a finite number ≥ 0, got {w}"),
+        ));
+    }
+    if let Some(sf) = &rule.config.source_field {
+        check_path(sf).map_err(|m| EvalError::config(format!("{path}.config.sourceField"), m))?;
+    }
+    let cfg = format!("{path}.config");
+    match &rule.config.check {
+        RuleCheck::Length {
+            min: Some(min),
+            max: Some(max),
+        } if min > max => Err(EvalError::config(
+            cfg,
+            format!("min ({min}) is greater than max ({max})"),
+        )),
+        RuleCheck::Regex { pattern, flags, .. } => {
+            build_regex(pattern, flags.as_deref().unwrap_or(""))
+                .map(|_| ())
+                .map_err(|m| EvalError::config(format!("{cfg}.pattern"), m))
+        }
+        RuleCheck::RegexMatch {
+            pattern,
+            ignore_case,
+        } => build_regex(pattern, if *ignore_case { "i" } else { "" })
+            .map(|_| ())
+            .map_err(|m| EvalError::config(format!("{cfg}.pattern"), m)),
+        RuleCheck::Includes { keywords, .. } | RuleCheck::ContainsAny { keywords, .. }
+            if keywords.is_empty() =>
+        {
+            Err(EvalError::config(
+                format!("{cfg}.keywords"),
+                "must not be empty",
+            ))
+        }
+        RuleCheck::AllowedValues { allowed_values, .. } if allowed_values.is_empty() => Err(
+            EvalError::config(format!("{cfg}.allowedValues"), "must not be empty"),
+        ),
+        _ => Ok(()),
+    }
+}
+
+struct Compiled {
+    rule: EvaluationRule,
+    regex: Option<Result<Regex, String>>,
+}
+
+/// Evaluates rules; see [`RuleCheck`] for the checks.
+///
+/// For each criterion in `criteria` that has rules, one result is produced:
+/// * every rule is checked against its source field; a missing or non-string field fails the
+///   rule (the reasoning names the field);
+/// * if any rule has a configuration problem (e.g. an invalid regex), the result has `error`
+///   set and lists the problems;
+/// * otherwise, with `passed` = all rules passed and `weighted` = Σ weight of passed rules /
+///   Σ weight (weights default to 1; 0 when all weights are 0):
+///   * binary, pass/fail and custom scales: score = `passed` (a violated rule marks the
+///     output bad, seed 001);
+///   * numeric: score = `weighted` (the weighted rule score of seed 002);
+///   * likert5: score = 1 + 4·`weighted`.
+/// * `metadata`: `rules` (per rule: `id`, `type`, `weight`, `passed`, `reasoning`),
+///   `passedCount`, `ruleCount`, `weightedScore`, `markedBad`.
+pub struct RuleBasedEvaluator {
+    rules: Vec<Compiled>,
+}
+
+impl std::fmt::Debug for RuleBasedEvaluator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleBasedEvaluator")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+/// Outcome of one rule.
+struct Outcome {
+    passed: bool,
+    reasoning: String,
+    error: Option<String>,
+    details: Map<String, Value>,
+}
+
+impl Outcome {
+    fn pass(passed: bool, reasoning: String) -> Self {
+        Outcome {
+            passed,
+            reasoning,
+            error: None,
+            details: Map::new(),
+        }
+    }
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+fn keywords_found<'a>(text: &str, keywords: &'a [String], case_sensitive: bool) -> Vec<&'a str> {
+    let hay = fold(text, case_sensitive);
+    keywords
+        .iter()
+        .filter(|k| !k.is_empty() && hay.contains(&fold(k, case_sensitive)))
+        .map(String::as_str)
+        .collect()
+}
+
+impl RuleBasedEvaluator {
+    /// Builds the evaluator. Never fails: an invalid regex surfaces as an `error` result.
+    pub fn new(config: RuleBasedConfig) -> Self {
+        let rules = config
+            .rules
+            .into_iter()
+            .map(|rule| {
+                let regex = match &rule.config.check {
+                    RuleCheck::Regex { pattern, flags, .. } => {
+                        Some(build_regex(pattern, flags.as_deref().unwrap_or("")))
+                    }
+                    RuleCheck::RegexMatch {
+                        pattern,
+                        ignore_case,
+                    } => Some(build_regex(pattern, if *ignore_case { "i" } else { "" })),
+                    _ => None,
+                };
+                Compiled { rule, regex }
+            })
+            .collect();
+        RuleBasedEvaluator { rules }
+    }
+
+    fn check(&self, c: &Compiled, input: &EvaluationInput) -> Outcome {
+        let field = c.rule.config.source_field.as_deref().unwrap_or("response");
+        let text = match input.field_text(field) {
+            Ok(t) => t,
+            Err(msg) => return Outcome::pass(false, format!("sourceField: {msg}")),
+        };
+        match &c.rule.config.check {
+            RuleCheck::Length { min, max } => {
+                let n = chars(&text);
+                let too_short = min.is_some_and(|m| n < m);
+                let too_long = max.is_some_and(|m| n > m);
+                let bounds = format!(
+                    "[{}, {}]",
+                    min.map_or("-".into(), |m| m.to_string()),
+                    max.map_or("-".into(), |m| m.to_string())
+                );
+                let mut o = Outcome::pass(
+                    !too_short && !too_long,
+                    if too_short {
+                        format!("length {n} is below the minimum {bounds}")
+                    } else if too_long {
+                        format!("length {n} is above the maximum {bounds}")
+                    } else {
+                        format!("length {n} is within {bounds}")
+                    },
+                );
+                o.details.insert("length".into(), json!(n));
+                o
+            }
+            RuleCheck::Regex {
+                pattern,
+                expected_outcome,
+                ..
+            } => match &c.regex {
+                Some(Ok(re)) => {
+                    let matched = re.is_match(&text);
+                    let want = *expected_outcome == MatchOutcome::Match;
+                    Outcome::pass(
+                        matched == want,
+                        format!(
+                            "pattern /{pattern}/ {} (expected {})",
+                            if matched { "matched" } else { "did not match" },
+                            if want { "match" } else { "no match" }
+                        ),
+                    )
+                }
+                Some(Err(e)) => regex_error(e),
+                None => regex_error("regex not compiled"),
+            },
+            RuleCheck::RegexMatch { pattern, .. } => match &c.regex {
+                Some(Ok(re)) => {
+                    let matched = re.is_match(&text);
+                    Outcome::pass(
+                        matched,
+                        format!(
+                            "pattern /{pattern}/ {}",
+                            if matched { "matched" } else { "did not match" }
+                        ),
+                    )
+                }
+                Some(Err(e)) => regex_error(e),
+                None => regex_error("regex not compiled"),
+            },
+            RuleCheck::Includes {
+                keywords,
+                case_sensitive,
+                expected_outcome,
+            } => {
+                let found = keywords_found(&text, keywords, *case_sensitive);
+                let passed = match expected_outcome {
+                    IncludesOutcome::Any => !found.is_empty(),
+                    IncludesOutcome::All => found.len() == keywords.len(),
+                    IncludesOutcome::None => found.is_empty(),
+                };
+                let mut o = Outcome::pass(
+                    passed,
+                    format!(
+                        "{} of {} keywords found {:?} (expected {})",
+                        found.len(),
+                        keywords.len(),
+                        found,
+                        match expected_outcome {
+                            IncludesOutcome::Any => "any",
+                            IncludesOutcome::All => "all",
+                            IncludesOutcome::None => "none",
+                        }
+                    ),
+                );
+                o.details.insert("found".into(), json!(found));
+                o
+            }
+            RuleCheck::JsonParse {} | RuleCheck::JsonValid {} => {
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(_) => Outcome::pass(true, "text is valid JSON".into()),
+                    Err(e) => Outcome::pass(false, format!("text is not valid JSON: {e}")),
+                }
+            }
+            RuleCheck::MaxTokens {
+                max_tokens,
+                encoding,
+            } => {
+                let (n, tokenizer) = count_tokens(&text, *encoding);
+                let mut o = Outcome::pass(
+                    n <= *max_tokens,
+                    format!("{n} tokens ({tokenizer}), max {max_tokens}"),
+                );
+                o.details.insert("tokens".into(), json!(n));
+                o.details.insert("tokenizer".into(), json!(tokenizer));
+                o
+            }
+            RuleCheck::MaxChars { max_chars: max } | RuleCheck::MaxLength { max_length: max } => {
+                let n = chars(&text);
+                let mut o = Outcome::pass(n <= *max, format!("{n} characters, max {max}"));
+                o.details.insert("length".into(), json!(n));
+                o
+            }
+            RuleCheck::NonEmpty {} => {
+                let empty = text.trim().is_empty();
+                Outcome::pass(
+                    !empty,
+                    if empty {
+                        "text is empty after trimming".into()
+                    } else {
+                        "text is not empty".into()
+                    },
+                )
+            }
+            RuleCheck::AllowedValues {
+                allowed_values,
+                trim,
+                ignore_case,
+            } => {
+                let v = if *trim { text.trim() } else { text.as_str() };
+                let v = fold(v, !ignore_case);
+                let ok = allowed_values.iter().any(|a| fold(a, !ignore_case) == v);
+                Outcome::pass(
+                    ok,
+                    format!(
+                        "value {v:?} is {}one of {allowed_values:?}",
+                        if ok { "" } else { "not " }
+                    ),
+                )
+            }
+            RuleCheck::ContainsAny {
+                keywords,
+                ignore_case,
+            } => {
+                let found = keywords_found(&text, keywords, !ignore_case);
+                let mut o = Outcome::pass(
+                    !found.is_empty(),
+                    if found.is_empty() {
+                        format!("none of {keywords:?} found")
+                    } else {
+                        format!("found {found:?}")
+                    },
+                );
+                o.details.insert("found".into(), json!(found));
+                o
+            }
+            RuleCheck::NotContains {
+                substrings,
+                ignore_case,
+            } => {
+                let found = keywords_found(&text, substrings, !ignore_case);
+                let mut o = Outcome::pass(
+                    found.is_empty(),
+                    if found.is_empty() {
+                        format!("none of {substrings:?} found")
+                    } else {
+                        format!("forbidden text found: {found:?}")
+                    },
+                );
+                o.details.insert("found".into(), json!(found));
+                o
+            }
+            RuleCheck::StartsWith {
+                prefix,
+                ignore_case,
+            } => {
+                let ok = fold(&text, !ignore_case).starts_with(&fold(prefix, !ignore_case));
+                Outcome::pass(
+                    ok,
+                    format!(
+                        "text {} with {prefix:?}",
+                        if ok { "starts" } else { "does not start" }
+                    ),
+                )
+            }
+            RuleCheck::EndsWith {
+                suffix,
+                ignore_case,
+            } => {
+                let ok = fold(&text, !ignore_case).ends_with(&fold(suffix, !ignore_case));
+                Outcome::pass(
+                    ok,
+                    format!(
+                        "text {} with {suffix:?}",
+                        if ok { "ends" } else { "does not end" }
+                    ),
+                )
+            }
+        }
+    }
+}
+
+fn regex_error(e: &str) -> Outcome {
+    Outcome {
+        passed: false,
+        reasoning: e.to_string(),
+        error: Some(e.to_string()),
+        details: Map::new(),
+    }
+}
+
+/// Evaluator type of [`RuleBasedEvaluator`].
+pub const RULE_BASED: &str = "ruleBased";
+
+#[async_trait]
+impl Evaluator for RuleBasedEvaluator {
+    fn evaluator_type(&self) -> &str {
+        RULE_BASED
+    }
+
+    async fn evaluate(
+        &self,
+        input: &EvaluationInput,
+        criteria: &[EvaluationCriteria],
+    ) -> Result<Vec<EvaluationResult>, EvalError> {
+        let mut out = Vec::new();
+        for criterion in criteria {
+            let rules: Vec<(usize, &Compiled)> = self
+                .rules
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.rule.criterion_name == criterion.name)
+                .collect();
+            if rules.is_empty() {
+                continue;
+            }
+            let mut entries = Vec::new();
+            let mut errors = Vec::new();
+            let mut failures = Vec::new();
+            let (mut w_sum, mut w_pass, mut passed_count) = (0.0, 0.0, 0usize);
+            for (i, c) in &rules {
+                let o = self.check(c, input);
+                let w = c.rule.weight.unwrap_or(1.0);
+                let ty = c.rule.config.check.type_name();
+                let label = match &c.rule.id {
+                    Some(id) => format!("rule '{id}' ({ty})"),
+                    None => format!("rule #{i} ({ty})"),
+                };
+                w_sum += w;
+                if o.passed {
+                    w_pass += w;
+                    passed_count += 1;
+                } else {
+                    failures.push(format!("{label} failed: {}", o.reasoning));
+                }
+                if let Some(e) = &o.error {
+                    errors.push(format!("{label}: {e}"));
+                }
+                let mut entry = Map::new();
+                entry.insert(
+                    "id".into(),
+                    c.rule.id.clone().map_or(Value::Null, Value::String),
+                );
+                entry.insert("type".into(), json!(ty));
+                entry.insert("weight".into(), json!(w));
+                entry.insert("passed".into(), json!(o.passed));
+                entry.insert("reasoning".into(), json!(o.reasoning));
+                entry.insert(
+                    "action".into(),
+                    json!(c.rule.action.or(c.rule.config.action).unwrap_or_default()),
+                );
+                if !o.details.is_empty() {
+                    entry.insert("details".into(), Value::Object(o.details));
+                }
+                entries.push(Value::Object(entry));
+            }
+            let all_passed = passed_count == rules.len();
+            let weighted = if w_sum > 0.0 { w_pass / w_sum } else { 0.0 };
+            let mut meta = Map::new();
+            meta.insert("rules".into(), Value::Array(entries));
+            meta.insert("passedCount".into(), json!(passed_count));
+            meta.insert("ruleCount".into(), json!(rules.len()));
+            meta.insert("weightedScore".into(), json!(weighted));
+            meta.insert("markedBad".into(), json!(!all_passed));
+            let score = match criterion.scale {
+                EvaluationScale::Numeric | EvaluationScale::Likert5 => {
+                    score_on_scale(weighted, &criterion.scale, 0.5)
+                }
+                _ => Score::Bool(all_passed),
+            };
+            let reasoning = if rules.len() == 1 {
+                let ty = rules[0].1.rule.config.check.type_name();
+                let r = meta["rules"][0]["reasoning"].as_str().unwrap_or("");
+                format!(
+                    "Rule {ty} {}: {r}",
+                    if all_passed { "passed" } else { "failed" }
+                )
+            } else if all_passed {
+                format!("All {} rules passed", rules.len())
+            } else {
+                format!(
+                    "{passed_count} of {} rules passed (weighted {weighted:.4}); {}",
+                    rules.len(),
+                    failures.join("; ")
+                )
+            };
+            let mut result = EvaluationResult::new(&criterion.name, RULE_BASED, score, reasoning)
+                .with_metadata(meta);
+            if !errors.is_empty() {
+                result.error = Some(errors.join("; "));
+                result.score = Score::Bool(false);
+            }
+            out.push(result);
+        }
+        Ok(out)
+    }
+}
