@@ -143,15 +143,6 @@ pub(crate) struct HistoryEntry {
     pub(crate) tags_lc: Vec<String>,
 }
 
-/// A completed call, as the evaluators see it.
-#[derive(Debug, Clone)]
-pub(crate) struct CallRecord {
-    pub(crate) name: String,
-    pub(crate) args: Value,
-    pub(crate) output: Option<Value>,
-    pub(crate) error: Option<String>,
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct PendingCall {
     name: String,
@@ -178,7 +169,7 @@ pub(crate) struct RunShared {
     pub(crate) ended: AtomicBool,
     pub(crate) history: Mutex<Vec<HistoryEntry>>,
     pub(crate) pending: Mutex<HashMap<String, PendingCall>>,
-    pub(crate) tool_calls: Mutex<Vec<CallRecord>>,
+    pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     run_key: Arc<str>,
     agent_key: Arc<str>,
@@ -563,7 +554,7 @@ impl Run {
             name_lc: name_lc.clone(),
             tags_lc: tags_lc.clone(),
         });
-        self.shared.tool_calls.lock().push(CallRecord {
+        self.shared.tool_calls.lock().push(crate::eval::ToolCallRecord {
             name: pending.name.clone(),
             args: pending.args.clone(),
             output: outcome.output.clone(),
