@@ -49,10 +49,14 @@ impl Default for BusConfig {
     }
 }
 
+type Reply = oneshot::Sender<Result<(), AuditError>>;
+
 enum Msg {
     Event(Arc<AuditEvent>),
-    Flush(oneshot::Sender<Result<(), AuditError>>),
-    Shutdown(oneshot::Sender<Result<(), AuditError>>),
+    /// Flush, giving up (dropping the sink's flush future) at the deadline.
+    Flush(Reply, tokio::time::Instant),
+    /// Shut down, giving up at the deadline.
+    Shutdown(Reply, tokio::time::Instant),
 }
 
 struct Inner {
@@ -197,11 +201,12 @@ impl AuditBus {
     async fn control(
         &self,
         timeout: Duration,
-        make: fn(oneshot::Sender<Result<(), AuditError>>) -> Msg,
+        make: fn(Reply, tokio::time::Instant) -> Msg,
     ) -> Result<(), AuditError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let all = futures::future::join_all(self.inner.senders.iter().map(|tx| async move {
             let (reply_tx, reply_rx) = oneshot::channel();
-            if tx.send(make(reply_tx)).await.is_err() {
+            if tx.send(make(reply_tx, deadline)).await.is_err() {
                 return Err(AuditError::Closed);
             }
             reply_rx.await.unwrap_or(Err(AuditError::Closed))
@@ -209,16 +214,42 @@ impl AuditBus {
         match tokio::time::timeout(timeout, all).await {
             Err(_) => Err(AuditError::Timeout(timeout)),
             Ok(results) => {
-                let errors: Vec<String> = results
-                    .into_iter()
-                    .filter_map(|r| r.err().map(|e| e.to_string()))
-                    .collect();
+                let mut errors: Vec<AuditError> =
+                    results.into_iter().filter_map(Result::err).collect();
+                if errors.iter().any(|e| matches!(e, AuditError::Timeout(_))) {
+                    for e in errors.iter().filter(|e| !matches!(e, AuditError::Timeout(_))) {
+                        tracing::error!("audit sink: {e}");
+                    }
+                    return Err(AuditError::Timeout(timeout));
+                }
                 match errors.len() {
                     0 => Ok(()),
-                    _ => Err(AuditError::Sink(errors.join("; "))),
+                    1 => Err(errors.remove(0)),
+                    _ => Err(AuditError::Sink(
+                        errors
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    )),
                 }
             }
         }
+    }
+}
+
+/// Runs a sink's flush/shutdown until `deadline`; past it the future is dropped (sinks must be
+/// cancel-safe there: the HTTP sink has spooled its memory by then) and the worker moves on.
+async fn bounded(
+    fut: impl std::future::Future<Output = Result<(), AuditError>>,
+    deadline: tokio::time::Instant,
+    what: &str,
+) -> Result<(), AuditError> {
+    let started = tokio::time::Instant::now();
+    match tokio::time::timeout_at(deadline, AssertUnwindSafe(fut).catch_unwind()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(AuditError::Sink(format!("sink panicked in {what}"))),
+        Err(_) => Err(AuditError::Timeout(deadline.saturating_duration_since(started))),
     }
 }
 
@@ -251,21 +282,11 @@ async fn worker(sink: Arc<dyn AuditSink>, mut rx: mpsc::Receiver<Msg>, max_batch
         }
         match control {
             None => {}
-            Some(Msg::Flush(reply)) => {
-                let r = AssertUnwindSafe(sink.flush())
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| Err(AuditError::Sink("sink panicked in flush".into())));
-                let _ = reply.send(r);
+            Some(Msg::Flush(reply, deadline)) => {
+                let _ = reply.send(bounded(sink.flush(), deadline, "flush").await);
             }
-            Some(Msg::Shutdown(reply)) => {
-                let r = AssertUnwindSafe(sink.shutdown())
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(AuditError::Sink("sink panicked in shutdown".into()))
-                    });
-                let _ = reply.send(r);
+            Some(Msg::Shutdown(reply, deadline)) => {
+                let _ = reply.send(bounded(sink.shutdown(), deadline, "shutdown").await);
                 break;
             }
             Some(Msg::Event(_)) => {}
