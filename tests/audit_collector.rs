@@ -92,7 +92,10 @@ impl Process {
             stdout.read_line(&mut line).unwrap();
             if let Some(rest) = line.strip_prefix("listening on http://") {
                 let addr = rest.split(',').next().unwrap().to_string();
-                assert!(line.contains(&format!("storing to {}", out.display())), "{line}");
+                assert!(
+                    line.contains(&format!("storing to {}", out.display())),
+                    "{line}"
+                );
                 return Process {
                     child,
                     addr,
@@ -147,9 +150,15 @@ fn obj(v: Value) -> Map<String, Value> {
 fn seal_step(chain: &mut RunChain, i: usize, len: usize) -> AuditEvent {
     let call = format!("c{}", i / 2);
     let (kind, body) = if i == 0 {
-        (EventKind::RunStarted, json!({"runContext": {"agentId": chain.agent_id()}}))
+        (
+            EventKind::RunStarted,
+            json!({"runContext": {"agentId": chain.agent_id()}}),
+        )
     } else if i + 1 == len {
-        (EventKind::RunEnded, json!({"status": "success", "totals": {"calls": len / 2}}))
+        (
+            EventKind::RunEnded,
+            json!({"status": "success", "totals": {"calls": len / 2}}),
+        )
     } else if i % 2 == 1 {
         (
             EventKind::ToolDecision,
@@ -241,13 +250,20 @@ async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_ve
     eprintln!("10,000 events: emitted in {emitted:?}, all stored (fsynced) after {delivered:?}");
 
     let stats = server.collector.stats();
-    assert_eq!((stats.events, stats.runs, stats.duplicates, stats.breaks), (10_000, 100, 0, 0));
+    assert_eq!(
+        (stats.events, stats.runs, stats.duplicates, stats.breaks),
+        (10_000, 100, 0, 0)
+    );
     assert_eq!(count_lines(out.path()), 10_000);
     assert_eq!(sink.stats().delivered_events, 10_000);
     assert_eq!(sink.stats().rejected_batches, 0);
 
     let report = verify_paths(&[out.path()]);
-    assert!(report.is_ok(), "{:?}", &report.breaks[..report.breaks.len().min(5)]);
+    assert!(
+        report.is_ok(),
+        "{:?}",
+        &report.breaks[..report.breaks.len().min(5)]
+    );
     assert_eq!((report.events, report.runs), (10_000, 100));
     // 5 agents, one file per agent and day.
     assert_eq!(report.files.len(), 5);
@@ -304,7 +320,10 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
     let r = bus.flush(Duration::from_millis(300)).await;
     assert!(matches!(r, Err(AuditError::Timeout(_))), "{r:?}");
     assert!(sink.stats().retries > 0);
-    assert!(sink.spooled().await > 0, "batches are spooled while the collector is down");
+    assert!(
+        sink.spooled().await > 0,
+        "batches are spooled while the collector is down"
+    );
 
     // 4. A new collector process on the same address and directory.
     let second = Process::start(out.path(), &addr);
@@ -321,11 +340,26 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
     assert_eq!(get_json(&format!("{url}/healthz")).await.1["events"], 3_000);
     assert_eq!(count_lines(out.path()), 3_000);
     let report = verify_paths(&[out.path()]);
-    assert!(report.is_ok(), "{:?}", &report.breaks[..report.breaks.len().min(5)]);
+    assert!(
+        report.is_ok(),
+        "{:?}",
+        &report.breaks[..report.breaks.len().min(5)]
+    );
     assert_eq!((report.events, report.runs), (3_000, 30));
-    assert_eq!(std::fs::read_dir(spool.path()).unwrap().filter(|e| {
-        e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")
-    }).count(), 0, "spool drained");
+    assert_eq!(
+        std::fs::read_dir(spool.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "json")
+            })
+            .count(),
+        0,
+        "spool drained"
+    );
 
     // The restarted collector still knows what it has: runs are served, resends are dropped.
     let (status, run) = get_json(&format!("{url}/v1/runs/run-7")).await;
@@ -366,15 +400,23 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
         bus.emit(seal_step(&mut chain, i, 10));
     }
     let r = bus.flush(Duration::from_secs(10)).await;
-    assert!(matches!(&r, Err(e) if e.to_string().contains("401")), "{r:?}");
+    assert!(
+        matches!(&r, Err(e) if e.to_string().contains("401")),
+        "{r:?}"
+    );
     let s = sink.stats();
-    assert_eq!((s.requests, s.rejected_batches, s.retries), (1, 1, 0), "{s:?}");
+    assert_eq!(
+        (s.requests, s.rejected_batches, s.retries),
+        (1, 1, 0),
+        "{s:?}"
+    );
     let rejected: Vec<PathBuf> = std::fs::read_dir(spool.path().join("rejected"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(rejected.len(), 1);
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&rejected[0]).unwrap()).unwrap();
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&rejected[0]).unwrap()).unwrap();
     assert_eq!(saved["status"], 401);
     assert_eq!(saved["events"].as_array().unwrap().len(), 10);
     assert_eq!(server.collector.stats().events, 0);
@@ -398,7 +440,11 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
     }
     bus.flush(Duration::from_secs(10)).await.unwrap();
     let s = sink.stats();
-    assert_eq!((s.rejected_batches, s.retries, s.delivered_events), (1, 0, 5), "{s:?}");
+    assert_eq!(
+        (s.rejected_batches, s.retries, s.delivered_events),
+        (1, 0, 5),
+        "{s:?}"
+    );
     assert_eq!(server.collector.stats().events, 5);
     bus.shutdown(Duration::from_secs(5)).await.unwrap();
     server.stop().await;
@@ -419,7 +465,10 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
 
     // Authentication; /healthz needs none.
     assert_eq!(post_body(&url, None, events_body(&events)).await.0, 401);
-    assert_eq!(post_body(&url, Some("nope"), events_body(&events)).await.0, 401);
+    assert_eq!(
+        post_body(&url, Some("nope"), events_body(&events)).await.0,
+        401
+    );
     assert_eq!(get_json(&format!("{url}/healthz")).await.0, 200);
 
     // Malformed bodies: a clear 400, nothing stored.
@@ -469,7 +518,12 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     assert_eq!(s, 200);
     assert_eq!(run["chain"]["ok"], true);
     // As stored: canonical JSON (so `2.0` reads back as `2`; the hash is the same).
-    let got: Vec<String> = run["events"].as_array().unwrap().iter().map(canonical_json).collect();
+    let got: Vec<String> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(canonical_json)
+        .collect();
     let want: Vec<String> = events.iter().map(AuditEvent::to_canonical_json).collect();
     assert_eq!(got, want);
 
@@ -489,7 +543,13 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     let r3: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
     post_body(&url, tok, events_body(&[r3[2].clone(), r3[0].clone()])).await;
     let (_, run) = get(format!("{url}/v1/runs/r3")).await;
-    assert_eq!((run["chain"]["ok"].clone(), run["chain"]["waitingForSeq"].clone()), (json!(false), json!(1)));
+    assert_eq!(
+        (
+            run["chain"]["ok"].clone(),
+            run["chain"]["waitingForSeq"].clone()
+        ),
+        (json!(false), json!(1))
+    );
     post_body(&url, tok, events_body(&[r3[1].clone(), r3[3].clone()])).await;
     let (_, run) = get(format!("{url}/v1/runs/r3")).await;
     assert_eq!(run["chain"]["ok"], true, "{run}");
@@ -525,7 +585,13 @@ async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() 
     }
     let spooled = std::fs::read_dir(spool.path())
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
         .count();
     assert!(spooled >= 3, "{spooled} spool files");
 
@@ -540,12 +606,21 @@ async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() 
     bus.shutdown(Duration::from_secs(5)).await.unwrap();
 
     let day = Utc::now().format("%Y-%m-%d").to_string();
-    let text = std::fs::read_to_string(out.path().join("support").join(format!("{day}.jsonl"))).unwrap();
+    let text =
+        std::fs::read_to_string(out.path().join("support").join(format!("{day}.jsonl"))).unwrap();
     let seqs: Vec<u64> = text
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
-    assert_eq!(seqs, (0..350).collect::<Vec<_>>(), "stored once each, in order");
+    assert_eq!(
+        seqs,
+        (0..350).collect::<Vec<_>>(),
+        "stored once each, in order"
+    );
     assert!(verify_paths(&[out.path()]).is_ok());
     server.stop().await;
 }

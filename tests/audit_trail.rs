@@ -132,7 +132,11 @@ async fn file_sink_rotates_by_size_and_runs_verify_across_files() {
     assert!(files.len() > 3, "rotated into {} files", files.len());
     for f in &files {
         let len = std::fs::metadata(f).unwrap().len();
-        assert!(len <= 4_000 || lines(f).len() == 1, "{} is {len} bytes", f.display());
+        assert!(
+            len <= 4_000 || lines(f).len() == 1,
+            "{} is {len} bytes",
+            f.display()
+        );
     }
     let report = verify_paths(&[dir.path()]);
     assert!(report.is_ok(), "{:?}", report.breaks);
@@ -226,10 +230,12 @@ fn redaction_happens_before_hashing() {
     .unwrap();
     let redactor = cfg.compile().unwrap();
     let mut chain = RunChain::new("r", "a", None);
-    let mut body = obj(json!({"tool": {"name": "login"}, "args": {"password": "hunter2", "email": "a@b.c"}}));
+    let mut body =
+        obj(json!({"tool": {"name": "login"}, "args": {"password": "hunter2", "email": "a@b.c"}}));
     redactor.redact(EventKind::ToolDecision, &mut body);
     let e0 = chain.seal(EventKind::ToolDecision, at(0), body);
-    let mut body = obj(json!({"tool": {"name": "login"}, "output": [{"ssn": "123"}, {"ssn": "456"}]}));
+    let mut body =
+        obj(json!({"tool": {"name": "login"}, "output": [{"ssn": "123"}, {"ssn": "456"}]}));
     redactor.redact(EventKind::ToolResult, &mut body);
     let e1 = chain.seal(EventKind::ToolResult, at(1), body);
 
@@ -241,7 +247,12 @@ fn redaction_happens_before_hashing() {
         e0.body()["args"],
         json!({"email": format!("sha256:{}", sha256_hex("\"a@b.c\""))})
     );
-    assert!(e1.body()["output"][1]["ssn"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        e1.body()["output"][1]["ssn"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
     assert!(e0.hash_is_valid() && e1.hash_is_valid());
     assert!(verify_events([&e0, &e1]).is_ok());
 }
@@ -281,7 +292,10 @@ async fn a_dead_sink_never_delays_emit_and_flush_is_bounded() {
         }
     }
     let emit_time = started.elapsed();
-    assert!(emit_time < Duration::from_secs(2), "emit took {emit_time:?}");
+    assert!(
+        emit_time < Duration::from_secs(2),
+        "emit took {emit_time:?}"
+    );
 
     let started = Instant::now();
     let r = bus.flush(Duration::from_millis(200)).await;

@@ -217,7 +217,10 @@ impl AuditBus {
                 let mut errors: Vec<AuditError> =
                     results.into_iter().filter_map(Result::err).collect();
                 if errors.iter().any(|e| matches!(e, AuditError::Timeout(_))) {
-                    for e in errors.iter().filter(|e| !matches!(e, AuditError::Timeout(_))) {
+                    for e in errors
+                        .iter()
+                        .filter(|e| !matches!(e, AuditError::Timeout(_)))
+                    {
                         tracing::error!("audit sink: {e}");
                     }
                     return Err(AuditError::Timeout(timeout));
@@ -249,7 +252,9 @@ async fn bounded(
     match tokio::time::timeout_at(deadline, AssertUnwindSafe(fut).catch_unwind()).await {
         Ok(Ok(r)) => r,
         Ok(Err(_)) => Err(AuditError::Sink(format!("sink panicked in {what}"))),
-        Err(_) => Err(AuditError::Timeout(deadline.saturating_duration_since(started))),
+        Err(_) => Err(AuditError::Timeout(
+            deadline.saturating_duration_since(started),
+        )),
     }
 }
 

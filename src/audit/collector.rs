@@ -568,7 +568,10 @@ pub async fn serve_collector(
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let mut resp = (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         json!({"error": message.into()}).to_string(),
     )
         .into_response();
@@ -582,7 +585,10 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 fn json_response(body: String) -> Response {
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         body,
     )
         .into_response()
@@ -601,10 +607,7 @@ async fn post_events(
         Err(rej) => {
             let status = rej.status();
             let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!(
-                    "body larger than {} bytes",
-                    c.shared.config.max_body_bytes
-                )
+                format!("body larger than {} bytes", c.shared.config.max_body_bytes)
             } else {
                 rej.body_text()
             };
@@ -670,7 +673,10 @@ async fn post_events(
             json_response(json!({"accepted": accepted, "duplicates": duplicates}).to_string())
         }
         Ok(Err((status, msg))) => error(status, msg),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("ingest failed: {e}")),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("ingest failed: {e}"),
+        ),
     }
 }
 

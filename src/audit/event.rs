@@ -175,12 +175,64 @@ impl AuditEvent {
 
     /// The event's canonical JSON text (see [`canonical_json`]): one line of a JSONL trail.
     pub fn to_canonical_json(&self) -> String {
-        canonical_json(&self.to_json())
+        self.canonical_text(true)
     }
 
     /// Recomputes the hash from the event's content.
     pub fn compute_hash(&self) -> String {
-        sha256_hex(&canonical_json(&Value::Object(self.unhashed_map())))
+        sha256_hex(&self.canonical_text(false))
+    }
+
+    /// Canonical JSON of the event (with or without `hash`), written straight from the fields:
+    /// the same text as `canonical_json(&self.to_json())`, without building a `Value`.
+    fn canonical_text(&self, with_hash: bool) -> String {
+        enum V<'a> {
+            Str(&'a str),
+            Owned(String),
+            U64(u64),
+            Null,
+            Json(&'a Value),
+        }
+        let id = self.id.to_string();
+        let mut entries: Vec<(&str, V<'_>)> = Vec::with_capacity(self.body.len() + 10);
+        entries.push(("schema", V::Str(SCHEMA)));
+        entries.push(("id", V::Owned(id)));
+        entries.push(("kind", V::Str(self.kind.as_str())));
+        entries.push(("ts", V::Str(&self.ts_text)));
+        entries.push(("runId", V::Str(&self.run_id)));
+        entries.push(("seq", V::U64(self.seq)));
+        entries.push(("agentId", V::Str(&self.agent_id)));
+        if let Some(e) = &self.enduser_id {
+            entries.push(("enduserId", V::Str(e)));
+        }
+        entries.push((
+            "prevHash",
+            self.prev_hash.as_deref().map_or(V::Null, V::Str),
+        ));
+        if with_hash {
+            entries.push(("hash", V::Str(&self.hash)));
+        }
+        // Body keys never collide with envelope keys (dropped at sealing, removed when parsing).
+        entries.extend(self.body.iter().map(|(k, v)| (k.as_str(), V::Json(v))));
+        entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut out = String::with_capacity(512);
+        out.push('{');
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_string(k, &mut out);
+            out.push(':');
+            match v {
+                V::Str(s) => write_string(s, &mut out),
+                V::Owned(s) => write_string(&s, &mut out),
+                V::U64(n) => out.push_str(&n.to_string()),
+                V::Null => out.push_str("null"),
+                V::Json(v) => write_canonical(v, &mut out),
+            }
+        }
+        out.push('}');
+        out
     }
 
     /// Whether `hash` matches the event's content (it does for every sealed event; a parsed
@@ -202,9 +254,7 @@ impl AuditEvent {
         match map.remove("schema") {
             Some(Value::String(s)) if s == SCHEMA => {}
             Some(other) => {
-                return Err(invalid(format!(
-                    "schema must be {SCHEMA:?}, found {other}"
-                )));
+                return Err(invalid(format!("schema must be {SCHEMA:?}, found {other}")));
             }
             None => return Err(invalid("missing schema")),
         }
@@ -519,7 +569,7 @@ fn write_es_number(x: f64, out: &mut String) {
             out.push_str(&digits[1..]);
         }
         out.push('e');
-        out.push(if n - 1 >= 0 { '+' } else { '-' });
+        out.push(if n > 0 { '+' } else { '-' });
         out.push_str(&(n - 1).abs().to_string());
     }
 }
@@ -589,7 +639,8 @@ mod tests {
 
     #[test]
     fn canonical_form_sorts_keys_by_bytes_and_has_no_whitespace() {
-        let v = json!({"b": 1, "a": [1, 2.5, {"z": null, "Z": true}], "é": "x", "aa": "q\"\n\u{1}/é"});
+        let v =
+            json!({"b": 1, "a": [1, 2.5, {"z": null, "Z": true}], "é": "x", "aa": "q\"\n\u{1}/é"});
         assert_eq!(
             canonical_json(&v),
             r#"{"a":[1,2.5,{"Z":true,"z":null}],"aa":"q\"\n\u0001/é","b":1,"é":"x"}"#
@@ -660,6 +711,7 @@ mod tests {
         assert_eq!(v["ts"], "2026-01-05T09:00:00.123Z");
         assert_eq!(expected_hash(&v).as_deref(), Some(e1.hash()));
         let text = e1.to_canonical_json();
+        assert_eq!(text, canonical_json(&e1.to_json()));
         let back: AuditEvent = serde_json::from_str(&text).unwrap();
         assert_eq!(back, e1);
         assert_eq!(back.to_canonical_json(), text);

@@ -266,12 +266,18 @@ mod tests {
         assert_eq!(body["output"]["items"][0]["email"], json!(expected));
         assert_eq!(body["output"]["items"][1], json!({"name": "n"}));
 
-        let mut body2 = json!({"tool": {"name": "PayInvoice"}, "args": {"card": "4111", "ssn": "1"}})
-            .as_object()
-            .cloned()
-            .unwrap();
+        let mut body2 =
+            json!({"tool": {"name": "PayInvoice"}, "args": {"card": "4111", "ssn": "1"}})
+                .as_object()
+                .cloned()
+                .unwrap();
         r.redact(EventKind::ToolResult, &mut body2);
-        assert!(body2["args"]["card"].as_str().unwrap().starts_with("sha256:"));
+        assert!(
+            body2["args"]["card"]
+                .as_str()
+                .unwrap()
+                .starts_with("sha256:")
+        );
         assert!(body2["args"].get("ssn").is_none());
     }
 

@@ -133,7 +133,8 @@ struct Verifier {
 
 impl Verifier {
     fn path(&self, file: Option<usize>) -> Option<PathBuf> {
-        file.and_then(|f| self.files.get(f)).map(|p| p.to_path_buf())
+        file.and_then(|f| self.files.get(f))
+            .map(|p| p.to_path_buf())
     }
 
     fn push_break(

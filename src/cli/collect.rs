@@ -42,24 +42,26 @@ pub fn run(args: CollectArgs) -> ExitCode {
         let mut config = CollectorConfig::new(&args.out);
         config.token = args.token;
         config.max_body_bytes = args.max_body_bytes;
-        let collector =
-            match tokio::task::spawn_blocking(move || Collector::open(config)).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    eprintln!("toolgate collect: {e}");
-                    return ExitCode::from(2);
-                }
-                Err(e) => {
-                    eprintln!("toolgate collect: {e}");
-                    return ExitCode::from(2);
-                }
-            };
+        let collector = match tokio::task::spawn_blocking(move || Collector::open(config)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                eprintln!("toolgate collect: {e}");
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("toolgate collect: {e}");
+                return ExitCode::from(2);
+            }
+        };
         let addr = listener
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or(args.listen);
         let stats = collector.stats();
-        println!("listening on http://{addr}, storing to {}", args.out.display());
+        println!(
+            "listening on http://{addr}, storing to {}",
+            args.out.display()
+        );
         if stats.events > 0 {
             eprintln!(
                 "toolgate collect: {} events of {} runs already stored",

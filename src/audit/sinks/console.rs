@@ -129,7 +129,9 @@ impl ConsoleSink {
         };
         format!(
             "{} {}#{} {:<17} {}",
-            event.ts().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            event
+                .ts()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             event.run_id(),
             event.seq(),
             event.kind().as_str(),

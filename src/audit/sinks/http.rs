@@ -178,8 +178,14 @@ impl std::fmt::Debug for HttpSink {
 
 enum Outcome {
     Delivered,
-    Retry { error: String, after: Option<Duration> },
-    Rejected { status: u16, body: String },
+    Retry {
+        error: String,
+        after: Option<Duration>,
+    },
+    Rejected {
+        status: u16,
+        body: String,
+    },
 }
 
 impl HttpSink {
@@ -195,7 +201,9 @@ impl HttpSink {
         };
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.request_timeout_ms.max(1)))
-            .connect_timeout(Duration::from_millis(config.request_timeout_ms.clamp(1, 5_000)))
+            .connect_timeout(Duration::from_millis(
+                config.request_timeout_ms.clamp(1, 5_000),
+            ))
             .build()
             .map_err(|e| AuditError::Http(format!("cannot build HTTP client: {e}")))?;
         let spool = scan_spool(&config.spool_dir)?;
@@ -356,7 +364,10 @@ fn scan_spool(dir: &Path) -> Result<VecDeque<u64>, AuditError> {
             // A spool write that never completed (crash); its events are still in the
             // caller's hands or were never acknowledged to anyone.
             let _ = std::fs::remove_file(entry.path());
-        } else if let Some(seq) = name.strip_suffix(".json").and_then(|s| s.parse::<u64>().ok()) {
+        } else if let Some(seq) = name
+            .strip_suffix(".json")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             seqs.push(seq);
         }
     }
@@ -382,7 +393,11 @@ fn batch_body(events: &[Arc<AuditEvent>]) -> Vec<u8> {
 }
 
 /// Writes `body` durably as the next spool file.
-async fn write_spool_file(shared: &Shared, st: &mut State, body: Vec<u8>) -> Result<(), AuditError> {
+async fn write_spool_file(
+    shared: &Shared,
+    st: &mut State,
+    body: Vec<u8>,
+) -> Result<(), AuditError> {
     let seq = st.next_seq;
     let dir = shared.config.spool_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<(), AuditError> {
@@ -399,7 +414,10 @@ async fn write_spool_file(shared: &Shared, st: &mut State, body: Vec<u8>) -> Res
     .map_err(|e| AuditError::Sink(format!("spool task failed: {e}")))??;
     st.next_seq += 1;
     st.spool.push_back(seq);
-    shared.counters.spooled_batches.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .spooled_batches
+        .fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -411,7 +429,11 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), AuditError> {
 }
 
 /// Moves the unspooled in-flight batch, the memory queue and `extra` to the spool, in that order.
-async fn spill(shared: &Shared, st: &mut State, extra: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+async fn spill(
+    shared: &Shared,
+    st: &mut State,
+    extra: &[Arc<AuditEvent>],
+) -> Result<(), AuditError> {
     let batch_size = shared.config.batch_size.max(1);
     if let Some(inflight) = st.inflight.as_ref().filter(|i| !i.spooled) {
         let body = batch_body(&inflight.events);
@@ -493,7 +515,10 @@ fn truncate(s: &str, n: usize) -> &str {
 }
 
 async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
-    shared.counters.rejected_batches.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .rejected_batches
+        .fetch_add(1, Ordering::Relaxed);
     let summary = format!("HTTP {status}: {}", truncate(&answer, 300));
     let dir = shared.config.spool_dir.join("rejected");
     let name = format!(
@@ -513,7 +538,15 @@ async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
     })
     .await;
     let where_ = match written {
-        Ok(Ok(())) => format!("saved as {}", shared.config.spool_dir.join("rejected").join(name).display()),
+        Ok(Ok(())) => format!(
+            "saved as {}",
+            shared
+                .config
+                .spool_dir
+                .join("rejected")
+                .join(name)
+                .display()
+        ),
         Ok(Err(e)) => format!("could not be saved: {e}"),
         Err(e) => format!("could not be saved: {e}"),
     };
@@ -596,7 +629,10 @@ async fn sender(shared: Arc<Shared>) {
                 let body = match tokio::fs::read(&path).await {
                     Ok(b) => b,
                     Err(e) => {
-                        tracing::error!("audit spool file {} unreadable, skipped: {e}", path.display());
+                        tracing::error!(
+                            "audit spool file {} unreadable, skipped: {e}",
+                            path.display()
+                        );
                         shared.state.lock().await.spool.pop_front();
                         bump(&shared);
                         continue;
@@ -611,14 +647,20 @@ async fn sender(shared: Arc<Shared>) {
                         attempt = 0;
                         let _ = tokio::fs::remove_file(&path).await;
                         let n = count_events(&body);
-                        shared.counters.delivered_events.fetch_add(n, Ordering::Relaxed);
+                        shared
+                            .counters
+                            .delivered_events
+                            .fetch_add(n, Ordering::Relaxed);
                         let mut st = shared.state.lock().await;
                         st.spool.pop_front();
                         st.last_error = None;
                         drop(st);
                         bump(&shared);
                     }
-                    Outcome::Rejected { status, body: answer } => {
+                    Outcome::Rejected {
+                        status,
+                        body: answer,
+                    } => {
                         attempt = 0;
                         reject(&shared, body, status, answer).await;
                         let _ = tokio::fs::remove_file(&path).await;
@@ -663,7 +705,10 @@ async fn sender(shared: Arc<Shared>) {
                         drop(st);
                         bump(&shared);
                     }
-                    Outcome::Rejected { status, body: answer } => {
+                    Outcome::Rejected {
+                        status,
+                        body: answer,
+                    } => {
                         attempt = 0;
                         shared.state.lock().await.inflight = None;
                         reject(&shared, body, status, answer).await;
@@ -723,7 +768,11 @@ async fn retry_pause(
 fn count_events(body: &[u8]) -> u64 {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v.get("events").and_then(|e| e.as_array()).map(|a| a.len() as u64))
+        .and_then(|v| {
+            v.get("events")
+                .and_then(|e| e.as_array())
+                .map(|a| a.len() as u64)
+        })
         .unwrap_or(0)
 }
 
@@ -733,14 +782,26 @@ mod tests {
 
     #[test]
     fn classification() {
-        assert!(matches!(classify(200, String::new(), None), Outcome::Delivered));
-        assert!(matches!(classify(503, String::new(), None), Outcome::Retry { .. }));
+        assert!(matches!(
+            classify(200, String::new(), None),
+            Outcome::Delivered
+        ));
+        assert!(matches!(
+            classify(503, String::new(), None),
+            Outcome::Retry { .. }
+        ));
         assert!(matches!(
             classify(429, String::new(), Some(Duration::from_secs(1))),
             Outcome::Retry { after: Some(_), .. }
         ));
-        assert!(matches!(classify(400, String::new(), None), Outcome::Rejected { status: 400, .. }));
-        assert!(matches!(classify(401, String::new(), None), Outcome::Rejected { .. }));
+        assert!(matches!(
+            classify(400, String::new(), None),
+            Outcome::Rejected { status: 400, .. }
+        ));
+        assert!(matches!(
+            classify(401, String::new(), None),
+            Outcome::Rejected { .. }
+        ));
     }
 
     #[test]
