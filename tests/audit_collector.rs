@@ -624,3 +624,37 @@ async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() 
     assert!(verify_paths(&[out.path()]).is_ok());
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
+    let out = tempfile::tempdir().unwrap();
+    let mut p = Process::start(out.path(), "127.0.0.1:0");
+    let url = format!("http://{}", p.addr);
+    let mut chain = RunChain::new("r", "support", None);
+    let events: Vec<AuditEvent> = (0..20).map(|i| seal_step(&mut chain, i, 20)).collect();
+    assert_eq!(
+        post_body(&url, None, events_body(&events)).await,
+        (200, json!({"accepted": 20, "duplicates": 0}))
+    );
+    // Ctrl-C.
+    let pid = p.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = p.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(count_lines(out.path()), 20);
+    assert!(verify_paths(&[out.path()]).is_ok());
+    // A new process serves what the old one stored.
+    let p2 = Process::start(out.path(), "127.0.0.1:0");
+    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr)).await;
+    assert_eq!(
+        (h["events"].clone(), h["runs"].clone()),
+        (json!(20), json!(1))
+    );
+    p2.kill();
+}

@@ -163,17 +163,21 @@ impl AuditBus {
         }
         for (i, tx) in self.inner.senders.iter().enumerate() {
             if let Err(e) = tx.try_send(Msg::Event(event.clone())) {
-                self.inner.dropped.fetch_add(1, Ordering::Relaxed);
+                let dropped = self.inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 let why = match e {
                     mpsc::error::TrySendError::Full(_) => "queue full",
                     mpsc::error::TrySendError::Closed(_) => "sink stopped",
                 };
-                tracing::error!(
-                    sink = i,
-                    run_id = event.run_id(),
-                    seq = event.seq(),
-                    "audit event not delivered to sink: {why}"
-                );
+                // Logged at 1, 2, 4, 8, ... drops: a stuck sink must not flood the log.
+                if dropped.is_power_of_two() {
+                    tracing::error!(
+                        sink = i,
+                        run_id = event.run_id(),
+                        seq = event.seq(),
+                        dropped,
+                        "audit event not delivered to sink: {why}"
+                    );
+                }
             }
         }
     }
