@@ -1,1 +1,81 @@
-//! audit
+//! The audit trail: immutable, hash-chained events and the sinks they are shipped to.
+//!
+//! * [`RunChain::seal`] builds an [`AuditEvent`]: envelope (`schema`, `id` UUID v7, `kind`, `ts`,
+//!   `runId`, `seq`, `agentId`, `enduserId?`, `prevHash`, `hash`) plus the kind's body fields.
+//!   `hash` is the SHA-256 of the [`canonical_json`] of the event without `hash`; `prevHash`
+//!   links it to the previous event of the run.
+//! * A [`Redactor`] drops or hashes configured JSON paths of a body before it is sealed.
+//! * An [`AuditBus`] fans events out to [`AuditSink`]s without blocking:
+//!   [`FileSink`] (JSONL, the default), [`ConsoleSink`], [`HttpSink`] (to a collector, with a
+//!   disk spool) and [`MemorySink`].
+//! * [`verify_paths`] / [`verify_events`] check chains; [`collector::serve`] is the HTTP
+//!   collector behind `toolgate collect`.
+//!
+//! See `docs/audit.md` for the wire format and the exact canonical JSON form.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod bus;
+#[cfg(feature = "http")]
+pub mod collector;
+mod config;
+mod event;
+mod redact;
+pub mod sinks;
+pub mod verify;
+
+pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};
+pub use config::{AuditConfig, SinkConfig};
+pub use event::{
+    AuditEvent, ENVELOPE_KEYS, EventKind, RunChain, SCHEMA, canonical_json, expected_hash,
+    sha256_hex,
+};
+pub use redact::{RedactAction, RedactionConfig, RedactionRule, Redactor};
+pub use sinks::console::{ConsoleFormat, ConsoleSink};
+pub use sinks::file::{DEFAULT_AUDIT_DIR, FileSink, FileSinkConfig};
+#[cfg(feature = "http")]
+pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
+pub use sinks::memory::MemorySink;
+pub use verify::{BreakKind, ChainBreak, FileSummary, VerifyReport, verify_events, verify_paths};
+
+/// Errors of the audit module.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// A file or directory could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// JSON that is not a valid audit event.
+    #[error("invalid audit event: {0}")]
+    InvalidEvent(String),
+    /// Invalid configuration (redaction rules, sinks).
+    #[error("invalid audit configuration: {0}")]
+    Config(String),
+    /// An operation did not finish in time.
+    #[error("audit: timed out after {0:?}")]
+    Timeout(Duration),
+    /// HTTP transport or collector failure.
+    #[error("audit http: {0}")]
+    Http(String),
+    /// A sink failed.
+    #[error("audit sink: {0}")]
+    Sink(String),
+    /// The bus or sink has been shut down.
+    #[error("audit: shut down")]
+    Closed,
+}
+
+impl AuditError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> AuditError {
+        AuditError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

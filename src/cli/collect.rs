@@ -1,12 +1,112 @@
 //! `toolgate collect`.
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `toolgate collect`.
 #[derive(Debug, clap::Args)]
-pub struct CollectArgs {}
+pub struct CollectArgs {
+    /// Address to listen on, e.g. `127.0.0.1:8088` (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8088", value_name = "ADDR")]
+    pub listen: String,
+    /// Directory events are stored in (`DIR/<agentId>/<YYYY-MM-DD>.jsonl`).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Require `Authorization: Bearer <T>` from clients.
+    #[arg(long, value_name = "T")]
+    pub token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 16 * 1024 * 1024, value_name = "BYTES")]
+    pub max_body_bytes: usize,
+}
 
-/// Runs `toolgate collect`.
+/// Runs `toolgate collect` until Ctrl-C (or SIGTERM), then finishes the requests in flight.
+#[cfg(feature = "http")]
+pub fn run(args: CollectArgs) -> ExitCode {
+    use crate::audit::collector::{Collector, CollectorConfig, serve_collector};
+
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolgate collect: cannot start runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(&args.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("toolgate collect: cannot listen on {}: {e}", args.listen);
+                return ExitCode::from(2);
+            }
+        };
+        let mut config = CollectorConfig::new(&args.out);
+        config.token = args.token;
+        config.max_body_bytes = args.max_body_bytes;
+        let collector = match tokio::task::spawn_blocking(move || Collector::open(config)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                eprintln!("toolgate collect: {e}");
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("toolgate collect: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or(args.listen);
+        let stats = collector.stats();
+        println!(
+            "listening on http://{addr}, storing to {}",
+            args.out.display()
+        );
+        if stats.events > 0 {
+            eprintln!(
+                "toolgate collect: {} events of {} runs already stored",
+                stats.events, stats.runs
+            );
+        }
+        match serve_collector(collector, listener, shutdown_signal()).await {
+            Ok(()) => {
+                eprintln!("toolgate collect: stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("toolgate collect: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+#[cfg(feature = "http")]
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Without the `http` feature there is no collector.
+#[cfg(not(feature = "http"))]
 pub fn run(_args: CollectArgs) -> ExitCode {
-    eprintln!("toolgate collect: not implemented yet");
-    ExitCode::FAILURE
+    eprintln!("toolgate collect: built without the `http` feature");
+    ExitCode::from(2)
 }

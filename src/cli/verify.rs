@@ -1,12 +1,66 @@
 //! `toolgate verify`.
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use crate::audit::verify_paths;
 
 /// Arguments of `toolgate verify`.
 #[derive(Debug, clap::Args)]
-pub struct VerifyArgs {}
+pub struct VerifyArgs {
+    /// Audit trail files (JSONL) or directories (searched recursively for `*.jsonl`).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub paths: Vec<PathBuf>,
+}
 
-/// Runs `toolgate verify`.
-pub fn run(_args: VerifyArgs) -> ExitCode {
-    eprintln!("toolgate verify: not implemented yet");
-    ExitCode::FAILURE
+/// Runs `toolgate verify`: prints `FILE: ok: N events, R runs` for every intact file and
+/// `FILE:LINE run RUN seq S: problem` for every break. Exit code 0 when every chain is intact,
+/// 1 on any break, 2 when an input cannot be read.
+pub fn run(args: VerifyArgs) -> ExitCode {
+    let report = verify_paths(&args.paths);
+    for (path, err) in &report.unreadable {
+        eprintln!("{}: cannot read: {err}", path.display());
+    }
+    let mut by_file: std::collections::HashMap<&std::path::Path, Vec<String>> =
+        std::collections::HashMap::new();
+    let mut unlocated = Vec::new();
+    for b in &report.breaks {
+        match &b.path {
+            Some(p) => by_file.entry(p.as_path()).or_default().push(b.to_string()),
+            None => unlocated.push(b.to_string()),
+        }
+    }
+    for f in &report.files {
+        match by_file.get(f.path.as_path()) {
+            None => println!(
+                "{}: ok: {} events, {} runs",
+                f.path.display(),
+                f.events,
+                f.runs
+            ),
+            Some(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+            }
+        }
+    }
+    for l in unlocated {
+        println!("{l}");
+    }
+    if report.files.is_empty() && report.unreadable.is_empty() {
+        eprintln!("no audit files (*.jsonl) found");
+    }
+    if !report.unreadable.is_empty() {
+        ExitCode::from(2)
+    } else if !report.breaks.is_empty() {
+        eprintln!(
+            "{} chain break(s) in {} events of {} runs",
+            report.breaks.len(),
+            report.events,
+            report.runs
+        );
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -1,0 +1,304 @@
+//! The [`AuditSink`] trait and the [`AuditBus`] that fans events out to sinks without ever
+//! blocking the caller.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{AuditError, AuditEvent};
+
+/// A destination for audit events.
+///
+/// The bus calls `write_batch` from one task per sink, so calls to one sink never overlap and
+/// arrive in emission order. `write_batch` should return quickly (the HTTP sink only queues or
+/// spools); a slow sink delays only its own queue, never a decision.
+#[async_trait]
+pub trait AuditSink: Send + Sync + 'static {
+    /// Takes a batch of events, in emission order.
+    async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError>;
+    /// Makes everything written so far durable / delivered.
+    async fn flush(&self) -> Result<(), AuditError>;
+    /// Flushes and releases resources; the sink receives nothing afterwards.
+    async fn shutdown(&self) -> Result<(), AuditError> {
+        self.flush().await
+    }
+}
+
+/// Configuration of an [`AuditBus`].
+#[derive(Debug, Clone)]
+pub struct BusConfig {
+    /// Events queued per sink before [`AuditBus::emit`] starts dropping (and counting) events
+    /// for that sink. Only a sink that cannot keep up with the disk fills it: the HTTP sink
+    /// spools to disk instead of waiting for the network.
+    pub queue_capacity: usize,
+    /// Most events handed to one `write_batch` call.
+    pub max_batch: usize,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            queue_capacity: 65_536,
+            max_batch: 1_024,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<(), AuditError>>;
+
+enum Msg {
+    Event(Arc<AuditEvent>),
+    /// Flush, giving up (dropping the sink's flush future) at the deadline.
+    Flush(Reply, tokio::time::Instant),
+    /// Shut down, giving up at the deadline.
+    Shutdown(Reply, tokio::time::Instant),
+}
+
+struct Inner {
+    senders: Vec<mpsc::Sender<Msg>>,
+    closed: AtomicBool,
+    dropped: AtomicU64,
+    emitted: AtomicU64,
+}
+
+/// Counters of an [`AuditBus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BusStats {
+    /// Events passed to [`AuditBus::emit`].
+    pub emitted: u64,
+    /// Sink deliveries dropped because a sink's queue was full or the bus was shut down.
+    pub dropped: u64,
+}
+
+/// Fans events out to sinks: a cheap, clonable handle.
+///
+/// Each sink gets a bounded queue and a task that hands it batches. [`AuditBus::emit`] is
+/// synchronous and never blocks or fails. The worker tasks run on the tokio runtime current at
+/// [`AuditBus::new`]; without one, the bus starts its own runtime on a background thread.
+#[derive(Clone)]
+pub struct AuditBus {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AuditBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditBus")
+            .field("sinks", &self.inner.senders.len())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl AuditBus {
+    /// Starts one worker per sink.
+    pub fn new(sinks: Vec<Arc<dyn AuditSink>>, config: BusConfig) -> AuditBus {
+        let capacity = config.queue_capacity.max(1);
+        let max_batch = config.max_batch.max(1);
+        let mut senders = Vec::with_capacity(sinks.len());
+        let mut workers = Vec::with_capacity(sinks.len());
+        for sink in sinks {
+            let (tx, rx) = mpsc::channel(capacity);
+            senders.push(tx);
+            workers.push(worker(sink, rx, max_batch));
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                for w in workers {
+                    handle.spawn(w);
+                }
+            }
+            Err(_) => {
+                let spawned = std::thread::Builder::new()
+                    .name("toolgate-audit".into())
+                    .spawn(move || {
+                        match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt.block_on(futures::future::join_all(workers)).len(),
+                            Err(e) => {
+                                tracing::error!("audit bus: cannot start a runtime: {e}");
+                                0
+                            }
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!("audit bus: cannot start its thread: {e}");
+                }
+            }
+        }
+        AuditBus {
+            inner: Arc::new(Inner {
+                senders,
+                closed: AtomicBool::new(false),
+                dropped: AtomicU64::new(0),
+                emitted: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Queues `event` for every sink. Never blocks; problems are logged and counted.
+    pub fn emit(&self, event: AuditEvent) {
+        self.emit_arc(Arc::new(event));
+    }
+
+    /// Like [`AuditBus::emit`] for an event that is already shared.
+    pub fn emit_arc(&self, event: Arc<AuditEvent>) {
+        self.inner.emitted.fetch_add(1, Ordering::Relaxed);
+        if self.inner.closed.load(Ordering::Acquire) {
+            self.inner
+                .dropped
+                .fetch_add(self.inner.senders.len() as u64, Ordering::Relaxed);
+            tracing::error!(
+                run_id = event.run_id(),
+                seq = event.seq(),
+                "audit event emitted after shutdown; not delivered"
+            );
+            return;
+        }
+        for (i, tx) in self.inner.senders.iter().enumerate() {
+            if let Err(e) = tx.try_send(Msg::Event(event.clone())) {
+                let dropped = self.inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                let why = match e {
+                    mpsc::error::TrySendError::Full(_) => "queue full",
+                    mpsc::error::TrySendError::Closed(_) => "sink stopped",
+                };
+                // Logged at 1, 2, 4, 8, ... drops: a stuck sink must not flood the log.
+                if dropped.is_power_of_two() {
+                    tracing::error!(
+                        sink = i,
+                        run_id = event.run_id(),
+                        seq = event.seq(),
+                        dropped,
+                        "audit event not delivered to sink: {why}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> BusStats {
+        BusStats {
+            emitted: self.inner.emitted.load(Ordering::Relaxed),
+            dropped: self.inner.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hands every event emitted so far to its sinks and flushes them, waiting at most `timeout`.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), AuditError> {
+        self.control(timeout, Msg::Flush).await
+    }
+
+    /// Flushes, then shuts every sink down, waiting at most `timeout`. Events emitted afterwards
+    /// are dropped (and logged).
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), AuditError> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.control(timeout, Msg::Shutdown).await
+    }
+
+    async fn control(
+        &self,
+        timeout: Duration,
+        make: fn(Reply, tokio::time::Instant) -> Msg,
+    ) -> Result<(), AuditError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let all = futures::future::join_all(self.inner.senders.iter().map(|tx| async move {
+            let (reply_tx, reply_rx) = oneshot::channel();
+            if tx.send(make(reply_tx, deadline)).await.is_err() {
+                return Err(AuditError::Closed);
+            }
+            reply_rx.await.unwrap_or(Err(AuditError::Closed))
+        }));
+        match tokio::time::timeout(timeout, all).await {
+            Err(_) => Err(AuditError::Timeout(timeout)),
+            Ok(results) => {
+                let mut errors: Vec<AuditError> =
+                    results.into_iter().filter_map(Result::err).collect();
+                if errors.iter().any(|e| matches!(e, AuditError::Timeout(_))) {
+                    for e in errors
+                        .iter()
+                        .filter(|e| !matches!(e, AuditError::Timeout(_)))
+                    {
+                        tracing::error!("audit sink: {e}");
+                    }
+                    return Err(AuditError::Timeout(timeout));
+                }
+                match errors.len() {
+                    0 => Ok(()),
+                    1 => Err(errors.remove(0)),
+                    _ => Err(AuditError::Sink(
+                        errors
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Runs a sink's flush/shutdown until `deadline`; past it the future is dropped (sinks must be
+/// cancel-safe there: the HTTP sink has spooled its memory by then) and the worker moves on.
+async fn bounded(
+    fut: impl std::future::Future<Output = Result<(), AuditError>>,
+    deadline: tokio::time::Instant,
+    what: &str,
+) -> Result<(), AuditError> {
+    let started = tokio::time::Instant::now();
+    match tokio::time::timeout_at(deadline, AssertUnwindSafe(fut).catch_unwind()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(AuditError::Sink(format!("sink panicked in {what}"))),
+        Err(_) => Err(AuditError::Timeout(
+            deadline.saturating_duration_since(started),
+        )),
+    }
+}
+
+async fn worker(sink: Arc<dyn AuditSink>, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
+    let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
+    while let Some(first) = rx.recv().await {
+        let mut control = None;
+        match first {
+            Msg::Event(e) => batch.push(e),
+            other => control = Some(other),
+        }
+        while control.is_none() && batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(Msg::Event(e)) => batch.push(e),
+                Ok(other) => control = Some(other),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            let n = batch.len();
+            match AssertUnwindSafe(sink.write_batch(&batch))
+                .catch_unwind()
+                .await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("audit sink failed to write {n} events: {e}"),
+                Err(_) => tracing::error!("audit sink panicked writing {n} events"),
+            }
+            batch.clear();
+        }
+        match control {
+            None => {}
+            Some(Msg::Flush(reply, deadline)) => {
+                let _ = reply.send(bounded(sink.flush(), deadline, "flush").await);
+            }
+            Some(Msg::Shutdown(reply, deadline)) => {
+                let _ = reply.send(bounded(sink.shutdown(), deadline, "shutdown").await);
+                break;
+            }
+            Some(Msg::Event(_)) => {}
+        }
+    }
+}

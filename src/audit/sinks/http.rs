@@ -1,0 +1,818 @@
+//! [`HttpSink`]: ships batches to a collector (`toolgate collect`), spooling to disk whenever
+//! the collector cannot take them.
+//!
+//! Delivery is at least once and in order; the collector deduplicates by event id, so every
+//! event is stored exactly once. Life of an event:
+//!
+//! 1. `write_batch` appends it to an in-memory queue (bounded by `queueCapacity`). It never
+//!    waits for the network.
+//! 2. A background task posts `{"events": [...]}` batches of up to `batchSize` events when a
+//!    batch is full, when the oldest queued event is `batchIntervalMs` old, or on flush.
+//! 3. If a post fails with a network error, a 5xx, 408 or 429, the batch and everything queued
+//!    behind it is written to the spool directory (one file per batch, named by an increasing
+//!    sequence number, fsynced) and retried with exponential backoff and jitter. The spool is
+//!    always sent before the memory queue, and memory only ever holds events newer than the
+//!    spool, so order is kept. While the collector stays unreachable, queued events are moved
+//!    to the spool at every failed retry once a batch is full or `batchIntervalMs` old.
+//!    Spooled files left by an earlier process are sent first when the sink starts.
+//! 4. If the in-memory queue is full, its contents are spilled to the spool: nothing is dropped.
+//! 5. Any other 4xx is not retried: the batch is logged and written to `spool/rejected/` with
+//!    the collector's answer, for inspection.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, Notify, watch};
+use tokio::time::Instant;
+
+use crate::audit::{AuditError, AuditEvent, AuditSink};
+
+/// Configuration of an [`HttpSink`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpSinkConfig {
+    /// The collector: its base URL (`http://host:port`, `/v1/events` is appended) or the full
+    /// events endpoint.
+    pub url: String,
+    /// Sent as `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Most events per request. Default 500.
+    #[serde(default = "d_batch_size")]
+    pub batch_size: usize,
+    /// Longest time an event waits in memory for its batch to fill, in ms. Default 1000.
+    #[serde(default = "d_batch_interval_ms")]
+    pub batch_interval_ms: u64,
+    /// Events held in memory before spilling to the spool. Default 10 000.
+    #[serde(default = "d_queue_capacity")]
+    pub queue_capacity: usize,
+    /// Spool directory. Default `./toolgate-audit/spool`. One sink (process) per directory.
+    #[serde(default = "d_spool_dir")]
+    pub spool_dir: PathBuf,
+    /// First retry delay in ms; doubles per attempt up to `backoffMaxMs`. Default 200.
+    #[serde(default = "d_backoff_initial_ms")]
+    pub backoff_initial_ms: u64,
+    /// Longest retry delay in ms. Default 30 000.
+    #[serde(default = "d_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// Timeout of one request in ms. Default 10 000.
+    #[serde(default = "d_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+}
+
+fn d_batch_size() -> usize {
+    500
+}
+fn d_batch_interval_ms() -> u64 {
+    1_000
+}
+fn d_queue_capacity() -> usize {
+    10_000
+}
+fn d_spool_dir() -> PathBuf {
+    PathBuf::from(super::file::DEFAULT_AUDIT_DIR).join("spool")
+}
+fn d_backoff_initial_ms() -> u64 {
+    200
+}
+fn d_backoff_max_ms() -> u64 {
+    30_000
+}
+fn d_request_timeout_ms() -> u64 {
+    10_000
+}
+
+impl HttpSinkConfig {
+    /// Defaults for everything but the collector URL.
+    pub fn new(url: impl Into<String>) -> HttpSinkConfig {
+        HttpSinkConfig {
+            url: url.into(),
+            token: None,
+            batch_size: d_batch_size(),
+            batch_interval_ms: d_batch_interval_ms(),
+            queue_capacity: d_queue_capacity(),
+            spool_dir: d_spool_dir(),
+            backoff_initial_ms: d_backoff_initial_ms(),
+            backoff_max_ms: d_backoff_max_ms(),
+            request_timeout_ms: d_request_timeout_ms(),
+        }
+    }
+}
+
+/// Counters of an [`HttpSink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HttpSinkStats {
+    /// POST requests made.
+    pub requests: u64,
+    /// Events in batches the collector acknowledged.
+    pub delivered_events: u64,
+    /// Batches written to the spool.
+    pub spooled_batches: u64,
+    /// Batches rejected with a 4xx and moved to `rejected/`.
+    pub rejected_batches: u64,
+    /// Failed attempts that were retried.
+    pub retries: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    delivered_events: AtomicU64,
+    spooled_batches: AtomicU64,
+    rejected_batches: AtomicU64,
+    retries: AtomicU64,
+}
+
+struct Inflight {
+    events: Vec<Arc<AuditEvent>>,
+    spooled: bool,
+}
+
+struct State {
+    mem: VecDeque<Arc<AuditEvent>>,
+    oldest_at: Option<Instant>,
+    inflight: Option<Inflight>,
+    spool: VecDeque<u64>,
+    next_seq: u64,
+    urgent: bool,
+    rejected_since_flush: Vec<String>,
+    last_error: Option<String>,
+}
+
+impl State {
+    fn is_idle(&self) -> bool {
+        self.mem.is_empty() && self.inflight.is_none() && self.spool.is_empty()
+    }
+}
+
+struct Shared {
+    config: HttpSinkConfig,
+    endpoint: String,
+    client: reqwest::Client,
+    state: Mutex<State>,
+    wake: Notify,
+    progress: watch::Sender<u64>,
+    stop: watch::Sender<bool>,
+    counters: Counters,
+}
+
+/// Ships events to a collector. See the [module docs](self) for the delivery guarantees.
+pub struct HttpSink {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HttpSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSink")
+            .field("endpoint", &self.shared.endpoint)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+enum Outcome {
+    Delivered,
+    Retry {
+        error: String,
+        after: Option<Duration>,
+    },
+    Rejected {
+        status: u16,
+        body: String,
+    },
+}
+
+impl HttpSink {
+    /// Creates the spool directory, picks up batches spooled by an earlier process (they are
+    /// sent first) and starts the sending task on the current tokio runtime (required).
+    pub fn new(config: HttpSinkConfig) -> Result<HttpSink, AuditError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| AuditError::Sink("HttpSink::new needs a tokio runtime".into()))?;
+        let endpoint = if config.url.trim_end_matches('/').ends_with("/v1/events") {
+            config.url.clone()
+        } else {
+            format!("{}/v1/events", config.url.trim_end_matches('/'))
+        };
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.request_timeout_ms.max(1)))
+            .connect_timeout(Duration::from_millis(
+                config.request_timeout_ms.clamp(1, 5_000),
+            ))
+            .build()
+            .map_err(|e| AuditError::Http(format!("cannot build HTTP client: {e}")))?;
+        let spool = scan_spool(&config.spool_dir)?;
+        let next_seq = spool.back().map_or(1, |s| s + 1);
+        if !spool.is_empty() {
+            tracing::info!(
+                "audit http sink: {} spooled batches in {} will be resent",
+                spool.len(),
+                config.spool_dir.display()
+            );
+        }
+        let shared = Arc::new(Shared {
+            config,
+            endpoint,
+            client,
+            state: Mutex::new(State {
+                mem: VecDeque::new(),
+                oldest_at: None,
+                inflight: None,
+                spool,
+                next_seq,
+                urgent: false,
+                rejected_since_flush: Vec::new(),
+                last_error: None,
+            }),
+            wake: Notify::new(),
+            progress: watch::channel(0).0,
+            stop: watch::channel(false).0,
+            counters: Counters::default(),
+        });
+        handle.spawn(sender(shared.clone()));
+        Ok(HttpSink { shared })
+    }
+
+    /// The URL batches are posted to.
+    pub fn endpoint(&self) -> &str {
+        &self.shared.endpoint
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HttpSinkStats {
+        let c = &self.shared.counters;
+        HttpSinkStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            delivered_events: c.delivered_events.load(Ordering::Relaxed),
+            spooled_batches: c.spooled_batches.load(Ordering::Relaxed),
+            rejected_batches: c.rejected_batches.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Batches currently waiting in the spool.
+    pub async fn spooled(&self) -> usize {
+        self.shared.state.lock().await.spool.len()
+    }
+
+    /// Moves everything held in memory to the spool, so it survives the process.
+    async fn spool_memory(&self) -> Result<(), AuditError> {
+        let shared = &self.shared;
+        let mut st = shared.state.lock().await;
+        spill(shared, &mut st, &[]).await
+    }
+
+    /// Waits until everything is delivered (or rejected).
+    async fn wait_delivered(&self) -> Result<(), AuditError> {
+        let mut progress = self.shared.progress.subscribe();
+        loop {
+            {
+                let mut st = self.shared.state.lock().await;
+                if st.is_idle() {
+                    let rejected = std::mem::take(&mut st.rejected_since_flush);
+                    return if rejected.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(AuditError::Http(format!(
+                            "collector rejected {} batch(es): {}",
+                            rejected.len(),
+                            rejected.join("; ")
+                        )))
+                    };
+                }
+                st.urgent = true;
+            }
+            self.shared.wake.notify_one();
+            if progress.changed().await.is_err() {
+                return Err(AuditError::Closed);
+            }
+        }
+    }
+}
+
+impl Drop for HttpSink {
+    fn drop(&mut self) {
+        self.shared.stop.send_replace(true);
+    }
+}
+
+/// Sets the stop flag when dropped (also when a shutdown future is cancelled by a timeout).
+struct StopOnDrop<'a>(&'a Shared);
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop.send_replace(true);
+    }
+}
+
+#[async_trait]
+impl AuditSink for HttpSink {
+    async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        let mut st = shared.state.lock().await;
+        if st.mem.len() + events.len() > shared.config.queue_capacity {
+            spill(shared, &mut st, events).await?;
+        } else {
+            if st.mem.is_empty() {
+                st.oldest_at = Some(Instant::now());
+            }
+            st.mem.extend(events.iter().cloned());
+        }
+        drop(st);
+        shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Waits until every event is delivered to the collector; errs if some batch was rejected
+    /// since the last flush. Cancel it (e.g. with a timeout) to stop waiting: undelivered
+    /// events stay queued or spooled.
+    async fn flush(&self) -> Result<(), AuditError> {
+        self.wait_delivered().await
+    }
+
+    /// Spools whatever is in memory (so nothing is lost if the wait below is cut short), then
+    /// waits for delivery and stops the sending task — also when cancelled.
+    async fn shutdown(&self) -> Result<(), AuditError> {
+        let _stop = StopOnDrop(&self.shared);
+        let has_memory = {
+            let st = self.shared.state.lock().await;
+            !st.mem.is_empty() || st.inflight.as_ref().is_some_and(|i| !i.spooled)
+        };
+        if has_memory {
+            self.spool_memory().await?;
+        }
+        self.wait_delivered().await
+    }
+}
+
+fn scan_spool(dir: &Path) -> Result<VecDeque<u64>, AuditError> {
+    std::fs::create_dir_all(dir).map_err(|e| AuditError::io(dir, e))?;
+    let mut seqs = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| AuditError::io(dir, e))? {
+        let entry = entry.map_err(|e| AuditError::io(dir, e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if name.ends_with(".tmp") {
+            // A spool write that never completed (crash); its events are still in the
+            // caller's hands or were never acknowledged to anyone.
+            let _ = std::fs::remove_file(entry.path());
+        } else if let Some(seq) = name
+            .strip_suffix(".json")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            seqs.push(seq);
+        }
+    }
+    seqs.sort_unstable();
+    Ok(seqs.into())
+}
+
+fn spool_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}.json"))
+}
+
+fn batch_body(events: &[Arc<AuditEvent>]) -> Vec<u8> {
+    let mut body = String::with_capacity(events.len() * 600 + 16);
+    body.push_str("{\"events\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&e.to_canonical_json());
+    }
+    body.push_str("]}");
+    body.into_bytes()
+}
+
+/// Writes `body` durably as the next spool file.
+async fn write_spool_file(
+    shared: &Shared,
+    st: &mut State,
+    body: Vec<u8>,
+) -> Result<(), AuditError> {
+    let seq = st.next_seq;
+    let dir = shared.config.spool_dir.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), AuditError> {
+        let path = spool_path(&dir, seq);
+        let tmp = path.with_extension("json.tmp");
+        write_synced(&tmp, &body)?;
+        std::fs::rename(&tmp, &path).map_err(|e| AuditError::io(&path, e))?;
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| AuditError::Sink(format!("spool task failed: {e}")))??;
+    st.next_seq += 1;
+    st.spool.push_back(seq);
+    shared
+        .counters
+        .spooled_batches
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), AuditError> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(|e| AuditError::io(path, e))?;
+    f.write_all(bytes).map_err(|e| AuditError::io(path, e))?;
+    f.sync_all().map_err(|e| AuditError::io(path, e))
+}
+
+/// Moves the unspooled in-flight batch, the memory queue and `extra` to the spool, in that order.
+async fn spill(
+    shared: &Shared,
+    st: &mut State,
+    extra: &[Arc<AuditEvent>],
+) -> Result<(), AuditError> {
+    let batch_size = shared.config.batch_size.max(1);
+    if let Some(inflight) = st.inflight.as_ref().filter(|i| !i.spooled) {
+        let body = batch_body(&inflight.events);
+        write_spool_file(shared, st, body).await?;
+        if let Some(i) = st.inflight.as_mut() {
+            i.spooled = true;
+        }
+    }
+    let mut pending: Vec<Arc<AuditEvent>> = st.mem.iter().cloned().collect();
+    pending.extend(extra.iter().cloned());
+    let mut written = 0;
+    for chunk in pending.chunks(batch_size) {
+        if let Err(e) = write_spool_file(shared, st, batch_body(chunk)).await {
+            // Keep what was not spooled in memory rather than losing it.
+            st.mem = pending[written..].iter().cloned().collect();
+            return Err(e);
+        }
+        written += chunk.len();
+    }
+    st.mem.clear();
+    st.oldest_at = None;
+    Ok(())
+}
+
+fn backoff(config: &HttpSinkConfig, attempt: u32) -> Duration {
+    let initial = config.backoff_initial_ms.max(1);
+    let max = config.backoff_max_ms.max(initial);
+    let exp = initial.saturating_mul(1u64 << attempt.min(30)).min(max);
+    // "Equal jitter": half fixed, half random, so retries of many sinks spread out.
+    let half = exp / 2;
+    Duration::from_millis(half + rand::thread_rng().gen_range(0..=exp - half))
+}
+
+async fn post(shared: &Shared, body: Vec<u8>) -> Outcome {
+    shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let mut req = shared
+        .client
+        .post(&shared.endpoint)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(token) = &shared.config.token {
+        req = req.bearer_auth(token);
+    }
+    match req.send().await {
+        Err(e) => Outcome::Retry {
+            error: format!("{e}"),
+            after: None,
+        },
+        Ok(resp) => {
+            let status = resp.status();
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = resp.text().await.unwrap_or_default();
+            classify(status.as_u16(), text, retry_after)
+        }
+    }
+}
+
+fn classify(status: u16, text: String, retry_after: Option<Duration>) -> Outcome {
+    match status {
+        200..=299 => Outcome::Delivered,
+        408 | 429 | 500..=599 => Outcome::Retry {
+            error: format!("HTTP {status}: {}", truncate(&text, 300)),
+            after: retry_after,
+        },
+        _ => Outcome::Rejected { status, body: text },
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
+    shared
+        .counters
+        .rejected_batches
+        .fetch_add(1, Ordering::Relaxed);
+    let summary = format!("HTTP {status}: {}", truncate(&answer, 300));
+    let dir = shared.config.spool_dir.join("rejected");
+    let name = format!(
+        "{}-{}.json",
+        chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
+        uuid::Uuid::now_v7().simple()
+    );
+    let events: serde_json::Value = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("events").cloned())
+        .unwrap_or(serde_json::Value::Null);
+    let record = serde_json::json!({"status": status, "response": answer, "events": events});
+    let path = dir.join(&name);
+    let written = tokio::task::spawn_blocking(move || -> Result<(), AuditError> {
+        std::fs::create_dir_all(&dir).map_err(|e| AuditError::io(&dir, e))?;
+        write_synced(&path, record.to_string().as_bytes())
+    })
+    .await;
+    let where_ = match written {
+        Ok(Ok(())) => format!(
+            "saved as {}",
+            shared
+                .config
+                .spool_dir
+                .join("rejected")
+                .join(name)
+                .display()
+        ),
+        Ok(Err(e)) => format!("could not be saved: {e}"),
+        Err(e) => format!("could not be saved: {e}"),
+    };
+    tracing::error!(
+        endpoint = %shared.endpoint,
+        "audit batch rejected by collector ({summary}), not retried; {where_}"
+    );
+    shared.state.lock().await.rejected_since_flush.push(summary);
+}
+
+/// Sleeps `d` unless stopped first; returns false when stopped.
+async fn pause(shared: &Shared, d: Duration) -> bool {
+    let mut stop = shared.stop.subscribe();
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = stop.wait_for(|s| *s) => false,
+    }
+}
+
+fn bump(shared: &Shared) {
+    shared.progress.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+enum Work {
+    Spool(u64),
+    Batch(Vec<Arc<AuditEvent>>),
+    Idle(Option<Instant>),
+}
+
+async fn sender(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    let mut attempt: u32 = 0;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let work = {
+            let mut st = shared.state.lock().await;
+            let interval = Duration::from_millis(shared.config.batch_interval_ms);
+            if let Some(&seq) = st.spool.front() {
+                Work::Spool(seq)
+            } else if !st.mem.is_empty()
+                && (st.urgent
+                    || st.mem.len() >= shared.config.batch_size.max(1)
+                    || st.oldest_at.is_none_or(|t| t.elapsed() >= interval))
+            {
+                let n = st.mem.len().min(shared.config.batch_size.max(1));
+                let events: Vec<Arc<AuditEvent>> = st.mem.drain(..n).collect();
+                st.oldest_at = if st.mem.is_empty() {
+                    None
+                } else {
+                    Some(Instant::now())
+                };
+                st.inflight = Some(Inflight {
+                    events: events.clone(),
+                    spooled: false,
+                });
+                Work::Batch(events)
+            } else {
+                if st.mem.is_empty() {
+                    st.urgent = false;
+                }
+                Work::Idle(st.oldest_at.map(|t| t + interval))
+            }
+        };
+        match work {
+            Work::Idle(deadline) => {
+                let far = Instant::now() + Duration::from_secs(3600);
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    _ = tokio::time::sleep_until(deadline.unwrap_or(far)) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+            Work::Spool(seq) => {
+                let path = spool_path(&shared.config.spool_dir, seq);
+                let body = match tokio::fs::read(&path).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::error!(
+                            "audit spool file {} unreadable, skipped: {e}",
+                            path.display()
+                        );
+                        shared.state.lock().await.spool.pop_front();
+                        bump(&shared);
+                        continue;
+                    }
+                };
+                let outcome = tokio::select! {
+                    o = post(&shared, body.clone()) => o,
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                match outcome {
+                    Outcome::Delivered => {
+                        attempt = 0;
+                        let _ = tokio::fs::remove_file(&path).await;
+                        let n = count_events(&body);
+                        shared
+                            .counters
+                            .delivered_events
+                            .fetch_add(n, Ordering::Relaxed);
+                        let mut st = shared.state.lock().await;
+                        st.spool.pop_front();
+                        st.last_error = None;
+                        drop(st);
+                        bump(&shared);
+                    }
+                    Outcome::Rejected {
+                        status,
+                        body: answer,
+                    } => {
+                        attempt = 0;
+                        reject(&shared, body, status, answer).await;
+                        let _ = tokio::fs::remove_file(&path).await;
+                        shared.state.lock().await.spool.pop_front();
+                        bump(&shared);
+                    }
+                    Outcome::Retry { error, after } => {
+                        {
+                            // Still down: move what has piled up in memory to disk.
+                            let mut st = shared.state.lock().await;
+                            let interval = Duration::from_millis(shared.config.batch_interval_ms);
+                            let due = st.mem.len() >= shared.config.batch_size.max(1)
+                                || st.oldest_at.is_some_and(|t| t.elapsed() >= interval);
+                            if due {
+                                if let Err(e) = spill(&shared, &mut st, &[]).await {
+                                    tracing::error!("audit http sink cannot spool: {e}");
+                                }
+                            }
+                        }
+                        if !retry_pause(&shared, &mut attempt, error, after).await {
+                            break;
+                        }
+                    }
+                }
+            }
+            Work::Batch(events) => {
+                let body = batch_body(&events);
+                let outcome = tokio::select! {
+                    o = post(&shared, body.clone()) => o,
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                match outcome {
+                    Outcome::Delivered => {
+                        attempt = 0;
+                        shared
+                            .counters
+                            .delivered_events
+                            .fetch_add(events.len() as u64, Ordering::Relaxed);
+                        let mut st = shared.state.lock().await;
+                        st.inflight = None;
+                        st.last_error = None;
+                        drop(st);
+                        bump(&shared);
+                    }
+                    Outcome::Rejected {
+                        status,
+                        body: answer,
+                    } => {
+                        attempt = 0;
+                        shared.state.lock().await.inflight = None;
+                        reject(&shared, body, status, answer).await;
+                        bump(&shared);
+                    }
+                    Outcome::Retry { error, after } => {
+                        {
+                            let mut st = shared.state.lock().await;
+                            // Keep order: the failed batch, then everything queued behind it.
+                            if let Err(e) = spill(&shared, &mut st, &[]).await {
+                                tracing::error!("audit http sink cannot spool: {e}");
+                                // Put the batch back in front of the queue rather than lose it.
+                                if let Some(inf) = st.inflight.take() {
+                                    if !inf.spooled {
+                                        for ev in inf.events.into_iter().rev() {
+                                            st.mem.push_front(ev);
+                                        }
+                                    }
+                                }
+                            }
+                            st.inflight = None;
+                        }
+                        bump(&shared);
+                        if !retry_pause(&shared, &mut attempt, error, after).await {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn retry_pause(
+    shared: &Shared,
+    attempt: &mut u32,
+    error: String,
+    after: Option<Duration>,
+) -> bool {
+    shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+    let delay = match after {
+        Some(a) => a.min(Duration::from_millis(shared.config.backoff_max_ms.max(1))),
+        None => backoff(&shared.config, *attempt),
+    };
+    *attempt = attempt.saturating_add(1);
+    if *attempt == 1 || attempt.is_power_of_two() {
+        tracing::warn!(
+            endpoint = %shared.endpoint,
+            attempt = *attempt,
+            "audit collector unavailable ({error}); retrying in {delay:?}, batches are spooled"
+        );
+    }
+    shared.state.lock().await.last_error = Some(error);
+    pause(shared, delay).await
+}
+
+fn count_events(body: &[u8]) -> u64 {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.get("events")
+                .and_then(|e| e.as_array())
+                .map(|a| a.len() as u64)
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert!(matches!(
+            classify(200, String::new(), None),
+            Outcome::Delivered
+        ));
+        assert!(matches!(
+            classify(503, String::new(), None),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            classify(429, String::new(), Some(Duration::from_secs(1))),
+            Outcome::Retry { after: Some(_), .. }
+        ));
+        assert!(matches!(
+            classify(400, String::new(), None),
+            Outcome::Rejected { status: 400, .. }
+        ));
+        assert!(matches!(
+            classify(401, String::new(), None),
+            Outcome::Rejected { .. }
+        ));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let mut c = HttpSinkConfig::new("http://x");
+        c.backoff_initial_ms = 100;
+        c.backoff_max_ms = 1_000;
+        for attempt in 0..40 {
+            let d = backoff(&c, attempt).as_millis() as u64;
+            let exp = (100u64 << attempt.min(30)).min(1_000);
+            assert!(d >= exp / 2 && d <= exp, "attempt {attempt}: {d}");
+        }
+    }
+}

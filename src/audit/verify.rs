@@ -1,0 +1,451 @@
+//! Chain verification: finds missing, reordered, edited, deleted or forged events.
+//!
+//! For every run (events grouped by `runId`, across all files given):
+//!
+//! * each event's `hash` must equal the SHA-256 of its canonical JSON without `hash`
+//!   (else it was edited);
+//! * sorted by `seq`, the run must go 0, 1, 2, ... without gaps (else events were deleted) or
+//!   repeats;
+//! * each event's `prevHash` must equal the `hash` of the event before it (null for seq 0) —
+//!   this catches an edited event whose hash was recomputed ("forged"): the break is reported
+//!   at the event after it;
+//! * within one file, a run's events must appear in `seq` order (else lines were reordered).
+//!
+//! The chain cannot show that events were cut off the *end* of a run; keep the last hash
+//! somewhere else (e.g. a collector) to detect that.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{AuditEvent, expected_hash};
+
+/// What is wrong at a [`ChainBreak`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BreakKind {
+    /// A line that is not JSON or not an audit event.
+    Malformed,
+    /// `hash` does not match the event's content: the event was edited.
+    HashMismatch,
+    /// `prevHash` does not match the previous event's `hash`.
+    PrevHashMismatch,
+    /// `seq` numbers are missing before this event: events were deleted.
+    MissingSeq,
+    /// Another event of the run has the same `seq`.
+    DuplicateSeq,
+    /// The event appears after an event of the same run with a higher `seq`.
+    OutOfOrder,
+}
+
+/// One place where a chain breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainBreak {
+    /// The file, when verifying files.
+    pub path: Option<PathBuf>,
+    /// 1-based line in the file (or position in the input when verifying events).
+    pub line: Option<usize>,
+    /// The run, when known.
+    pub run_id: Option<String>,
+    /// The event's `seq`, when known.
+    pub seq: Option<u64>,
+    /// The kind of break.
+    pub kind: BreakKind,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+impl fmt::Display for ChainBreak {
+    /// `FILE:LINE run RUN seq S: message`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.path, self.line) {
+            (Some(p), Some(l)) => write!(f, "{}:{l}", p.display())?,
+            (Some(p), None) => write!(f, "{}", p.display())?,
+            (None, Some(l)) => write!(f, "event {l}")?,
+            (None, None) => write!(f, "-")?,
+        }
+        if let Some(r) = &self.run_id {
+            write!(f, " run {r}")?;
+        }
+        if let Some(s) = self.seq {
+            write!(f, " seq {s}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Per-file counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSummary {
+    /// The file.
+    pub path: PathBuf,
+    /// Events (valid lines) in it.
+    pub events: usize,
+    /// Distinct runs in it.
+    pub runs: usize,
+    /// Breaks located in it.
+    pub breaks: usize,
+}
+
+/// The result of a verification.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Files read, in the order read.
+    pub files: Vec<FileSummary>,
+    /// Every break found, by file and line.
+    pub breaks: Vec<ChainBreak>,
+    /// Paths that could not be read, with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+    /// Events checked.
+    pub events: usize,
+    /// Runs checked.
+    pub runs: usize,
+}
+
+impl VerifyReport {
+    /// No breaks and nothing unreadable.
+    pub fn is_ok(&self) -> bool {
+        self.breaks.is_empty() && self.unreadable.is_empty()
+    }
+}
+
+struct Entry {
+    file: Option<usize>,
+    line: usize,
+    seq: u64,
+    hash: String,
+    prev_hash: Option<String>,
+    hash_ok: bool,
+}
+
+#[derive(Default)]
+struct Verifier {
+    files: Vec<Arc<PathBuf>>,
+    runs: BTreeMap<String, Vec<Entry>>,
+    breaks: Vec<(Option<usize>, ChainBreak)>,
+    file_events: HashMap<usize, usize>,
+    file_runs: HashMap<usize, std::collections::HashSet<String>>,
+    events: usize,
+}
+
+impl Verifier {
+    fn path(&self, file: Option<usize>) -> Option<PathBuf> {
+        file.and_then(|f| self.files.get(f))
+            .map(|p| p.to_path_buf())
+    }
+
+    fn push_break(
+        &mut self,
+        file: Option<usize>,
+        line: usize,
+        run_id: Option<&str>,
+        seq: Option<u64>,
+        kind: BreakKind,
+        message: String,
+    ) {
+        let b = ChainBreak {
+            path: self.path(file),
+            line: Some(line),
+            run_id: run_id.map(str::to_owned),
+            seq,
+            kind,
+            message,
+        };
+        self.breaks.push((file, b));
+    }
+
+    fn add_value(&mut self, file: Option<usize>, line: usize, value: Value) {
+        let computed = expected_hash(&value);
+        let event = match AuditEvent::from_value(value) {
+            Ok(e) => e,
+            Err(e) => {
+                self.push_break(file, line, None, None, BreakKind::Malformed, e.to_string());
+                return;
+            }
+        };
+        self.events += 1;
+        if let Some(f) = file {
+            *self.file_events.entry(f).or_default() += 1;
+            self.file_runs
+                .entry(f)
+                .or_default()
+                .insert(event.run_id().to_string());
+        }
+        let entry = Entry {
+            file,
+            line,
+            seq: event.seq(),
+            hash: event.hash().to_string(),
+            prev_hash: event.prev_hash().map(str::to_owned),
+            hash_ok: computed.as_deref() == Some(event.hash()),
+        };
+        self.runs
+            .entry(event.run_id().to_string())
+            .or_default()
+            .push(entry);
+    }
+
+    fn add_reader(&mut self, file: usize, reader: impl BufRead) -> Result<(), std::io::Error> {
+        let mut reader = reader;
+        let mut buf = Vec::with_capacity(1024);
+        let mut line = 0usize;
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf)? == 0 {
+                return Ok(());
+            }
+            line += 1;
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Value>(&buf) {
+                Ok(v) => self.add_value(Some(file), line, v),
+                Err(e) => self.push_break(
+                    Some(file),
+                    line,
+                    None,
+                    None,
+                    BreakKind::Malformed,
+                    format!("not valid JSON: {e}"),
+                ),
+            }
+        }
+    }
+
+    fn where_(&self, e: &Entry) -> String {
+        match self.path(e.file) {
+            Some(p) => format!("{}:{}", p.display(), e.line),
+            None => format!("event {}", e.line),
+        }
+    }
+
+    fn check_runs(&mut self) -> usize {
+        let runs = std::mem::take(&mut self.runs);
+        let n = runs.len();
+        for (run_id, mut entries) in runs {
+            let run = Some(run_id.as_str());
+            // Edited events and within-file reordering, in the order read.
+            let mut last_in_file: HashMap<Option<usize>, u64> = HashMap::new();
+            for e in &entries {
+                if !e.hash_ok {
+                    self.push_break(
+                        e.file,
+                        e.line,
+                        run,
+                        Some(e.seq),
+                        BreakKind::HashMismatch,
+                        "hash does not match the event's content (the event was edited)".into(),
+                    );
+                }
+                if let Some(&prev) = last_in_file.get(&e.file) {
+                    if e.seq < prev {
+                        self.push_break(
+                            e.file,
+                            e.line,
+                            run,
+                            Some(e.seq),
+                            BreakKind::OutOfOrder,
+                            format!("out of order: appears after seq {prev}"),
+                        );
+                    }
+                }
+                let slot = last_in_file.entry(e.file).or_insert(e.seq);
+                *slot = (*slot).max(e.seq);
+            }
+            // The chain, by seq.
+            entries.sort_by_key(|e| e.seq);
+            let mut expected: u64 = 0;
+            let mut prev: Option<usize> = None;
+            for i in 0..entries.len() {
+                let e = &entries[i];
+                if let Some(p) = prev.filter(|_| e.seq + 1 == expected) {
+                    let msg = if entries[p].hash == e.hash {
+                        format!("duplicate of the event at {}", self.where_(&entries[p]))
+                    } else {
+                        format!(
+                            "another event with this seq is at {}",
+                            self.where_(&entries[p])
+                        )
+                    };
+                    let (f, l, s) = (e.file, e.line, e.seq);
+                    self.push_break(f, l, run, Some(s), BreakKind::DuplicateSeq, msg);
+                    continue;
+                }
+                if e.seq > expected {
+                    let missing = if e.seq - expected == 1 {
+                        format!("seq {expected} is missing (deleted?)")
+                    } else {
+                        format!("seq {expected}..{} are missing (deleted?)", e.seq - 1)
+                    };
+                    let (f, l, s) = (e.file, e.line, e.seq);
+                    self.push_break(f, l, run, Some(s), BreakKind::MissingSeq, missing);
+                } else {
+                    let want = prev.map(|p| entries[p].hash.as_str());
+                    if e.prev_hash.as_deref() != want {
+                        let msg = match prev {
+                            None => "prevHash of seq 0 must be null".to_string(),
+                            Some(p) => format!(
+                                "prevHash does not match the hash of seq {} at {} (that event was \
+                                 edited and re-hashed, or this one was)",
+                                entries[p].seq,
+                                self.where_(&entries[p])
+                            ),
+                        };
+                        let (f, l, s) = (e.file, e.line, e.seq);
+                        self.push_break(f, l, run, Some(s), BreakKind::PrevHashMismatch, msg);
+                    }
+                }
+                expected = e.seq + 1;
+                prev = Some(i);
+            }
+        }
+        n
+    }
+
+    fn finish(mut self, unreadable: Vec<(PathBuf, String)>) -> VerifyReport {
+        let runs = self.check_runs();
+        let mut breaks = std::mem::take(&mut self.breaks);
+        breaks.sort_by_key(|(f, b)| (*f, b.line));
+        let mut per_file: HashMap<usize, usize> = HashMap::new();
+        for (f, _) in &breaks {
+            if let Some(f) = f {
+                *per_file.entry(*f).or_default() += 1;
+            }
+        }
+        let files = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, p)| FileSummary {
+                path: p.to_path_buf(),
+                events: self.file_events.get(&i).copied().unwrap_or(0),
+                runs: self.file_runs.get(&i).map_or(0, |r| r.len()),
+                breaks: per_file.get(&i).copied().unwrap_or(0),
+            })
+            .collect();
+        VerifyReport {
+            files,
+            breaks: breaks.into_iter().map(|(_, b)| b).collect(),
+            unreadable,
+            events: self.events,
+            runs,
+        }
+    }
+}
+
+/// Verifies events held in memory (e.g. from a [`super::MemorySink`]). Breaks are located by
+/// position in the input (1-based `line`, no `path`).
+pub fn verify_events<'a>(events: impl IntoIterator<Item = &'a AuditEvent>) -> VerifyReport {
+    let mut v = Verifier::default();
+    for (i, e) in events.into_iter().enumerate() {
+        v.add_value(None, i + 1, e.to_json());
+    }
+    v.finish(Vec::new())
+}
+
+/// Verifies JSONL files and directories (searched recursively for `*.jsonl`, in name order).
+/// All runs are checked across all files, so a run may span files.
+pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
+    let mut files = Vec::new();
+    let mut unreadable = Vec::new();
+    for p in paths {
+        let p = p.as_ref();
+        match std::fs::metadata(p) {
+            Err(e) => unreadable.push((p.to_path_buf(), e.to_string())),
+            Ok(m) if m.is_dir() => collect_jsonl(p, &mut files, &mut unreadable),
+            Ok(_) => files.push(p.to_path_buf()),
+        }
+    }
+    let mut v = Verifier::default();
+    for path in files {
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                unreadable.push((path, e.to_string()));
+                continue;
+            }
+        };
+        let idx = v.files.len();
+        v.files.push(Arc::new(path.clone()));
+        if let Err(e) = v.add_reader(idx, std::io::BufReader::new(file)) {
+            unreadable.push((path, e.to_string()));
+        }
+    }
+    v.finish(unreadable)
+}
+
+fn collect_jsonl(dir: &Path, out: &mut Vec<PathBuf>, unreadable: &mut Vec<(PathBuf, String)>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            unreadable.push((dir.to_path_buf(), e.to_string()));
+            return;
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for p in paths {
+        if p.is_dir() {
+            collect_jsonl(&p, out, unreadable);
+        } else if p.extension().is_some_and(|x| x == "jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{EventKind, RunChain};
+    use chrono::Utc;
+    use serde_json::{Map, json};
+
+    fn run(n: usize) -> Vec<AuditEvent> {
+        let mut c = RunChain::new("r", "a", None);
+        (0..n)
+            .map(|i| {
+                let mut b = Map::new();
+                b.insert("i".into(), json!(i));
+                c.seal(EventKind::ToolResult, Utc::now(), b)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn intact_chain_is_ok() {
+        let r = verify_events(&run(5));
+        assert!(r.is_ok(), "{:?}", r.breaks);
+        assert_eq!((r.events, r.runs), (5, 1));
+    }
+
+    #[test]
+    fn deleted_event_is_missing_seq() {
+        let mut evs = run(5);
+        evs.remove(2);
+        let r = verify_events(&evs);
+        assert_eq!(r.breaks.len(), 1);
+        assert_eq!(r.breaks[0].kind, BreakKind::MissingSeq);
+        assert_eq!(r.breaks[0].seq, Some(3));
+    }
+
+    #[test]
+    fn swapped_events_are_out_of_order() {
+        let mut evs = run(5);
+        evs.swap(1, 2);
+        let r = verify_events(&evs);
+        assert_eq!(r.breaks.len(), 1, "{:?}", r.breaks);
+        assert_eq!(r.breaks[0].kind, BreakKind::OutOfOrder);
+        assert_eq!(r.breaks[0].seq, Some(1));
+    }
+
+    #[test]
+    fn duplicate_is_reported() {
+        let mut evs = run(3);
+        evs.push(evs[1].clone());
+        let r = verify_events(&evs);
+        assert!(r.breaks.iter().any(|b| b.kind == BreakKind::DuplicateSeq));
+    }
+}

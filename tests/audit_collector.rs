@@ -1,0 +1,660 @@
+//! The HTTP sink against the real collector (`toolgate collect` server code) on loopback.
+#![cfg(feature = "http")]
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use toolgate::audit::collector::{Collector, CollectorConfig, serve_collector};
+use toolgate::audit::{
+    AuditBus, AuditError, AuditEvent, BusConfig, EventKind, HttpSink, HttpSinkConfig, RunChain,
+    canonical_json, verify_paths,
+};
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+struct InProcess {
+    addr: String,
+    collector: Collector,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), AuditError>>,
+}
+
+impl InProcess {
+    async fn start(config: CollectorConfig, listen: &str) -> InProcess {
+        let listener = bind_retrying(listen).await;
+        let addr = listener.local_addr().unwrap().to_string();
+        let collector = Collector::open(config).unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_collector(collector.clone(), listener, async move {
+            let _ = rx.await;
+        }));
+        InProcess {
+            addr,
+            collector,
+            stop: Some(tx),
+            task,
+        }
+    }
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// Binds `addr`; a port just released may take a moment to be free again.
+async fn bind_retrying(addr: &str) -> TcpListener {
+    let started = Instant::now();
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                eprintln!("bind {addr}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("cannot bind {addr}: {e}"),
+        }
+    }
+}
+
+/// `toolgate collect` as a real process.
+struct Process {
+    child: Child,
+    addr: String,
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Process {
+    fn start(out: &Path, listen: &str) -> Process {
+        let started = Instant::now();
+        loop {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+                .args(["collect", "--listen", listen, "--out"])
+                .arg(out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            if let Some(rest) = line.strip_prefix("listening on http://") {
+                let addr = rest.split(',').next().unwrap().to_string();
+                assert!(
+                    line.contains(&format!("storing to {}", out.display())),
+                    "{line}"
+                );
+                return Process {
+                    child,
+                    addr,
+                    _stdout: stdout,
+                };
+            }
+            // Could not bind (port not free yet): retry for a bounded time.
+            let status = child.wait().unwrap();
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "collector did not start: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sink_config(url: &str, spool: &Path) -> HttpSinkConfig {
+    let mut c = HttpSinkConfig::new(url);
+    c.spool_dir = spool.to_path_buf();
+    c.batch_size = 250;
+    c.batch_interval_ms = 10;
+    c.backoff_initial_ms = 5;
+    c.backoff_max_ms = 50;
+    c.request_timeout_ms = 5_000;
+    c
+}
+
+fn bus_with(sink: &Arc<HttpSink>) -> AuditBus {
+    AuditBus::new(vec![sink.clone()], BusConfig::default())
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The `i`-th event of a fake agent run of `len` events.
+fn seal_step(chain: &mut RunChain, i: usize, len: usize) -> AuditEvent {
+    let call = format!("c{}", i / 2);
+    let (kind, body) = if i == 0 {
+        (
+            EventKind::RunStarted,
+            json!({"runContext": {"agentId": chain.agent_id()}}),
+        )
+    } else if i + 1 == len {
+        (
+            EventKind::RunEnded,
+            json!({"status": "success", "totals": {"calls": len / 2}}),
+        )
+    } else if i % 2 == 1 {
+        (
+            EventKind::ToolDecision,
+            json!({"phase": "tool.before", "callId": call, "tool": {"name": "search", "tags": ["read"]},
+                   "args": {"q": format!("query {i}")}, "decision": {"effect": "allow", "code": "ALLOWED",
+                   "evaluated": [], "signals": [], "shadow": false, "abortRun": false, "latencyNs": 900}}),
+        )
+    } else {
+        (
+            EventKind::ToolResult,
+            json!({"callId": call, "tool": {"name": "search"}, "output": {"hits": i, "score": 0.25 * i as f64},
+                   "durationMs": 3, "metrics": {"bytes_in": 12, "bytes_out": 20}}),
+        )
+    };
+    chain.seal(kind, Utc::now(), obj(body))
+}
+
+fn count_lines(dir: &Path) -> usize {
+    let mut n = 0;
+    for agent in std::fs::read_dir(dir).unwrap() {
+        let agent = agent.unwrap().path();
+        if agent.is_dir() {
+            for f in std::fs::read_dir(&agent).unwrap() {
+                n += std::fs::read_to_string(f.unwrap().path())
+                    .unwrap()
+                    .lines()
+                    .count();
+            }
+        }
+    }
+    n
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let resp = reqwest::get(url).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+async fn post_body(url: &str, token: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}/v1/events"))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn events_body(events: &[AuditEvent]) -> String {
+    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
+    canonical_json(&json!({"events": list}))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_verify() {
+    let out = tempfile::tempdir().unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let server = InProcess::start(CollectorConfig::new(out.path()), "127.0.0.1:0").await;
+    let sink = Arc::new(HttpSink::new(sink_config(&server.url(), spool.path())).unwrap());
+    let bus = bus_with(&sink);
+
+    let started = Instant::now();
+    let runs: Vec<_> = (0..100)
+        .map(|r| {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                let mut chain = RunChain::new(format!("run-{r}"), format!("agent-{}", r % 5), None);
+                for i in 0..100 {
+                    bus.emit(seal_step(&mut chain, i, 100));
+                    if i % 10 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for r in runs {
+        r.await.unwrap();
+    }
+    let emitted = started.elapsed();
+    bus.flush(Duration::from_secs(30)).await.unwrap();
+    let delivered = started.elapsed();
+    eprintln!("10,000 events: emitted in {emitted:?}, all stored (fsynced) after {delivered:?}");
+
+    let stats = server.collector.stats();
+    assert_eq!(
+        (stats.events, stats.runs, stats.duplicates, stats.breaks),
+        (10_000, 100, 0, 0)
+    );
+    assert_eq!(count_lines(out.path()), 10_000);
+    assert_eq!(sink.stats().delivered_events, 10_000);
+    assert_eq!(sink.stats().rejected_batches, 0);
+
+    let report = verify_paths(&[out.path()]);
+    assert!(
+        report.is_ok(),
+        "{:?}",
+        &report.breaks[..report.breaks.len().min(5)]
+    );
+    assert_eq!((report.events, report.runs), (10_000, 100));
+    // 5 agents, one file per agent and day.
+    assert_eq!(report.files.len(), 5);
+
+    let (status, run) = get_json(&format!("{}/v1/runs/run-42", server.url())).await;
+    assert_eq!(status, 200);
+    assert_eq!(run["runId"], "run-42");
+    let seqs: Vec<u64> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..100).collect::<Vec<_>>());
+    assert_eq!(run["chain"]["ok"], true);
+
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_once() {
+    let out = tempfile::tempdir().unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let first = Process::start(out.path(), "127.0.0.1:0");
+    let addr = first.addr.clone();
+    let url = format!("http://{addr}");
+    let mut cfg = sink_config(&url, spool.path());
+    cfg.batch_size = 100;
+    let sink = Arc::new(HttpSink::new(cfg).unwrap());
+    let bus = bus_with(&sink);
+    let mut chains: Vec<RunChain> = (0..30)
+        .map(|r| RunChain::new(format!("run-{r}"), "support", Some(format!("user-{r}"))))
+        .collect();
+    let emit = |bus: &AuditBus, chains: &mut Vec<RunChain>, steps: std::ops::Range<usize>| {
+        for i in steps {
+            for c in chains.iter_mut() {
+                bus.emit(seal_step(c, i, 100));
+            }
+        }
+    };
+
+    // 1. Healthy: 1,200 events delivered.
+    emit(&bus, &mut chains, 0..40);
+    bus.flush(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(get_json(&format!("{url}/healthz")).await.1["events"], 1_200);
+
+    // 2. 900 more events, and the collector is killed (SIGKILL) while the sink ships them.
+    emit(&bus, &mut chains, 40..70);
+    first.kill();
+
+    // 3. 900 more while it is down. Flush is bounded; the sink retries and spools.
+    emit(&bus, &mut chains, 70..100);
+    let r = bus.flush(Duration::from_millis(300)).await;
+    assert!(matches!(r, Err(AuditError::Timeout(_))), "{r:?}");
+    assert!(sink.stats().retries > 0);
+    assert!(
+        sink.spooled().await > 0,
+        "batches are spooled while the collector is down"
+    );
+
+    // 4. A new collector process on the same address and directory.
+    let second = Process::start(out.path(), &addr);
+    assert_eq!(second.addr, addr);
+    let started = Instant::now();
+    bus.flush(Duration::from_secs(30)).await.unwrap();
+    eprintln!(
+        "after restart, backlog delivered in {:?}; sink stats {:?}",
+        started.elapsed(),
+        sink.stats()
+    );
+
+    // Every event exactly once, chains intact.
+    assert_eq!(get_json(&format!("{url}/healthz")).await.1["events"], 3_000);
+    assert_eq!(count_lines(out.path()), 3_000);
+    let report = verify_paths(&[out.path()]);
+    assert!(
+        report.is_ok(),
+        "{:?}",
+        &report.breaks[..report.breaks.len().min(5)]
+    );
+    assert_eq!((report.events, report.runs), (3_000, 30));
+    assert_eq!(
+        std::fs::read_dir(spool.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "json")
+            })
+            .count(),
+        0,
+        "spool drained"
+    );
+
+    // The restarted collector still knows what it has: runs are served, resends are dropped.
+    let (status, run) = get_json(&format!("{url}/v1/runs/run-7")).await;
+    assert_eq!(status, 200);
+    assert_eq!(run["events"].as_array().unwrap().len(), 100);
+    assert_eq!(run["chain"]["ok"], true);
+    let stored: Vec<AuditEvent> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| AuditEvent::from_value(v.clone()).unwrap())
+        .collect();
+    let (status, answer) = post_body(&url, None, events_body(&stored)).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer, json!({"accepted": 0, "duplicates": 100}));
+    assert_eq!(count_lines(out.path()), 3_000);
+
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    second.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cc = CollectorConfig::new(out.path());
+    cc.token = Some("secret".into());
+    cc.max_body_bytes = 64 * 1024;
+    let server = InProcess::start(cc, "127.0.0.1:0").await;
+
+    // Wrong token: 401, once.
+    let spool = tempfile::tempdir().unwrap();
+    let mut cfg = sink_config(&server.url(), spool.path());
+    cfg.token = Some("wrong".into());
+    let sink = Arc::new(HttpSink::new(cfg).unwrap());
+    let bus = bus_with(&sink);
+    let mut chain = RunChain::new("r-401", "support", None);
+    for i in 0..10 {
+        bus.emit(seal_step(&mut chain, i, 10));
+    }
+    let r = bus.flush(Duration::from_secs(10)).await;
+    assert!(
+        matches!(&r, Err(e) if e.to_string().contains("401")),
+        "{r:?}"
+    );
+    let s = sink.stats();
+    assert_eq!(
+        (s.requests, s.rejected_batches, s.retries),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    let rejected: Vec<PathBuf> = std::fs::read_dir(spool.path().join("rejected"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(rejected.len(), 1);
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&rejected[0]).unwrap()).unwrap();
+    assert_eq!(saved["status"], 401);
+    assert_eq!(saved["events"].as_array().unwrap().len(), 10);
+    assert_eq!(server.collector.stats().events, 0);
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(sink.stats().requests, 1, "nothing more was sent");
+
+    // Too large: 413, once; later batches still go through.
+    let spool = tempfile::tempdir().unwrap();
+    let mut cfg = sink_config(&server.url(), spool.path());
+    cfg.token = Some("secret".into());
+    let sink = Arc::new(HttpSink::new(cfg).unwrap());
+    let bus = bus_with(&sink);
+    let mut chain = RunChain::new("r-413", "support", None);
+    let mut body = Map::new();
+    body.insert("blob".into(), json!("x".repeat(100 * 1024)));
+    bus.emit(chain.seal(EventKind::ToolResult, Utc::now(), body));
+    assert!(bus.flush(Duration::from_secs(10)).await.is_err());
+    let mut chain = RunChain::new("r-ok", "support", None);
+    for i in 0..5 {
+        bus.emit(seal_step(&mut chain, i, 5));
+    }
+    bus.flush(Duration::from_secs(10)).await.unwrap();
+    let s = sink.stats();
+    assert_eq!(
+        (s.rejected_batches, s.retries, s.delivered_events),
+        (1, 0, 5),
+        "{s:?}"
+    );
+    assert_eq!(server.collector.stats().events, 5);
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_validates_deduplicates_and_flags_chain_breaks() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cc = CollectorConfig::new(out.path());
+    cc.token = Some("t0ken".into());
+    cc.max_body_bytes = 32 * 1024;
+    let server = InProcess::start(cc, "127.0.0.1:0").await;
+    let url = server.url();
+    let tok = Some("t0ken");
+
+    let mut chain = RunChain::new("r1", "support", None);
+    let events: Vec<AuditEvent> = (0..10).map(|i| seal_step(&mut chain, i, 10)).collect();
+
+    // Authentication; /healthz needs none.
+    assert_eq!(post_body(&url, None, events_body(&events)).await.0, 401);
+    assert_eq!(
+        post_body(&url, Some("nope"), events_body(&events)).await.0,
+        401
+    );
+    assert_eq!(get_json(&format!("{url}/healthz")).await.0, 200);
+
+    // Malformed bodies: a clear 400, nothing stored.
+    let (s, e) = post_body(&url, tok, "not json").await;
+    assert_eq!(s, 400);
+    assert!(e["error"].as_str().unwrap().contains("not JSON"), "{e}");
+    assert_eq!(post_body(&url, tok, r#"{"events": "x"}"#).await.0, 400);
+    assert_eq!(post_body(&url, tok, r#"[1]"#).await.0, 400);
+    let mut mixed: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
+    mixed[3].as_object_mut().unwrap().remove("runId");
+    let (s, e) = post_body(&url, tok, json!({"events": mixed}).to_string()).await;
+    assert_eq!(s, 400);
+    assert_eq!(e["error"], "events[3]: invalid audit event: missing runId");
+    // Oversized: 413.
+    let big = format!(r#"{{"events": [], "pad": "{}"}}"#, "x".repeat(40 * 1024));
+    let (s, e) = post_body(&url, tok, big).await;
+    assert_eq!(s, 413, "{e}");
+    assert_eq!(server.collector.stats().events, 0);
+    assert_eq!(count_lines(out.path()), 0);
+
+    // Accepted, then deduplicated (also within one batch).
+    assert_eq!(
+        post_body(&url, tok, events_body(&events[..6])).await,
+        (200, json!({"accepted": 6, "duplicates": 0}))
+    );
+    assert_eq!(
+        post_body(&url, tok, events_body(&events)).await,
+        (200, json!({"accepted": 4, "duplicates": 6}))
+    );
+    let twice = [events[9].clone(), events[9].clone()];
+    assert_eq!(
+        post_body(&url, tok, events_body(&twice)).await,
+        (200, json!({"accepted": 0, "duplicates": 2}))
+    );
+    assert_eq!(count_lines(out.path()), 10);
+
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let r = client.get(path).bearer_auth("t0ken").send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    assert_eq!(get(format!("{url}/v1/runs/nope")).await.0, 404);
+    let (s, run) = get(format!("{url}/v1/runs/r1")).await;
+    assert_eq!(s, 200);
+    assert_eq!(run["chain"]["ok"], true);
+    // As stored: canonical JSON (so `2.0` reads back as `2`; the hash is the same).
+    let got: Vec<String> = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(canonical_json)
+        .collect();
+    let want: Vec<String> = events.iter().map(AuditEvent::to_canonical_json).collect();
+    assert_eq!(got, want);
+
+    // A tampered event is stored (it is evidence) but flagged as it arrives.
+    let mut chain = RunChain::new("r2", "support", None);
+    let good: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
+    let mut tampered: Vec<Value> = good.iter().map(AuditEvent::to_json).collect();
+    tampered[2]["output"]["hits"] = json!(999);
+    let (s, _) = post_body(&url, tok, json!({"events": tampered}).to_string()).await;
+    assert_eq!(s, 200);
+    let (_, run) = get(format!("{url}/v1/runs/r2")).await;
+    assert_eq!(run["chain"]["ok"], false);
+    assert_eq!(run["chain"]["breaks"][0]["seq"], 2);
+    assert_eq!(server.collector.run_breaks("r2").unwrap().len(), 1);
+    // Out-of-order arrival is not a break; a gap shows as pending.
+    let mut chain = RunChain::new("r3", "support", None);
+    let r3: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
+    post_body(&url, tok, events_body(&[r3[2].clone(), r3[0].clone()])).await;
+    let (_, run) = get(format!("{url}/v1/runs/r3")).await;
+    assert_eq!(
+        (
+            run["chain"]["ok"].clone(),
+            run["chain"]["waitingForSeq"].clone()
+        ),
+        (json!(false), json!(1))
+    );
+    post_body(&url, tok, events_body(&[r3[1].clone(), r3[3].clone()])).await;
+    let (_, run) = get(format!("{url}/v1/runs/r3")).await;
+    assert_eq!(run["chain"]["ok"], true, "{run}");
+
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() {
+    let out = tempfile::tempdir().unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    // A port with nothing listening yet.
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let url = format!("http://{addr}");
+    let mut cfg = sink_config(&url, spool.path());
+    cfg.batch_size = 100;
+    let mut chain = RunChain::new("r", "support", None);
+
+    // First "process": the collector is unreachable; shutdown is bounded and spools everything.
+    {
+        let sink = Arc::new(HttpSink::new(cfg.clone()).unwrap());
+        let bus = bus_with(&sink);
+        for i in 0..300 {
+            bus.emit(seal_step(&mut chain, i, 350));
+        }
+        let started = Instant::now();
+        assert!(bus.shutdown(Duration::from_millis(300)).await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(sink.stats().delivered_events, 0);
+    }
+    let spooled = std::fs::read_dir(spool.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert!(spooled >= 3, "{spooled} spool files");
+
+    // The collector comes up; a new sink on the same spool sends the backlog before new events.
+    let server = InProcess::start(CollectorConfig::new(out.path()), &addr).await;
+    let sink = Arc::new(HttpSink::new(cfg).unwrap());
+    let bus = bus_with(&sink);
+    for i in 300..350 {
+        bus.emit(seal_step(&mut chain, i, 350));
+    }
+    bus.flush(Duration::from_secs(30)).await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    let day = Utc::now().format("%Y-%m-%d").to_string();
+    let text =
+        std::fs::read_to_string(out.path().join("support").join(format!("{day}.jsonl"))).unwrap();
+    let seqs: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..350).collect::<Vec<_>>(),
+        "stored once each, in order"
+    );
+    assert!(verify_paths(&[out.path()]).is_ok());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
+    let out = tempfile::tempdir().unwrap();
+    let mut p = Process::start(out.path(), "127.0.0.1:0");
+    let url = format!("http://{}", p.addr);
+    let mut chain = RunChain::new("r", "support", None);
+    let events: Vec<AuditEvent> = (0..20).map(|i| seal_step(&mut chain, i, 20)).collect();
+    assert_eq!(
+        post_body(&url, None, events_body(&events)).await,
+        (200, json!({"accepted": 20, "duplicates": 0}))
+    );
+    // Ctrl-C.
+    let pid = p.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = p.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(count_lines(out.path()), 20);
+    assert!(verify_paths(&[out.path()]).is_ok());
+    // A new process serves what the old one stored.
+    let p2 = Process::start(out.path(), "127.0.0.1:0");
+    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr)).await;
+    assert_eq!(
+        (h["events"].clone(), h["runs"].clone()),
+        (json!(20), json!(1))
+    );
+    p2.kill();
+}
