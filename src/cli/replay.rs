@@ -37,6 +37,15 @@ pub struct ReplayArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Write the audit trail (hash-chained JSONL, one file per day) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub audit: Option<PathBuf>,
+    /// Ship the audit trail to a collector (`toolgate collect`), e.g. http://127.0.0.1:7070.
+    #[arg(long, value_name = "URL")]
+    pub collector: Option<String>,
+    /// Bearer token for the collector.
+    #[arg(long, value_name = "TOKEN", requires = "collector")]
+    pub token: Option<String>,
     /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
     #[arg(long, value_name = "FILE")]
     pub reviews: Option<PathBuf>,
@@ -86,6 +95,26 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             .fold(crate::engine::GovernanceEngine::builder(), |b, p| {
                 b.policy_path(p.clone())
             });
+        let mut audit = crate::audit::AuditConfig::default();
+        if let Some(dir) = &args.audit {
+            audit
+                .sinks
+                .push(crate::audit::SinkConfig::File(crate::audit::FileSinkConfig::in_dir(dir)));
+        }
+        #[cfg(feature = "http")]
+        if let Some(url) = &args.collector {
+            let mut c = crate::audit::HttpSinkConfig::new(url.clone());
+            c.token = args.token.clone();
+            audit.sinks.push(crate::audit::SinkConfig::Http(c));
+        }
+        #[cfg(not(feature = "http"))]
+        if args.collector.is_some() {
+            eprintln!("error: --collector needs toolgate built with the `http` feature");
+            return ExitCode::from(2);
+        }
+        if !audit.sinks.is_empty() {
+            builder = builder.audit(audit);
+        }
         if let Some(file) = &args.reviews {
             builder = builder.review_store(std::sync::Arc::new(
                 crate::engine::FileReviewStore::new(file),
@@ -113,6 +142,9 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             }
         }
         replayer.finish().await;
+        if let Err(e) = replayer.engine().shutdown().await {
+            eprintln!("warning: audit trail: {e}");
+        }
         printer.finish(bad);
         if bad > 0 {
             ExitCode::FAILURE

@@ -1,63 +1,174 @@
-//! The engine's side of the audit trail: one hash chain per run, events handed to the bus.
+//! The engine's side of the audit trail: one hash chain per run; events are redacted, sealed
+//! in order under the run's chain lock and handed to the bus (which never blocks). Evaluation
+//! results are attached here too.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
 
 use super::EngineInner;
-use super::run::{RunContext, RunShared};
+use super::evaluations::run_to_json;
+use super::run::{RunContext, RunShared, ToolOutcome};
+use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
+use crate::eval::EvaluationInput;
 
-/// Per-run audit state (the run's hash chain).
-pub(crate) struct RunAudit {}
+/// Audit settings of an engine.
+pub(crate) struct AuditState {
+    pub(crate) bus: AuditBus,
+    pub(crate) redactor: Redactor,
+    pub(crate) flush_timeout: Duration,
+}
+
+/// Per-run audit state: the run's hash chain and its background evaluations.
+pub(crate) struct RunAudit {
+    chain: Option<Mutex<RunChain>>,
+    background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
 
 impl EngineInner {
     pub(crate) fn audit_enabled(&self) -> bool {
-        false
+        self.audit.is_some()
     }
 
-    pub(crate) fn audit_for_run(&self, _ctx: &RunContext) -> RunAudit {
-        RunAudit {}
+    pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
+        RunAudit {
+            chain: self.audit.as_ref().map(|_| {
+                Mutex::new(RunChain::new(
+                    ctx.run_id.clone(),
+                    ctx.agent_id.clone(),
+                    ctx.enduser.as_ref().map(|u| u.id.clone()),
+                ))
+            }),
+            background: Mutex::new(Vec::new()),
+        }
     }
 
-    pub(crate) fn emit(
-        &self,
-        _run: &RunShared,
-        _kind: &str,
-        _body: Map<String, Value>,
-        _at: DateTime<Utc>,
-    ) {
+    /// Seals an event into the run's chain and hands it to the bus; returns its id.
+    pub(crate) fn emit(&self, run: &RunShared, kind: EventKind, mut body: Map<String, Value>, at: DateTime<Utc>) -> Option<uuid::Uuid> {
+        let audit = self.audit.as_ref()?;
+        let chain = run.audit.chain.as_ref()?;
+        audit.redactor.redact(kind, &mut body);
+        let mut chain = chain.lock();
+        let event = chain.seal(kind, at, body);
+        let id = event.id();
+        audit.bus.emit(event);
+        Some(id)
     }
 
+    /// Emits a `tool.result` or `run.ended` event with the fast evaluators' result attached,
+    /// then starts the slow evaluators, which emit a linked `evaluation.result` event.
     pub(crate) fn emit_with_evaluation(
-        &self,
-        run: &RunShared,
-        kind: &str,
+        self: &Arc<Self>,
+        run: &Arc<RunShared>,
+        kind: EventKind,
         mut body: Map<String, Value>,
         at: DateTime<Utc>,
         evaluation: Option<Value>,
+        slow: Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
     ) {
         if let Some(e) = evaluation {
             body.insert("evaluation".into(), e);
         }
-        self.emit(run, kind, body, at);
+        let call_id = body.get("callId").cloned();
+        let Some(event_id) = self.emit(run, kind, body, at) else {
+            return;
+        };
+        if let Some((runner, input)) = slow {
+            let engine = self.clone();
+            let run2 = run.clone();
+            let handle = tokio::spawn(async move {
+                let result = run_to_json(&runner, input).await;
+                let mut body = Map::new();
+                body.insert("forEventId".into(), Value::String(event_id.to_string()));
+                body.insert("forEventKind".into(), Value::String(kind.as_str().to_string()));
+                if let Some(c) = call_id {
+                    body.insert("callId".into(), c);
+                }
+                body.insert("evaluation".into(), result);
+                let now = engine.clock.now();
+                engine.emit(&run2, EventKind::EvaluationResult, body, now);
+            });
+            run.audit.background.lock().push(handle);
+        }
     }
 
-    pub(crate) async fn flush_audit(&self) {}
+    /// Waits (bounded by the flush timeout) for the run's background evaluations.
+    pub(crate) async fn await_background(&self, run: &RunShared) {
+        let handles: Vec<_> = std::mem::take(&mut *run.audit.background.lock());
+        if handles.is_empty() {
+            return;
+        }
+        let timeout = self.audit.as_ref().map_or(Duration::from_secs(5), |a| a.flush_timeout);
+        let all = futures::future::join_all(handles);
+        if tokio::time::timeout(timeout, all).await.is_err() {
+            tracing::warn!(run_id = %run.context.run_id, "background evaluations did not finish within {timeout:?}");
+        }
+    }
 
+    pub(crate) async fn flush_audit(&self) {
+        if let Some(a) = &self.audit {
+            if let Err(e) = a.bus.flush(a.flush_timeout).await {
+                tracing::warn!("audit flush: {e}");
+            }
+        }
+    }
+
+    /// Runs the evaluators configured for this tool over its output.
     pub(crate) async fn evaluate_tool_output(
         &self,
-        _run: &RunShared,
-        _tool: &str,
-        _args: &Value,
-        _outcome: &super::run::ToolOutcome,
-    ) -> Option<Value> {
-        None
+        run: &RunShared,
+        tool: &str,
+        args: &Value,
+        outcome: &ToolOutcome,
+    ) -> (Option<Value>, Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>) {
+        let tool_lc = tool.to_lowercase();
+        let Some((_, set)) = self.evals.per_tool.iter().find(|(g, _)| g.is_match(&tool_lc)) else {
+            return (None, None);
+        };
+        let ctx = &run.context;
+        let mut input = EvaluationInput::new(outcome.output.clone().unwrap_or(Value::Null));
+        input.agent_id = Some(ctx.agent_id.clone());
+        input.session_id = ctx.session_id.clone();
+        input.context = Some(json!({
+            "toolName": tool,
+            "args": args,
+            "error": outcome.error,
+            "durationMs": outcome.duration.as_secs_f64() * 1000.0,
+            "runId": ctx.run_id,
+        }));
+        input.tool_calls = Some(run.tool_calls.lock().clone());
+        input.timestamp = Some(self.clock.now().timestamp_millis());
+        let fast = match &set.fast {
+            Some(r) => Some(run_to_json(r, input.clone()).await),
+            None => None,
+        };
+        (fast, set.slow.clone().map(|r| (r, input)))
     }
 
+    /// Runs the run-level evaluators over the final response.
     pub(crate) async fn evaluate_run(
         &self,
-        _run: &RunShared,
-        _final_response: Option<&str>,
-    ) -> Option<Value> {
-        None
+        run: &RunShared,
+        final_response: Option<&str>,
+        status: &str,
+    ) -> (Option<Value>, Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>) {
+        let Some(set) = &self.evals.per_run else {
+            return (None, None);
+        };
+        let ctx = &run.context;
+        let mut input = EvaluationInput::new(final_response.map_or(Value::Null, |r| Value::String(r.to_string())));
+        input.agent_id = Some(ctx.agent_id.clone());
+        input.session_id = ctx.session_id.clone();
+        input.context = Some(json!({"runId": ctx.run_id, "status": status}));
+        input.tool_calls = Some(run.tool_calls.lock().clone());
+        input.timestamp = Some(self.clock.now().timestamp_millis());
+        let fast = match &set.fast {
+            Some(r) => Some(run_to_json(r, input.clone()).await),
+            None => None,
+        };
+        (fast, set.slow.clone().map(|r| (r, input)))
     }
 }

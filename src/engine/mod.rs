@@ -21,6 +21,7 @@ mod clock;
 mod conditions;
 mod decision;
 mod evaluate;
+mod evaluations;
 mod guard;
 mod hitl;
 mod run;
@@ -42,7 +43,11 @@ pub use run::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
 pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
 
+use crate::audit::{AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor};
+use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
+use audit_hook::AuditState;
+use evaluations::{EngineEvals, EvalSet};
 use crate::state::{MemoryStateStore, StateStore};
 use signals::SignalRegistry;
 use subjects::RegisteredExtractor;
@@ -63,6 +68,17 @@ pub enum EngineError {
     /// A policy did not load.
     #[error("{0}")]
     Policy(#[from] PolicyErrors),
+    /// The audit configuration is invalid or a sink could not start.
+    #[error("audit: {0}")]
+    Audit(#[from] AuditError),
+    /// An evaluation configuration is invalid.
+    #[error("evaluation config for {target}: {source}")]
+    Eval {
+        /// `run` or the tool glob.
+        target: String,
+        /// Why.
+        source: EvalError,
+    },
     /// A subject extractor's tool glob is invalid.
     #[error("invalid tool glob \"{glob}\": {message}")]
     Glob {
@@ -85,6 +101,8 @@ pub(crate) struct EngineInner {
     pub(crate) signals: ArcSwap<SignalRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
+    pub(crate) audit: Option<AuditState>,
+    pub(crate) evals: EngineEvals,
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.
@@ -112,6 +130,11 @@ pub struct EngineBuilder {
     review_ttl: Option<Duration>,
     state: Arc<dyn StateStore>,
     reviews: Arc<dyn ReviewStore>,
+    audit: Option<AuditConfig>,
+    extra_sinks: Vec<Arc<dyn AuditSink>>,
+    flush_timeout: Duration,
+    tool_evals: Vec<(String, EvaluationRunConfig)>,
+    run_eval: Option<EvaluationRunConfig>,
 }
 
 impl Default for EngineBuilder {
@@ -126,6 +149,11 @@ impl Default for EngineBuilder {
             review_ttl: None,
             state: Arc::new(MemoryStateStore::new()),
             reviews: Arc::new(MemoryReviewStore::new()),
+            audit: None,
+            extra_sinks: Vec::new(),
+            flush_timeout: Duration::from_secs(5),
+            tool_evals: Vec::new(),
+            run_eval: None,
         }
     }
 }
@@ -185,9 +213,91 @@ impl EngineBuilder {
         self
     }
 
-    /// Loads and compiles the policies and builds the engine.
+    /// Turns on the audit trail with this configuration: its sinks (the JSONL file sink in
+    /// `./toolgate-audit/` when none is listed) and its redaction rules. Without `audit` or
+    /// [`audit_sink`](Self::audit_sink), the engine writes no audit trail.
+    pub fn audit(mut self, config: AuditConfig) -> Self {
+        self.audit = Some(config);
+        self
+    }
+
+    /// Adds an audit sink (turning the audit trail on), e.g. a `MemorySink` in tests or your own.
+    pub fn audit_sink(mut self, sink: Arc<dyn AuditSink>) -> Self {
+        self.extra_sinks.push(sink);
+        self
+    }
+
+    /// Redacts tool args and outputs before events are hashed.
+    pub fn redaction(mut self, redaction: RedactionConfig) -> Self {
+        self.audit.get_or_insert_with(|| AuditConfig {
+            sinks: Vec::new(),
+            redaction: RedactionConfig::default(),
+        });
+        if let Some(a) = self.audit.as_mut() {
+            a.redaction = redaction;
+        }
+        self
+    }
+
+    /// Bounds flushing the audit trail on `Run::end` and shutdown (default 5 s).
+    pub fn audit_flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    /// Evaluates the output of tools matching `tool_glob` after each call; the result rides on
+    /// the `tool.result` audit event. The first matching glob wins.
+    pub fn evaluate_tool(mut self, tool_glob: impl Into<String>, config: EvaluationRunConfig) -> Self {
+        self.tool_evals.push((tool_glob.into(), config));
+        self
+    }
+
+    /// Evaluates each run's final response (given to `Run::end`); the result rides on the
+    /// `run.ended` audit event.
+    pub fn evaluate_run(mut self, config: EvaluationRunConfig) -> Self {
+        self.run_eval = Some(config);
+        self
+    }
+
+    /// Loads and compiles the policies and builds the engine. With an audit trail configured,
+    /// call it inside a tokio runtime (the sinks' workers run on it).
     pub fn build(self) -> Result<GovernanceEngine, EngineError> {
         let compiled = compile_all(self.policies, &self.files)?;
+        let audit = if self.audit.is_some() || !self.extra_sinks.is_empty() {
+            let config = self.audit.unwrap_or_default();
+            let redactor = Redactor::new(&config.redaction)?;
+            let mut sinks = if config.sinks.is_empty() && !self.extra_sinks.is_empty() {
+                Vec::new()
+            } else {
+                config.build_sinks()?
+            };
+            sinks.extend(self.extra_sinks);
+            Some(AuditState {
+                bus: AuditBus::new(sinks, BusConfig::default()),
+                redactor,
+                flush_timeout: self.flush_timeout,
+            })
+        } else {
+            None
+        };
+        let mut evals = EngineEvals::default();
+        for (glob, config) in &self.tool_evals {
+            let matcher = crate::policy::glob_matcher(glob).map_err(|e| EngineError::Glob {
+                glob: glob.clone(),
+                message: e.kind().to_string(),
+            })?;
+            let set = EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: format!("tool \"{glob}\""),
+                source,
+            })?;
+            evals.per_tool.push((matcher, set));
+        }
+        if let Some(config) = &self.run_eval {
+            evals.per_run = Some(EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: "run".into(),
+                source,
+            })?);
+        }
         Ok(GovernanceEngine {
             inner: Arc::new(EngineInner {
                 policies: ArcSwap::from_pointee(compiled),
@@ -201,6 +311,8 @@ impl EngineBuilder {
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),
+                audit,
+                evals,
             }),
         })
     }
@@ -285,6 +397,22 @@ impl GovernanceEngine {
     /// The review store, to list, approve, deny or expire reviews.
     pub fn reviews(&self) -> Reviews<'_> {
         Reviews { engine: self }
+    }
+
+    /// Flushes the audit sinks and shuts them down, bounded by the flush timeout.
+    pub async fn shutdown(&self) -> Result<(), AuditError> {
+        match &self.inner.audit {
+            Some(a) => a.bus.shutdown(a.flush_timeout).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes the audit sinks, bounded by the flush timeout.
+    pub async fn flush(&self) -> Result<(), AuditError> {
+        match &self.inner.audit {
+            Some(a) => a.bus.flush(a.flush_timeout).await,
+            None => Ok(()),
+        }
     }
 
     /// The current compiled policies.

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::audit::EventKind;
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
     CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, rules_in_play,
@@ -234,7 +235,7 @@ impl Run {
         });
         let run = Run { engine, shared };
         let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
-        run.emit("run.started", obj(json!({ "runContext": ctx })), now);
+        run.emit(EventKind::RunStarted, obj(json!({ "runContext": ctx })), now);
         run
     }
 
@@ -248,7 +249,7 @@ impl Run {
         self.shared.aborted.load(Ordering::Acquire)
     }
 
-    fn emit(&self, kind: &str, body: Map<String, Value>, at: chrono::DateTime<chrono::Utc>) {
+    fn emit(&self, kind: EventKind, body: Map<String, Value>, at: chrono::DateTime<chrono::Utc>) {
         self.engine.emit(&self.shared, kind, body, at);
     }
 
@@ -296,7 +297,7 @@ impl Run {
                 "subjects": call.subjects,
                 "decision": decision,
             });
-            self.emit("tool.decision", obj(body), now);
+            self.emit(EventKind::ToolDecision, obj(body), now);
         }
         decision
     }
@@ -313,7 +314,7 @@ impl Run {
             FailureMode::Closed => (EffectType::Block, DecisionCode::BlockedFailure),
         };
         self.emit(
-            "error",
+            EventKind::Error,
             obj(json!({"message": msg, "callId": call_id, "phase": phase})),
             now,
         );
@@ -570,7 +571,7 @@ impl Run {
                     "args": pending.args,
                     "decision": d,
                 });
-                self.emit("tool.decision", obj(body), now);
+                self.emit(EventKind::ToolDecision, obj(body), now);
             }
             let metrics_json: Map<String, Value> = metrics
                 .iter()
@@ -586,12 +587,18 @@ impl Run {
                 Some(e) => body.insert("error".into(), Value::String(e.clone())),
                 None => body.insert("output".into(), output.clone()),
             };
-            let evaluation = self
+            let (evaluation, slow) = self
                 .engine
                 .evaluate_tool_output(&self.shared, &pending.name, &pending.args, &outcome)
                 .await;
-            self.engine
-                .emit_with_evaluation(&self.shared, "tool.result", body, now, evaluation);
+            self.engine.emit_with_evaluation(
+                &self.shared,
+                EventKind::ToolResult,
+                body,
+                now,
+                evaluation,
+                slow,
+            );
         }
         decision
     }
@@ -633,7 +640,7 @@ impl Run {
                 .fetch_add((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
         }
         self.emit(
-            "llm.result",
+            EventKind::LlmResult,
             obj(json!({"tokensIn": tokens_in, "tokensOut": tokens_out, "costUsd": num(cost_usd)})),
             now,
         );
@@ -663,10 +670,23 @@ impl Run {
         if let Some(r) = final_response {
             body.insert("finalResponse".into(), Value::String(r.to_string()));
         }
-        let evaluation = self.engine.evaluate_run(&self.shared, final_response).await;
-        self.engine
-            .emit_with_evaluation(&self.shared, "run.ended", body, now, evaluation);
-        self.engine.flush_audit().await;
+        if self.engine.audit_enabled() {
+            self.engine.await_background(&self.shared).await;
+            let (evaluation, slow) = self
+                .engine
+                .evaluate_run(&self.shared, final_response, status)
+                .await;
+            self.engine.emit_with_evaluation(
+                &self.shared,
+                EventKind::RunEnded,
+                body,
+                now,
+                evaluation,
+                slow,
+            );
+            self.engine.await_background(&self.shared).await;
+            self.engine.flush_audit().await;
+        }
     }
 }
 
