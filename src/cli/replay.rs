@@ -97,9 +97,9 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             });
         let mut audit = crate::audit::AuditConfig::default();
         if let Some(dir) = &args.audit {
-            audit
-                .sinks
-                .push(crate::audit::SinkConfig::File(crate::audit::FileSinkConfig::in_dir(dir)));
+            audit.sinks.push(crate::audit::SinkConfig::File(
+                crate::audit::FileSinkConfig::in_dir(dir),
+            ));
         }
         #[cfg(feature = "http")]
         if let Some(url) = &args.collector {

@@ -47,7 +47,13 @@ impl EngineInner {
     }
 
     /// Seals an event into the run's chain and hands it to the bus; returns its id.
-    pub(crate) fn emit(&self, run: &RunShared, kind: EventKind, mut body: Map<String, Value>, at: DateTime<Utc>) -> Option<uuid::Uuid> {
+    pub(crate) fn emit(
+        &self,
+        run: &RunShared,
+        kind: EventKind,
+        mut body: Map<String, Value>,
+        at: DateTime<Utc>,
+    ) -> Option<uuid::Uuid> {
         let audit = self.audit.as_ref()?;
         let chain = run.audit.chain.as_ref()?;
         audit.redactor.redact(kind, &mut body);
@@ -83,7 +89,10 @@ impl EngineInner {
                 let result = run_to_json(&runner, input).await;
                 let mut body = Map::new();
                 body.insert("forEventId".into(), Value::String(event_id.to_string()));
-                body.insert("forEventKind".into(), Value::String(kind.as_str().to_string()));
+                body.insert(
+                    "forEventKind".into(),
+                    Value::String(kind.as_str().to_string()),
+                );
                 if let Some(c) = call_id {
                     body.insert("callId".into(), c);
                 }
@@ -101,7 +110,10 @@ impl EngineInner {
         if handles.is_empty() {
             return;
         }
-        let timeout = self.audit.as_ref().map_or(Duration::from_secs(5), |a| a.flush_timeout);
+        let timeout = self
+            .audit
+            .as_ref()
+            .map_or(Duration::from_secs(5), |a| a.flush_timeout);
         let all = futures::future::join_all(handles);
         if tokio::time::timeout(timeout, all).await.is_err() {
             tracing::warn!(run_id = %run.context.run_id, "background evaluations did not finish within {timeout:?}");
@@ -123,9 +135,17 @@ impl EngineInner {
         tool: &str,
         args: &Value,
         outcome: &ToolOutcome,
-    ) -> (Option<Value>, Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>) {
+    ) -> (
+        Option<Value>,
+        Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
+    ) {
         let tool_lc = tool.to_lowercase();
-        let Some((_, set)) = self.evals.per_tool.iter().find(|(g, _)| g.is_match(&tool_lc)) else {
+        let Some((_, set)) = self
+            .evals
+            .per_tool
+            .iter()
+            .find(|(g, _)| g.is_match(&tool_lc))
+        else {
             return (None, None);
         };
         let ctx = &run.context;
@@ -154,12 +174,17 @@ impl EngineInner {
         run: &RunShared,
         final_response: Option<&str>,
         status: &str,
-    ) -> (Option<Value>, Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>) {
+    ) -> (
+        Option<Value>,
+        Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
+    ) {
         let Some(set) = &self.evals.per_run else {
             return (None, None);
         };
         let ctx = &run.context;
-        let mut input = EvaluationInput::new(final_response.map_or(Value::Null, |r| Value::String(r.to_string())));
+        let mut input = EvaluationInput::new(
+            final_response.map_or(Value::Null, |r| Value::String(r.to_string())),
+        );
         input.agent_id = Some(ctx.agent_id.clone());
         input.session_id = ctx.session_id.clone();
         input.context = Some(json!({"runId": ctx.run_id, "status": status}));

@@ -21,8 +21,12 @@ impl EvalSet {
         config.validate()?;
         let (fast, slow) = config.split_by_speed();
         Ok(EvalSet {
-            fast: fast.map(|c| EvaluationRunner::from_config(&c).map(Arc::new)).transpose()?,
-            slow: slow.map(|c| EvaluationRunner::from_config(&c).map(Arc::new)).transpose()?,
+            fast: fast
+                .map(|c| EvaluationRunner::from_config(&c).map(Arc::new))
+                .transpose()?,
+            slow: slow
+                .map(|c| EvaluationRunner::from_config(&c).map(Arc::new))
+                .transpose()?,
         })
     }
 }
@@ -32,12 +36,6 @@ impl EvalSet {
 pub(crate) struct EngineEvals {
     pub(crate) per_tool: Vec<(GlobMatcher, EvalSet)>,
     pub(crate) per_run: Option<EvalSet>,
-}
-
-impl EngineEvals {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.per_tool.is_empty() && self.per_run.is_none()
-    }
 }
 
 /// Runs a runner and turns its result (or its failure) into the JSON put into events.

@@ -43,12 +43,14 @@ pub use run::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
 pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
 
-use crate::audit::{AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor};
+use crate::audit::{
+    AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor,
+};
 use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
+use crate::state::{MemoryStateStore, StateStore};
 use audit_hook::AuditState;
 use evaluations::{EngineEvals, EvalSet};
-use crate::state::{MemoryStateStore, StateStore};
 use signals::SignalRegistry;
 use subjects::RegisteredExtractor;
 
@@ -247,7 +249,11 @@ impl EngineBuilder {
 
     /// Evaluates the output of tools matching `tool_glob` after each call; the result rides on
     /// the `tool.result` audit event. The first matching glob wins.
-    pub fn evaluate_tool(mut self, tool_glob: impl Into<String>, config: EvaluationRunConfig) -> Self {
+    pub fn evaluate_tool(
+        mut self,
+        tool_glob: impl Into<String>,
+        config: EvaluationRunConfig,
+    ) -> Self {
         self.tool_evals.push((tool_glob.into(), config));
         self
     }

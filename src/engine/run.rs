@@ -9,7 +9,6 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::audit::EventKind;
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
     CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, rules_in_play,
@@ -17,6 +16,7 @@ use super::evaluate::{
 use super::hitl::{Review, fingerprint};
 use super::subjects::SubjectRef;
 use super::{EngineInner, FailureMode};
+use crate::audit::EventKind;
 use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase, Scope};
 use crate::state::StateKey;
 
@@ -235,7 +235,11 @@ impl Run {
         });
         let run = Run { engine, shared };
         let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
-        run.emit(EventKind::RunStarted, obj(json!({ "runContext": ctx })), now);
+        run.emit(
+            EventKind::RunStarted,
+            obj(json!({ "runContext": ctx })),
+            now,
+        );
         run
     }
 
@@ -555,12 +559,15 @@ impl Run {
             name_lc: name_lc.clone(),
             tags_lc: tags_lc.clone(),
         });
-        self.shared.tool_calls.lock().push(crate::eval::ToolCallRecord {
-            name: pending.name.clone(),
-            args: pending.args.clone(),
-            output: outcome.output.clone(),
-            error: outcome.error.clone(),
-        });
+        self.shared
+            .tool_calls
+            .lock()
+            .push(crate::eval::ToolCallRecord {
+                name: pending.name.clone(),
+                args: pending.args.clone(),
+                output: outcome.output.clone(),
+                error: outcome.error.clone(),
+            });
 
         if self.engine.audit_enabled() {
             if let Some(d) = &decision {
