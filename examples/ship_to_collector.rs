@@ -1,8 +1,9 @@
 //! Ships an agent's audit trail to a collector and verifies what the collector stored.
 //!
-//! Starts `toolgate collect`'s server in-process on a loopback port, runs a (simulated) agent
-//! whose audit events go through the HTTP sink — with `args.email` redacted to a hash before
-//! sealing — then checks every stored chain with `verify`.
+//! Starts `toolgate collect`'s server in-process on a loopback port, runs a scripted support
+//! agent governed by `policies/customer-support.json` whose audit events go through the HTTP
+//! sink — with `args.email` redacted to a hash before sealing — then checks every stored chain
+//! with `verify`.
 //!
 //! ```text
 //! cargo run --example ship_to_collector
@@ -11,74 +12,73 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use toolgate::audit::collector::{Collector, CollectorConfig, serve_collector};
-use toolgate::audit::{
-    AuditBus, BusConfig, EventKind, HttpSink, HttpSinkConfig, RedactionConfig, Redactor, RunChain,
-    verify_paths,
-};
+use toolgate::audit::{HttpSink, HttpSinkConfig, RedactionConfig, verify_paths};
+use toolgate::engine::{GovernanceEngine, Guarded, ManualClock, RunContext, SubjectRef, ToolCall};
 
-fn body(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
-
-/// A stand-in for an agent run governed by toolgate: every step becomes a sealed audit event.
-fn run_agent(bus: &AuditBus, redactor: &Redactor, run_id: &str, customer: u64) {
-    let mut chain = RunChain::new(run_id, "support-bot", Some(format!("user-{customer}")));
-    let mut emit = |kind: EventKind, b: Value| {
-        let mut b = body(b);
-        redactor.redact(kind, &mut b); // before sealing: the hash covers the redacted body
-        bus.emit(chain.seal(kind, Utc::now(), b));
-    };
-    emit(
-        EventKind::RunStarted,
-        json!({"runContext": {"agentId": "support-bot", "enduser": {"id": format!("user-{customer}")}}}),
-    );
-    let tools = [
-        (
-            "getCustomer",
-            json!({"id": customer, "email": "ann@example.com"}),
-        ),
-        ("searchOrders", json!({"customer": customer, "limit": 5})),
-        ("refund", json!({"order": 991, "amount": 120.5})),
+/// A scripted support agent governed by the customer-support policy: every tool call goes
+/// through the engine's guard, and every step becomes a sealed audit event on the HTTP sink.
+async fn run_agent(engine: &GovernanceEngine, run_id: &str, customer: u64) {
+    let user = format!("cust-{customer}");
+    let tags = [
+        ("tier".to_string(), "standard".to_string()),
+        ("tz".to_string(), "Europe/London".to_string()),
     ];
-    for (i, (tool, args)) in tools.into_iter().enumerate() {
-        let call = format!("c{i}");
-        let blocked = tool == "refund";
-        emit(
-            EventKind::ToolDecision,
-            json!({
-                "phase": "tool.before", "callId": call, "tool": {"name": tool, "tags": []}, "args": args,
-                "decision": {
-                    "effect": if blocked { "block" } else { "allow" },
-                    "code": if blocked { "BLOCKED_RULE" } else { "ALLOWED" },
-                    "ruleId": if blocked { Value::from("no-refunds-over-100") } else { Value::Null },
-                    "reason": if blocked { Value::from("refunds over 100 need a person") } else { Value::Null },
-                    "evaluated": [{"ruleId": "no-refunds-over-100", "triggered": blocked, "effect": "block"}],
-                    "signals": [], "shadow": false, "abortRun": false, "latencyNs": 4_100
+    let run = engine.start_run(RunContext::new(run_id, "support-bot").with_enduser(user, tags));
+    let mut lookup = ToolCall::new(
+        "c0",
+        "crm_get_customer",
+        json!({"customerId": customer, "email": "ann@example.com"}),
+    )
+    .with_tags(["crm", "pii", "read"]);
+    lookup.subjects = vec![SubjectRef {
+        subject_type: "customer".into(),
+        value: customer.to_string(),
+        role: Some("primary".into()),
+        id_system: Some("crm_contact_id".into()),
+    }];
+    let calls = [
+        ToolCall::new("c1", "kb_search", json!({"query": "late delivery refund"}))
+            .with_tags(["kb", "read"]),
+        lookup,
+        ToolCall::new(
+            "c2",
+            "issue_refund",
+            json!({"orderId": "A-991", "amount": 1500}),
+        )
+        .with_tags(["payments"]),
+        ToolCall::new(
+            "c3",
+            "issue_refund",
+            json!({"orderId": "A-992", "amount": 40}),
+        )
+        .with_tags(["payments"]),
+    ];
+    for call in calls {
+        let name = call.name.clone();
+        let outcome = run
+            .guard(
+                call,
+                |args| async move { Ok(json!({"ok": true, "echo": args})) },
+            )
+            .await;
+        match outcome {
+            Guarded::Ran { .. } => println!("  {run_id} {name:<18} ran"),
+            Guarded::Refused(r) => {
+                println!(
+                    "  {run_id} {name:<18} refused: {} ({})",
+                    r.decision.code, r.message
+                );
+                if r.stop_run {
+                    break;
                 }
-            }),
-        );
-        if !blocked {
-            emit(
-                EventKind::ToolResult,
-                json!({"callId": call, "tool": {"name": tool}, "output": {"ok": true}, "durationMs": 42,
-                       "metrics": {"bytes_in": 31, "bytes_out": 11, "duration_ms": 42}}),
-            );
+            }
         }
     }
-    emit(
-        EventKind::LlmResult,
-        json!({"tokensIn": 812, "tokensOut": 96, "costUsd": 0.0021}),
-    );
-    emit(
-        EventKind::RunEnded,
-        json!({"status": "success", "totals": {"calls": 3, "blocked": 1, "tokensIn": 812, "tokensOut": 96}}),
-    );
+    run.record_llm(812, 96, 0.0021);
+    run.end("success", Some("Refund issued for order A-992."))
+        .await;
 }
 
 #[tokio::main]
@@ -104,17 +104,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sink_config.spool_dir = work.path().join("spool");
     sink_config.batch_interval_ms = 50;
     let sink = Arc::new(HttpSink::new(sink_config)?);
-    let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
     let redaction: RedactionConfig = serde_json::from_value(json!({
-        "rules": [{"path": "args.email", "action": "hash"}]
+        "rules": [{"path": "args.email", "action": "hash"}, {"path": "output.echo.email", "action": "hash"}]
     }))?;
-    let redactor = redaction.compile()?;
+    let engine = GovernanceEngine::builder()
+        .policy_path(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/customer-support.json"
+        ))
+        .clock(Arc::new(ManualClock::new("2026-03-02T11:00:00Z".parse()?)))
+        .audit_sink(sink.clone())
+        .redaction(redaction)
+        .audit_flush_timeout(Duration::from_secs(10))
+        .build()?;
 
     let started = Instant::now();
     for (i, customer) in [7u64, 8, 9].into_iter().enumerate() {
-        run_agent(&bus, &redactor, &format!("run-{i}"), customer);
+        run_agent(&engine, &format!("run-{i}"), customer).await;
     }
-    bus.shutdown(Duration::from_secs(10)).await?;
+    engine.shutdown().await?;
     println!(
         "shipped {} events in {:?} ({:?})",
         sink.stats().delivered_events,
