@@ -17,7 +17,9 @@ fn max_calls_policy(max: u64, extra: &str) -> String {
         "cap",
         "tool.before",
         r#"{"name": "*"}"#,
-        &format!(r#"{{"kind": "maxCalls", "selector": {{"by": "toolName", "patterns": ["*"]}}, "max": {max}{extra}}}"#),
+        &format!(
+            r#"{{"kind": "maxCalls", "selector": {{"by": "toolName", "patterns": ["*"]}}, "max": {max}{extra}}}"#
+        ),
         "block",
     )
 }
@@ -31,7 +33,8 @@ async fn race(runs: Vec<Run>, n: usize) -> usize {
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            run.before_tool(call(&format!("c{i}"), "search", json!({"i": i}))).await
+            run.before_tool(call(&format!("c{i}"), "search", json!({"i": i})))
+                .await
         }));
     }
     let mut allowed = 0;
@@ -39,7 +42,10 @@ async fn race(runs: Vec<Run>, n: usize) -> usize {
         let d = t.await.expect("task does not panic");
         match d.effect {
             EffectType::Allow => allowed += 1,
-            _ => assert_eq!((d.code, d.rule_id.as_deref()), (DecisionCode::BlockedRule, Some("cap"))),
+            _ => assert_eq!(
+                (d.code, d.rule_id.as_deref()),
+                (DecisionCode::BlockedRule, Some("cap"))
+            ),
         }
     }
     allowed
@@ -52,7 +58,11 @@ async fn max_calls_is_exact_under_concurrency_in_one_run() {
     let run = engine.start_run(RunContext::new("r1", "a"));
     assert_eq!(race(vec![run.clone()], 64).await, 10);
     // Still capped afterwards.
-    assert!(!run.before_tool(call("late", "search", json!({}))).await.is_allowed());
+    assert!(
+        !run.before_tool(call("late", "search", json!({})))
+            .await
+            .is_allowed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -70,31 +80,58 @@ async fn max_calls_is_exact_under_concurrency_with_window() {
 async fn max_calls_is_exact_under_concurrency_per_agent_across_runs() {
     let clock = clock();
     let engine = engine(&max_calls_policy(10, r#", "per": "agent""#), &clock);
-    let runs: Vec<Run> = (0..8).map(|i| engine.start_run(RunContext::new(format!("r{i}"), "a"))).collect();
+    let runs: Vec<Run> = (0..8)
+        .map(|i| engine.start_run(RunContext::new(format!("r{i}"), "a")))
+        .collect();
     assert_eq!(race(runs, 64).await, 10);
     // Another agent has its own budget.
     let other = engine.start_run(RunContext::new("rx", "b"));
-    assert!(other.before_tool(call("c", "search", json!({}))).await.is_allowed());
+    assert!(
+        other
+            .before_tool(call("c", "search", json!({})))
+            .await
+            .is_allowed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn max_calls_is_exact_under_concurrency_per_agent_user_with_window() {
     let clock = clock();
-    let engine = engine(&max_calls_policy(10, r#", "per": "agent_user", "windowSeconds": 3600"#), &clock);
-    let runs: Vec<Run> = (0..4).map(|i| engine.start_run(ctx_user(&format!("r{i}"), "a", "u1", &[]))).collect();
+    let engine = engine(
+        &max_calls_policy(10, r#", "per": "agent_user", "windowSeconds": 3600"#),
+        &clock,
+    );
+    let runs: Vec<Run> = (0..4)
+        .map(|i| engine.start_run(ctx_user(&format!("r{i}"), "a", "u1", &[])))
+        .collect();
     assert_eq!(race(runs, 64).await, 10);
     // Same agent, another end user: its own budget; another agent, same user: too.
     let u2 = engine.start_run(ctx_user("r-u2", "a", "u2", &[]));
-    assert!(u2.before_tool(call("c", "search", json!({}))).await.is_allowed());
+    assert!(
+        u2.before_tool(call("c", "search", json!({})))
+            .await
+            .is_allowed()
+    );
     let b = engine.start_run(ctx_user("r-b", "b", "u1", &[]));
-    assert!(b.before_tool(call("c", "search", json!({}))).await.is_allowed());
+    assert!(
+        b.before_tool(call("c", "search", json!({})))
+            .await
+            .is_allowed()
+    );
     // The same pair in a new run: still capped.
     let again = engine.start_run(ctx_user("r-again", "a", "u1", &[]));
-    assert!(!again.before_tool(call("c", "search", json!({}))).await.is_allowed());
+    assert!(
+        !again
+            .before_tool(call("c", "search", json!({})))
+            .await
+            .is_allowed()
+    );
 }
 
 async fn allowed(run: &Run, id: &str, tool: &str) -> bool {
-    run.before_tool(call(id, tool, json!({}))).await.is_allowed()
+    run.before_tool(call(id, tool, json!({})))
+        .await
+        .is_allowed()
 }
 
 #[tokio::test]
@@ -107,7 +144,10 @@ async fn max_calls_boundaries() {
         assert!(allowed(&run, &format!("c{i}"), "x").await);
     }
     let d = run.before_tool(call("c3", "x", json!({}))).await;
-    assert_eq!((d.effect, d.code), (EffectType::Block, DecisionCode::BlockedRule));
+    assert_eq!(
+        (d.effect, d.code),
+        (EffectType::Block, DecisionCode::BlockedRule)
+    );
     assert_eq!(d.reason.as_deref(), Some("cap triggered"));
     // Counted at decision time: no after_tool was needed. A new run has its own count.
     let run2 = engine.start_run(RunContext::new("r2", "a"));
@@ -156,17 +196,34 @@ async fn max_calls_counts_only_calls_allowed_to_proceed() {
     let db = |id: &str, args| call(id, "query", args).with_tags(["db"]);
     // A tool the counter does not select takes no slot.
     for i in 0..3 {
-        assert!(run.before_tool(call(&format!("x{i}"), "query", json!({}))).await.is_allowed());
+        assert!(
+            run.before_tool(call(&format!("x{i}"), "query", json!({})))
+                .await
+                .is_allowed()
+        );
     }
     for i in 0..5 {
-        let d = run.before_tool(db(&format!("p{i}"), json!({"env": "prod"}))).await;
+        let d = run
+            .before_tool(db(&format!("p{i}"), json!({"env": "prod"})))
+            .await;
         assert_eq!(d.rule_id.as_deref(), Some("no-prod"));
     }
     // hitl in another run (this one would be aborted): not counted either.
     let other = engine.start_run(RunContext::new("r2", "a"));
-    assert_eq!(other.before_tool(db("h", json!({"n": 500}))).await.effect, EffectType::Hitl);
-    assert!(run.before_tool(db("ok1", json!({"env": "dev"}))).await.is_allowed());
-    assert!(run.before_tool(db("ok2", json!({"env": "dev"}))).await.is_allowed());
+    assert_eq!(
+        other.before_tool(db("h", json!({"n": 500}))).await.effect,
+        EffectType::Hitl
+    );
+    assert!(
+        run.before_tool(db("ok1", json!({"env": "dev"})))
+            .await
+            .is_allowed()
+    );
+    assert!(
+        run.before_tool(db("ok2", json!({"env": "dev"})))
+            .await
+            .is_allowed()
+    );
     let d = run.before_tool(db("ok3", json!({"env": "dev"}))).await;
     assert_eq!(d.rule_id.as_deref(), Some("cap"));
     // Once the budget is used up the rule (in play for every tool) triggers for any call:
@@ -193,7 +250,10 @@ async fn max_calls_counts_calls_of_tools_outside_the_rule_selector_in_the_window
     assert!(allowed(&run, "r1", "read").await);
     assert!(!allowed(&run, "s0", "send").await);
     clock.advance(chrono::Duration::seconds(61));
-    assert!(allowed(&run, "s1", "send").await, "the reads fell out of the 60 s window");
+    assert!(
+        allowed(&run, "s1", "send").await,
+        "the reads fell out of the 60 s window"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,8 +298,14 @@ async fn sequence_history_holds_allowed_calls_with_recorded_results() {
     // Allowed but its result is not recorded yet: not in the history.
     assert!(allowed(&run, "t", "run_tests").await);
     let d = run.before_tool(call("d1", "deploy", json!({}))).await;
-    assert_eq!((d.rule_id.as_deref(), d.reason.as_deref()), (Some("tests-first"), Some("run the tests first")));
-    assert!(run.after_tool("t", ok()).await.is_none(), "no after-phase rule in play");
+    assert_eq!(
+        (d.rule_id.as_deref(), d.reason.as_deref()),
+        (Some("tests-first"), Some("run the tests first"))
+    );
+    assert!(
+        run.after_tool("t", ok()).await.is_none(),
+        "no after-phase rule in play"
+    );
     assert!(allowed(&run, "d2", "deploy").await);
     // Another run has its own history.
     let run2 = engine.start_run(RunContext::new("r2", "a"));
@@ -252,7 +318,11 @@ async fn sequence_errored_results_count() {
     let engine = engine(&seq_policy(), &clock);
     let run = engine.start_run(RunContext::new("r1", "a"));
     assert!(allowed(&run, "t", "run_tests").await);
-    run.after_tool("t", ToolOutcome::err("tests crashed", Duration::from_millis(3))).await;
+    run.after_tool(
+        "t",
+        ToolOutcome::err("tests crashed", Duration::from_millis(3)),
+    )
+    .await;
     assert!(allowed(&run, "d", "deploy").await);
 }
 
@@ -261,14 +331,18 @@ async fn sequence_blocked_calls_never_count() {
     let clock = clock();
     let engine = engine(&seq_policy(), &clock);
     let run = engine.start_run(RunContext::new("r1", "a"));
-    let vault = |id: &str, deny: bool| call(id, "read_vault", json!({"deny": deny})).with_tags(["Secrets"]);
+    let vault =
+        |id: &str, deny: bool| call(id, "read_vault", json!({"deny": deny})).with_tags(["Secrets"]);
     assert!(!run.before_tool(vault("v0", true)).await.is_allowed());
     // A result reported for a blocked call is ignored.
     assert!(run.after_tool("v0", ok()).await.is_none());
     assert!(allowed(&run, "p0", "http_post").await);
     // An allowed one with a recorded result counts (tags compared case-insensitively).
     assert!(run.before_tool(vault("v1", false)).await.is_allowed());
-    assert!(allowed(&run, "p1", "http_post").await, "v1's result is not recorded yet");
+    assert!(
+        allowed(&run, "p1", "http_post").await,
+        "v1's result is not recorded yet"
+    );
     run.after_tool("v1", ok()).await;
     let d = run.before_tool(call("p2", "http_post", json!({}))).await;
     assert_eq!(d.rule_id.as_deref(), Some("no-exfil"));
@@ -283,11 +357,20 @@ async fn sequence_excludes_the_current_call() {
     assert!(!allowed(&run, "s0", "selfref").await);
     // After phase: the first `once` is not in the history when its result is decided.
     assert!(allowed(&run, "o1", "once").await);
-    let d = run.after_tool("o1", ok()).await.expect("after-phase rule in play");
+    let d = run
+        .after_tool("o1", ok())
+        .await
+        .expect("after-phase rule in play");
     assert!(d.is_allowed(), "{d:?}");
     assert!(allowed(&run, "o2", "once").await);
-    let d = run.after_tool("o2", ok()).await.expect("after-phase rule in play");
-    assert_eq!((d.effect, d.rule_id.as_deref()), (EffectType::Block, Some("once")));
+    let d = run
+        .after_tool("o2", ok())
+        .await
+        .expect("after-phase rule in play");
+    assert_eq!(
+        (d.effect, d.rule_id.as_deref()),
+        (EffectType::Block, Some("once"))
+    );
 }
 
 #[allow(dead_code)]

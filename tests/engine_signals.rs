@@ -14,8 +14,8 @@ use common::*;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use toolgate::engine::{
-    Decision, DecisionCode, EngineError, GovernanceEngine, Run, RunContext, SignalProvider, SubjectInput, SubjectRef,
-    ToolOutcome,
+    Decision, DecisionCode, EngineError, GovernanceEngine, Run, RunContext, SignalProvider,
+    SubjectInput, SubjectRef, ToolOutcome,
 };
 use toolgate::policy::EffectType;
 
@@ -34,19 +34,32 @@ fn probes(meta: &str, rules: &[(&str, &str, &str)]) -> String {
             )
         })
         .collect();
-    format!(r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#, rules.join(","))
+    format!(
+        r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#,
+        rules.join(",")
+    )
 }
 
 /// Decides a probe call in a fresh run (hitl aborts runs).
 async fn probe(engine: &GovernanceEngine, id: &str) -> Decision {
-    let run = engine.start_run(ctx_user(&format!("run-{id}"), "a", "u1", &[("tier", "gold")]));
-    tokio::time::timeout(Duration::from_secs(10), run.before_tool(call("c", id, json!({"n": 1}))))
-        .await
-        .expect("a decision never waits past the signal timeout")
+    let run = engine.start_run(ctx_user(
+        &format!("run-{id}"),
+        "a",
+        "u1",
+        &[("tier", "gold")],
+    ));
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        run.before_tool(call("c", id, json!({"n": 1}))),
+    )
+    .await
+    .expect("a decision never waits past the signal timeout")
 }
 
 fn sig(key: &str, extra: &str) -> String {
-    format!(r#"{{"kind": "signal", "key": "{key}", "args": {{"user": {{"from": "enduserId"}}}}, "op": "eq", "value": true{extra}}}"#)
+    format!(
+        r#"{{"kind": "signal", "key": "{key}", "args": {{"user": {{"from": "enduserId"}}}}, "op": "eq", "value": true{extra}}}"#
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -59,18 +72,42 @@ async fn missing_data_resolves_condition_then_rule_then_policy() {
     let json = probes(
         r#", "onMissingDefault": "hitl""#,
         &[
-            ("cond-block", &sig("absent", r#", "onMissing": "block""#), r#", "onMissing": "allow""#),
+            (
+                "cond-block",
+                &sig("absent", r#", "onMissing": "block""#),
+                r#", "onMissing": "allow""#,
+            ),
             ("cond-hitl", &sig("absent", r#", "onMissing": "hitl""#), ""),
-            ("cond-allow", &sig("absent", r#", "onMissing": "allow""#), r#", "onMissing": "block""#),
+            (
+                "cond-allow",
+                &sig("absent", r#", "onMissing": "allow""#),
+                r#", "onMissing": "block""#,
+            ),
             ("rule-block", &absent, r#", "onMissing": "block""#),
             ("rule-allow", &absent, r#", "onMissing": "allow""#),
             ("policy", &absent, ""),
             // and: any false → false
-            ("and-false", &format!(r#"{{"kind": "and", "all": [{absent}, {{"kind": "toolName", "op": "eq", "value": "zzz"}}]}}"#), ""),
+            (
+                "and-false",
+                &format!(
+                    r#"{{"kind": "and", "all": [{absent}, {{"kind": "toolName", "op": "eq", "value": "zzz"}}]}}"#
+                ),
+                "",
+            ),
             // or: any true → true (rule's own effect, block)
-            ("or-true", &format!(r#"{{"kind": "or", "any": [{absent}, {{"kind": "toolName", "op": "eq", "value": "or-true"}}]}}"#), ""),
+            (
+                "or-true",
+                &format!(
+                    r#"{{"kind": "or", "any": [{absent}, {{"kind": "toolName", "op": "eq", "value": "or-true"}}]}}"#
+                ),
+                "",
+            ),
             // not unknown = unknown → policy default
-            ("not-unknown", &format!(r#"{{"kind": "not", "not": {absent}}}"#), ""),
+            (
+                "not-unknown",
+                &format!(r#"{{"kind": "not", "not": {absent}}}"#),
+                "",
+            ),
         ],
     );
     let engine = engine(&json, &clock);
@@ -87,9 +124,16 @@ async fn missing_data_resolves_condition_then_rule_then_policy() {
     ];
     for (id, effect, triggered) in expect {
         let d = probe(&engine, id).await;
-        assert_eq!((d.effect, d.evaluated[0].triggered), (effect, triggered), "{id}: {d:?}");
+        assert_eq!(
+            (d.effect, d.evaluated[0].triggered),
+            (effect, triggered),
+            "{id}: {d:?}"
+        );
         if id != "and-false" && id != "or-true" {
-            assert!(!d.evaluated[0].missing.is_empty(), "{id} records what was missing: {d:?}");
+            assert!(
+                !d.evaluated[0].missing.is_empty(),
+                "{id} records what was missing: {d:?}"
+            );
         }
         if triggered {
             assert_eq!(d.rule_id.as_deref(), Some(id));
@@ -125,11 +169,18 @@ fn faulty_engine(on_missing: &str) -> GovernanceEngine {
             ("hangs", &sig("hangs", ""), &extra),
         ],
     );
-    let engine = builder(&json, &clock).signal_timeout(Duration::from_millis(20)).build().unwrap();
+    let engine = builder(&json, &clock)
+        .signal_timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
     engine.register_signal("panics", panics);
     engine.register_signal("eager", PanicsEagerly);
-    engine.register_signal("fails", |_: Args| async { Err::<Value, String>("CRM is down".into()) });
-    engine.register_signal("hangs", |_: Args| futures::future::pending::<Result<Value, String>>());
+    engine.register_signal("fails", |_: Args| async {
+        Err::<Value, String>("CRM is down".into())
+    });
+    engine.register_signal("hangs", |_: Args| {
+        futures::future::pending::<Result<Value, String>>()
+    });
     engine
 }
 
@@ -140,15 +191,26 @@ async fn faulty_providers_are_missing_data() {
         for id in ["panics", "eager", "fails", "hangs"] {
             let d = probe(&engine, id).await;
             assert_eq!(d.effect, effect, "{id} with onMissing {on_missing}: {d:?}");
-            assert_ne!(d.code, DecisionCode::BlockedFailure, "{id}: a provider fault is not an engine fault");
+            assert_ne!(
+                d.code,
+                DecisionCode::BlockedFailure,
+                "{id}: a provider fault is not an engine fault"
+            );
             assert!(d.error.is_none(), "{id}: {d:?}");
             assert!(!d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
             assert_eq!(d.signals.len(), 1, "{id}: {d:?}");
-            assert!(d.signals[0].value.is_none() && d.signals[0].error.is_some(), "{id}: {d:?}");
+            assert!(
+                d.signals[0].value.is_none() && d.signals[0].error.is_some(),
+                "{id}: {d:?}"
+            );
         }
         // The engine is still fine afterwards.
         let run = engine.start_run(RunContext::new("after", "a"));
-        assert!(run.before_tool(call("c", "other", json!({}))).await.is_allowed());
+        assert!(
+            run.before_tool(call("c", "other", json!({})))
+                .await
+                .is_allowed()
+        );
     }
 }
 
@@ -165,17 +227,35 @@ async fn faulty_providers_in_the_after_phase_are_missing_data() {
         ));
     }
     let json = format!("[{}]", rules.join(","));
-    let engine = builder(&json, &clock).signal_timeout(Duration::from_millis(20)).build().unwrap();
+    let engine = builder(&json, &clock)
+        .signal_timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
     engine.register_signal("panics", panics);
     engine.register_signal("eager", PanicsEagerly);
-    engine.register_signal("fails", |_: Args| async { Err::<Value, String>("CRM is down".into()) });
-    engine.register_signal("hangs", |_: Args| futures::future::pending::<Result<Value, String>>());
+    engine.register_signal("fails", |_: Args| async {
+        Err::<Value, String>("CRM is down".into())
+    });
+    engine.register_signal("hangs", |_: Args| {
+        futures::future::pending::<Result<Value, String>>()
+    });
     let run = engine.start_run(ctx_user("r", "a", "u", &[]));
     for key in ["panics", "eager", "fails", "hangs"] {
-        assert!(run.before_tool(call(key, key, json!({}))).await.is_allowed());
+        assert!(
+            run.before_tool(call(key, key, json!({})))
+                .await
+                .is_allowed()
+        );
         let after = run.after_tool(key, ToolOutcome::ok(json!(1), Duration::from_millis(1)));
-        let d = tokio::time::timeout(Duration::from_secs(10), after).await.unwrap().expect("after rule in play");
-        assert_eq!((d.effect, d.code), (EffectType::Block, DecisionCode::BlockedRule), "{key}: {d:?}");
+        let d = tokio::time::timeout(Duration::from_secs(10), after)
+            .await
+            .unwrap()
+            .expect("after rule in play");
+        assert_eq!(
+            (d.effect, d.code),
+            (EffectType::Block, DecisionCode::BlockedRule),
+            "{key}: {d:?}"
+        );
         assert!(!d.evaluated[0].missing.is_empty(), "{key}: {d:?}");
     }
 }
@@ -222,8 +302,20 @@ async fn signal_value_semantics() {
     let cases: Vec<(&str, &str, &str, &str, bool)> = vec![
         // id, const v, op, value, triggered
         ("num-by-value", "1", "eq", "1.0", true),
-        ("deep", r#"{"a": [1, 2.0]}"#, "eq", r#"{"a": [1.0, 2]}"#, true),
-        ("deep-neq", r#"{"a": [1, 2]}"#, "neq", r#"{"a": [2, 1]}"#, true),
+        (
+            "deep",
+            r#"{"a": [1, 2.0]}"#,
+            "eq",
+            r#"{"a": [1.0, 2]}"#,
+            true,
+        ),
+        (
+            "deep-neq",
+            r#"{"a": [1, 2]}"#,
+            "neq",
+            r#"{"a": [2, 1]}"#,
+            true,
+        ),
         ("neq-same", "1", "neq", "1", false),
         ("gt-num", "5", "gt", "4.5", true),
         ("gt-string", r#""x5""#, "gt", "1", false),
@@ -235,7 +327,13 @@ async fn signal_value_semantics() {
         ("str-vs-str", r#""true""#, "eq", r#""true""#, true),
         ("str-kept-string", r#""x""#, "eq", r#""\"x\"""#, false),
         ("in-array", r#""EU""#, "in", r#"["EU", "UK"]"#, true),
-        ("in-json-string", r#""EU""#, "in", r#""[\"EU\",\"UK\"]""#, true),
+        (
+            "in-json-string",
+            r#""EU""#,
+            "in",
+            r#""[\"EU\",\"UK\"]""#,
+            true,
+        ),
         ("in-numbers", "2", "in", "[1.0, 2.0]", true),
         ("nin", r#""US""#, "nin", r#"["EU", "UK"]"#, true),
         ("nin-member", r#""UK""#, "nin", r#"["EU", "UK"]"#, false),
@@ -255,12 +353,18 @@ async fn signal_value_semantics() {
             (id.to_string(), cond)
         })
         .collect();
-    let refs: Vec<(&str, &str, &str)> = rules.iter().map(|(a, b)| (a.as_str(), b.as_str(), "")).collect();
+    let refs: Vec<(&str, &str, &str)> = rules
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str(), ""))
+        .collect();
     let engine = engine(&probes("", &refs), &clock);
     engine.register_signal("echo", |args: Args| async move { Ok(args["v"].clone()) });
     for (id, v, op, value, expect) in &cases {
         let d = probe(&engine, id).await;
-        assert_eq!(d.evaluated[0].triggered, *expect, "{id}: {v} {op} {value}: {d:?}");
+        assert_eq!(
+            d.evaluated[0].triggered, *expect,
+            "{id}: {v} {op} {value}: {d:?}"
+        );
         assert!(d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
     }
 }
@@ -314,12 +418,18 @@ async fn signal_bindings() {
         id_system: Some("crm".into()),
     }];
     let d = run.before_tool(c).await;
-    assert!(d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(), "{d:?}");
+    assert!(
+        d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(),
+        "{d:?}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // A binding that resolves to nothing: the provider is not called; missing data.
     for id in ["absent-tag", "absent-arg", "absent-subject"] {
         let d = probe(&engine, id).await;
-        assert!(d.evaluated[0].triggered && !d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
+        assert!(
+            d.evaluated[0].triggered && !d.evaluated[0].missing.is_empty(),
+            "{id}: {d:?}"
+        );
         assert_eq!(d.effect, EffectType::Block);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -332,7 +442,10 @@ async fn signal_bindings() {
 struct ExtractorPanicsEagerly;
 
 impl toolgate::engine::SubjectExtractor for ExtractorPanicsEagerly {
-    fn extract(&self, _: SubjectInput) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>> {
+    fn extract(
+        &self,
+        _: SubjectInput,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<SubjectRef>, String>> + Send>> {
         panic!("extractor panicked eagerly on purpose")
     }
 }
@@ -370,34 +483,64 @@ async fn subject_extractors_by_glob_and_failing_ones() {
         })
         .unwrap();
     engine
-        .register_subject_extractor("boom_*", |_: SubjectInput| async { panic!("extractor panicked on purpose") })
+        .register_subject_extractor("boom_*", |_: SubjectInput| async {
+            panic!("extractor panicked on purpose")
+        })
         .unwrap();
     engine
-        .register_subject_extractor("slow_*", |_: SubjectInput| futures::future::pending::<Result<Vec<SubjectRef>, String>>())
+        .register_subject_extractor("slow_*", |_: SubjectInput| {
+            futures::future::pending::<Result<Vec<SubjectRef>, String>>()
+        })
         .unwrap();
-    engine.register_subject_extractor("eager_*", ExtractorPanicsEagerly).unwrap();
-    assert!(matches!(engine.register_subject_extractor("[", |_: SubjectInput| async { Ok(vec![]) }), Err(EngineError::Glob { .. })));
+    engine
+        .register_subject_extractor("eager_*", ExtractorPanicsEagerly)
+        .unwrap();
+    assert!(matches!(
+        engine.register_subject_extractor("[", |_: SubjectInput| async { Ok(vec![]) }),
+        Err(EngineError::Glob { .. })
+    ));
     let run = engine.start_run(RunContext::new("r", "a"));
     let pii = |id: &str, name: &str, args: Value| call(id, name, args).with_tags(["pii"]);
-    assert!(run.before_tool(pii("c1", "crm_get", json!({"id": "7"}))).await.is_allowed());
+    assert!(
+        run.before_tool(pii("c1", "crm_get", json!({"id": "7"})))
+            .await
+            .is_allowed()
+    );
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     // The extractor fails: no subjects (not missing data), the failure is recorded.
     let d = run.before_tool(pii("c2", "crm_get", json!({}))).await;
-    assert_eq!((d.effect, d.code), (EffectType::Block, DecisionCode::BlockedRule));
+    assert_eq!(
+        (d.effect, d.code),
+        (EffectType::Block, DecisionCode::BlockedRule)
+    );
     assert!(!d.evaluated[0].missing.is_empty(), "{d:?}");
     // A tool no extractor matches: no subjects unless the call brings them.
-    assert!(!run.before_tool(pii("c3", "files_get", json!({"id": "7"}))).await.is_allowed());
+    assert!(
+        !run.before_tool(pii("c3", "files_get", json!({"id": "7"})))
+            .await
+            .is_allowed()
+    );
     let mut with = pii("c4", "files_get", json!({}));
     with.subjects = vec![customer("9")];
     assert!(run.before_tool(with).await.is_allowed());
     // A panicking (eagerly or not) or hanging extractor: no subjects, not an engine failure.
     for name in ["boom_x", "slow_x", "eager_x"] {
         let fut = run.before_tool(pii("c5", name, json!({"id": "7"})));
-        let d = tokio::time::timeout(Duration::from_secs(10), fut).await.unwrap();
-        assert_eq!((d.effect, d.code), (EffectType::Block, DecisionCode::BlockedRule), "{name}: {d:?}");
+        let d = tokio::time::timeout(Duration::from_secs(10), fut)
+            .await
+            .unwrap();
+        assert_eq!(
+            (d.effect, d.code),
+            (EffectType::Block, DecisionCode::BlockedRule),
+            "{name}: {d:?}"
+        );
     }
     // Extractors only run when a rule in play needs subjects.
-    assert!(run.before_tool(call("c6", "crm_list", json!({}))).await.is_allowed());
+    assert!(
+        run.before_tool(call("c6", "crm_list", json!({})))
+            .await
+            .is_allowed()
+    );
     assert_eq!(ran.load(Ordering::SeqCst), 2);
 }
 
@@ -422,9 +565,24 @@ async fn register_signal_while_runs_are_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_swaps_atomically_and_a_failed_reload_keeps_the_old_policies() {
     let clock = clock();
-    let old = rule("old-rule", "tool.before", r#"{"name": "x"}"#, &sig("gate", ""), "block");
-    let new = rule("new-rule", "tool.before", r#"{"name": "y"}"#, r#"{"kind": "toolName", "op": "eq", "value": "y"}"#, "block");
-    let engine = builder(&old, &clock).signal_timeout(Duration::from_secs(10)).build().unwrap();
+    let old = rule(
+        "old-rule",
+        "tool.before",
+        r#"{"name": "x"}"#,
+        &sig("gate", ""),
+        "block",
+    );
+    let new = rule(
+        "new-rule",
+        "tool.before",
+        r#"{"name": "y"}"#,
+        r#"{"kind": "toolName", "op": "eq", "value": "y"}"#,
+        "block",
+    );
+    let engine = builder(&old, &clock)
+        .signal_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let entered = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
     let (e, r) = (entered.clone(), release.clone());
@@ -449,8 +607,18 @@ async fn reload_swaps_atomically_and_a_failed_reload_keeps_the_old_policies() {
     // ...finishes on them.
     assert_eq!(d.rule_id.as_deref(), Some("old-rule"));
     // Later decisions of the same run use the new ones.
-    assert!(run.before_tool(call("c2", "x", json!({}))).await.is_allowed());
-    assert_eq!(run.before_tool(call("c3", "y", json!({}))).await.rule_id.as_deref(), Some("new-rule"));
+    assert!(
+        run.before_tool(call("c2", "x", json!({})))
+            .await
+            .is_allowed()
+    );
+    assert_eq!(
+        run.before_tool(call("c3", "y", json!({})))
+            .await
+            .rule_id
+            .as_deref(),
+        Some("new-rule")
+    );
 
     // A reload that fails leaves the new policies in place.
     // (duplicate rule ids across two policies)
@@ -461,8 +629,18 @@ async fn reload_swaps_atomically_and_a_failed_reload_keeps_the_old_policies() {
     let file = dir.path().join("broken.json");
     std::fs::write(&file, r#"[{"id": "z", "nmae": "typo"}]"#).unwrap();
     assert!(engine.reload_paths(&[file]).is_err());
-    assert_eq!(run.before_tool(call("c4", "y", json!({}))).await.rule_id.as_deref(), Some("new-rule"));
-    assert!(run.before_tool(call("c5", "x", json!({}))).await.is_allowed());
+    assert_eq!(
+        run.before_tool(call("c4", "y", json!({})))
+            .await
+            .rule_id
+            .as_deref(),
+        Some("new-rule")
+    );
+    assert!(
+        run.before_tool(call("c5", "x", json!({})))
+            .await
+            .is_allowed()
+    );
     assert_eq!(engine.policies().active_rules(), 1);
 }
 

@@ -22,7 +22,10 @@ fn probes(meta: &str, rules: &[(&str, &str)]) -> String {
             )
         })
         .collect();
-    format!(r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#, rules.join(","))
+    format!(
+        r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#,
+        rules.join(",")
+    )
 }
 
 async fn probe(run: &Run, id: &str) -> Decision {
@@ -55,7 +58,10 @@ async fn time_gate_follows_dst() {
         &format!(r#"[{{"days": {EVERY_DAY}, "start": "09:00", "end": "10:00"}}]"#),
     );
     let clock = clock();
-    let engine = engine(&probes("", &[("london", &london), ("bytag", &by_tag)]), &clock);
+    let engine = engine(
+        &probes("", &[("london", &london), ("bytag", &by_tag)]),
+        &clock,
+    );
     let run = engine.start_run(ctx_user("r", "a", "u", &[("tz", "Europe/London")]));
     for (utc, inside) in [
         ("2026-01-05T09:30:00Z", true),  // GMT: 09:30 local
@@ -71,7 +77,10 @@ async fn time_gate_follows_dst() {
 
 #[tokio::test]
 async fn time_gate_windows_spanning_midnight_belong_to_their_start_day() {
-    let g = gate(r#"{"source": "static", "tz": "UTC"}"#, r#"[{"days": ["fri"], "start": "23:00", "end": "01:00"}]"#);
+    let g = gate(
+        r#"{"source": "static", "tz": "UTC"}"#,
+        r#"[{"days": ["fri"], "start": "23:00", "end": "01:00"}]"#,
+    );
     let clock = clock();
     let engine = engine(&probes("", &[("night", &g)]), &clock);
     let run = engine.start_run(RunContext::new("r", "a"));
@@ -93,8 +102,14 @@ async fn time_gate_windows_spanning_midnight_belong_to_their_start_day() {
 
 #[tokio::test]
 async fn time_gate_start_inclusive_end_exclusive_and_24_00() {
-    let day = gate(r#"{"source": "static", "tz": "UTC"}"#, r#"[{"days": ["mon"], "start": "09:00", "end": "17:00"}]"#);
-    let late = gate(r#"{"source": "static", "tz": "UTC"}"#, r#"[{"days": ["mon"], "start": "22:00", "end": "24:00"}]"#);
+    let day = gate(
+        r#"{"source": "static", "tz": "UTC"}"#,
+        r#"[{"days": ["mon"], "start": "09:00", "end": "17:00"}]"#,
+    );
+    let late = gate(
+        r#"{"source": "static", "tz": "UTC"}"#,
+        r#"[{"days": ["mon"], "start": "22:00", "end": "24:00"}]"#,
+    );
     let clock = clock();
     let engine = engine(&probes("", &[("day", &day), ("late", &late)]), &clock);
     let run = engine.start_run(RunContext::new("r", "a"));
@@ -116,8 +131,16 @@ async fn time_gate_start_inclusive_end_exclusive_and_24_00() {
 }
 
 fn tag_gate(fallback: bool, on_missing: &str) -> String {
-    let fb = if fallback { r#", "fallback": "org""# } else { "" };
-    let om = if on_missing.is_empty() { String::new() } else { format!(r#", "onMissing": "{on_missing}""#) };
+    let fb = if fallback {
+        r#", "fallback": "org""#
+    } else {
+        ""
+    };
+    let om = if on_missing.is_empty() {
+        String::new()
+    } else {
+        format!(r#", "onMissing": "{on_missing}""#)
+    };
     format!(
         r#"{{"kind": "timeGate", "timezone": {{"source": "enduserTag", "tag": "tz"{fb}}},
             "windows": [{{"days": {EVERY_DAY}, "start": "09:00", "end": "10:00"}}]{om}}}"#
@@ -128,12 +151,18 @@ fn tag_gate(fallback: bool, on_missing: &str) -> String {
 async fn time_gate_org_fallback_from_policy_and_builder() {
     // 14:30Z on a January Monday is 09:30 in New York and 14:30 in London/UTC.
     let clock = ManualClock::new(at("2026-01-05T14:30:00Z"));
-    let json = probes(r#", "timezone": "America/New_York""#, &[("fb", &tag_gate(true, ""))]);
+    let json = probes(
+        r#", "timezone": "America/New_York""#,
+        &[("fb", &tag_gate(true, ""))],
+    );
     let engine = engine(&json, &clock);
     for tags in [vec![], vec![("tz", "Mars/Olympus_Mons")], vec![("tz", "")]] {
         let run = engine.start_run(ctx_user("r", "a", "u", &tags));
         let d = probe(&run, "fb").await;
-        assert!(d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(), "tags {tags:?}: {d:?}");
+        assert!(
+            d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(),
+            "tags {tags:?}: {d:?}"
+        );
     }
     // No end user at all: the org timezone too.
     let run = engine.start_run(RunContext::new("r", "a"));
@@ -143,14 +172,20 @@ async fn time_gate_org_fallback_from_policy_and_builder() {
     assert!(!triggered(&run, "fb").await);
 
     // The builder's org timezone overrides the policy's.
-    let engine = builder(&json, &clock).org_timezone(chrono_tz::Europe::London).build().unwrap();
+    let engine = builder(&json, &clock)
+        .org_timezone(chrono_tz::Europe::London)
+        .build()
+        .unwrap();
     let run = engine.start_run(ctx_user("r", "a", "u", &[]));
     assert!(!triggered(&run, "fb").await);
     clock.set(at("2026-01-05T09:30:00Z"));
     assert!(triggered(&run, "fb").await);
     // ...and serves when the policy has none.
     let json = probes("", &[("fb", &tag_gate(true, ""))]);
-    let engine = builder(&json, &clock).org_timezone(chrono_tz::Europe::London).build().unwrap();
+    let engine = builder(&json, &clock)
+        .org_timezone(chrono_tz::Europe::London)
+        .build()
+        .unwrap();
     let run = engine.start_run(ctx_user("r", "a", "u", &[("tz", "nope")]));
     assert!(triggered(&run, "fb").await);
 }
@@ -161,7 +196,11 @@ async fn time_gate_missing_timezone_is_missing_data() {
     // No fallback: missing even though the policy has an org timezone.
     let json = probes(
         r#", "timezone": "UTC", "onMissingDefault": "hitl""#,
-        &[("nofb", &tag_gate(false, "")), ("own", &tag_gate(false, "block")), ("own-allow", &tag_gate(false, "allow"))],
+        &[
+            ("nofb", &tag_gate(false, "")),
+            ("own", &tag_gate(false, "block")),
+            ("own-allow", &tag_gate(false, "allow")),
+        ],
     );
     let engine = engine(&json, &clock);
     for tags in [vec![], vec![("tz", "Not/AZone")]] {
@@ -175,9 +214,15 @@ async fn time_gate_missing_timezone_is_missing_data() {
         // The condition's own onMissing first.
         let run = engine.start_run(ctx_user("r2", "a", "u", &tags));
         let d = probe(&run, "own").await;
-        assert_eq!((d.effect, d.evaluated[0].triggered), (EffectType::Block, true));
+        assert_eq!(
+            (d.effect, d.evaluated[0].triggered),
+            (EffectType::Block, true)
+        );
         let d = probe(&run, "own-allow").await;
-        assert_eq!((d.effect, d.evaluated[0].triggered), (EffectType::Allow, false));
+        assert_eq!(
+            (d.effect, d.evaluated[0].triggered),
+            (EffectType::Allow, false)
+        );
     }
     // Fallback asked for but no org timezone anywhere: missing; rule onMissing decides.
     let json = format!(
@@ -189,14 +234,25 @@ async fn time_gate_missing_timezone_is_missing_data() {
     let engine = common::engine(&json, &clock);
     let run = engine.start_run(ctx_user("r", "a", "u", &[]));
     let d = probe(&run, "fb").await;
-    assert_eq!((d.effect, d.evaluated[0].triggered), (EffectType::Block, true));
+    assert_eq!(
+        (d.effect, d.evaluated[0].triggered),
+        (EffectType::Block, true)
+    );
     assert!(!d.evaluated[0].missing.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
 // metricWindow
 
-fn mw(scope: &str, metric: &str, agg: &str, window: u64, op: &str, value: f64, extra: &str) -> String {
+fn mw(
+    scope: &str,
+    metric: &str,
+    agg: &str,
+    window: u64,
+    op: &str,
+    value: f64,
+    extra: &str,
+) -> String {
     format!(
         r#"{{"kind": "metricWindow", "scope": "{scope}", "metric": {metric}, "aggregate": "{agg}",
             "windowSeconds": {window}, "op": "{op}", "value": {value}{extra}}}"#
@@ -218,7 +274,10 @@ async fn metric_window_edges_are_exact() {
         "",
         &[
             ("sum", &mw("run", &custom("usd"), "sum", 60, "gt", 5.0, "")),
-            ("count", &mw("run", &custom("usd"), "count", 60, "eq", 2.0, "")),
+            (
+                "count",
+                &mw("run", &custom("usd"), "count", 60, "eq", 2.0, ""),
+            ),
         ],
     );
     let engine = engine(&json, &clock);
@@ -245,9 +304,18 @@ async fn metric_window_scopes() {
     let json = probes(
         "",
         &[
-            ("run", &mw("run", &custom("m"), "sum", 3600, "gte", 10.0, "")),
-            ("agent", &mw("agent", &custom("m"), "sum", 3600, "gte", 10.0, "")),
-            ("user", &mw("agent_user", &custom("m"), "sum", 3600, "gte", 10.0, "")),
+            (
+                "run",
+                &mw("run", &custom("m"), "sum", 3600, "gte", 10.0, ""),
+            ),
+            (
+                "agent",
+                &mw("agent", &custom("m"), "sum", 3600, "gte", 10.0, ""),
+            ),
+            (
+                "user",
+                &mw("agent_user", &custom("m"), "sum", 3600, "gte", 10.0, ""),
+            ),
         ],
     );
     let engine = engine(&json, &clock);
@@ -278,30 +346,56 @@ async fn metric_window_empty_window_and_missing_aggregates() {
         meta,
         &[
             ("sum", &mw("run", &custom("m"), "sum", 60, "eq", 0.0, "")),
-            ("count", &mw("run", &custom("m"), "count", 60, "lte", 0.0, "")),
+            (
+                "count",
+                &mw("run", &custom("m"), "count", 60, "lte", 0.0, ""),
+            ),
             ("avg", &mw("run", &custom("m"), "avg", 60, "gt", 1e9, "")),
             ("min", &mw("run", &custom("m"), "min", 60, "gt", 1e9, "")),
-            ("max", &mw("run", &custom("m"), "max", 60, "gt", 1e9, r#", "onMissing": "allow""#)),
+            (
+                "max",
+                &mw(
+                    "run",
+                    &custom("m"),
+                    "max",
+                    60,
+                    "gt",
+                    1e9,
+                    r#", "onMissing": "allow""#,
+                ),
+            ),
         ],
     );
     let engine = engine(&json, &clock);
     let run = engine.start_run(RunContext::new("r", "a"));
     for id in ["sum", "count"] {
         let d = probe(&run, id).await;
-        assert!(d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
+        assert!(
+            d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(),
+            "{id}: {d:?}"
+        );
     }
     for id in ["avg", "min"] {
         // Missing: the policy's onMissingDefault (block) triggers the rule.
         let d = probe(&run, id).await;
-        assert!(d.evaluated[0].triggered && !d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
+        assert!(
+            d.evaluated[0].triggered && !d.evaluated[0].missing.is_empty(),
+            "{id}: {d:?}"
+        );
     }
     let d = probe(&run, "max").await;
-    assert!(!d.evaluated[0].triggered, "condition onMissing allow: {d:?}");
+    assert!(
+        !d.evaluated[0].triggered,
+        "condition onMissing allow: {d:?}"
+    );
     run.record_metric("m", 3.0);
     run.record_metric("m", 1.0);
     for id in ["sum", "count", "avg", "min", "max"] {
         let d = probe(&run, id).await;
-        assert!(!d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(), "{id}: {d:?}");
+        assert!(
+            !d.evaluated[0].triggered && d.evaluated[0].missing.is_empty(),
+            "{id}: {d:?}"
+        );
     }
 }
 
@@ -313,17 +407,82 @@ async fn metric_window_inbuilt_metrics_and_filters() {
         "",
         &[
             // {"a":1} is 7 bytes, [1,2,3] 7, {} 2; {"body":"hi"} 13.
-            ("bytes_in", &mw("run", &inbuilt("bytes_in"), "sum", w, "eq", 7.0 + 7.0 + 2.0, "")),
-            ("bytes_out", &mw("run", &inbuilt("bytes_out"), "sum", w, "eq", 7.0 + 13.0, "")),
-            ("duration", &mw("run", &inbuilt("duration_ms"), "max", w, "eq", 120.0, "")),
-            ("records_in", &mw("run", &inbuilt("records_in"), "sum", w, "eq", 3.0, "")),
-            ("records_out", &mw("run", &inbuilt("records_out"), "count", w, "eq", 1.0, "")),
-            ("slow_only", &mw("run", &inbuilt("duration_ms"), "sum", w, "eq", 120.0, r#", "filter": {"toolName": "SLOW*"}"#)),
-            ("tag_only", &mw("run", &inbuilt("duration_ms"), "sum", w, "eq", 5.0, r#", "filter": {"toolTag": ["Net"]}"#)),
-            ("tok_in", &mw("run", &inbuilt("llm_tokens_in"), "sum", w, "eq", 150.0, "")),
-            ("tok_out", &mw("run", &inbuilt("llm_tokens_out"), "max", w, "eq", 20.0, "")),
-            ("cost", &mw("run", &inbuilt("llm_cost_usd"), "sum", w, "gte", 0.75, "")),
-            ("custom_filtered", &mw("run", &custom("c"), "count", w, "eq", 0.0, r#", "filter": {"toolName": "*"}"#)),
+            (
+                "bytes_in",
+                &mw(
+                    "run",
+                    &inbuilt("bytes_in"),
+                    "sum",
+                    w,
+                    "eq",
+                    7.0 + 7.0 + 2.0,
+                    "",
+                ),
+            ),
+            (
+                "bytes_out",
+                &mw("run", &inbuilt("bytes_out"), "sum", w, "eq", 7.0 + 13.0, ""),
+            ),
+            (
+                "duration",
+                &mw("run", &inbuilt("duration_ms"), "max", w, "eq", 120.0, ""),
+            ),
+            (
+                "records_in",
+                &mw("run", &inbuilt("records_in"), "sum", w, "eq", 3.0, ""),
+            ),
+            (
+                "records_out",
+                &mw("run", &inbuilt("records_out"), "count", w, "eq", 1.0, ""),
+            ),
+            (
+                "slow_only",
+                &mw(
+                    "run",
+                    &inbuilt("duration_ms"),
+                    "sum",
+                    w,
+                    "eq",
+                    120.0,
+                    r#", "filter": {"toolName": "SLOW*"}"#,
+                ),
+            ),
+            (
+                "tag_only",
+                &mw(
+                    "run",
+                    &inbuilt("duration_ms"),
+                    "sum",
+                    w,
+                    "eq",
+                    5.0,
+                    r#", "filter": {"toolTag": ["Net"]}"#,
+                ),
+            ),
+            (
+                "tok_in",
+                &mw("run", &inbuilt("llm_tokens_in"), "sum", w, "eq", 150.0, ""),
+            ),
+            (
+                "tok_out",
+                &mw("run", &inbuilt("llm_tokens_out"), "max", w, "eq", 20.0, ""),
+            ),
+            (
+                "cost",
+                &mw("run", &inbuilt("llm_cost_usd"), "sum", w, "gte", 0.75, ""),
+            ),
+            (
+                "custom_filtered",
+                &mw(
+                    "run",
+                    &custom("c"),
+                    "count",
+                    w,
+                    "eq",
+                    0.0,
+                    r#", "filter": {"toolName": "*"}"#,
+                ),
+            ),
         ],
     );
     let engine = engine(&json, &clock);
@@ -336,12 +495,21 @@ async fn metric_window_inbuilt_metrics_and_filters() {
         }
     };
     go("c1", "slow_query", json!({"a": 1}), &[]).await;
-    run.after_tool("c1", ToolOutcome::ok(json!([1, 2, 3]), Duration::from_millis(120))).await;
+    run.after_tool(
+        "c1",
+        ToolOutcome::ok(json!([1, 2, 3]), Duration::from_millis(120)),
+    )
+    .await;
     go("c2", "fetch", json!([1, 2, 3]), &["net"]).await;
-    run.after_tool("c2", ToolOutcome::ok(json!({"body": "hi"}), Duration::from_millis(5))).await;
+    run.after_tool(
+        "c2",
+        ToolOutcome::ok(json!({"body": "hi"}), Duration::from_millis(5)),
+    )
+    .await;
     // A failed call: no output, so no bytes_out / records_out; its duration counts.
     go("c3", "fetch2", json!({}), &[]).await;
-    run.after_tool("c3", ToolOutcome::err("boom", Duration::from_millis(1))).await;
+    run.after_tool("c3", ToolOutcome::err("boom", Duration::from_millis(1)))
+        .await;
     run.record_llm(100, 20, 0.5);
     run.record_llm(50, 10, 0.25);
     run.record_metric("c", 1.0); // a custom metric has no tool: a tool filter excludes it
@@ -369,7 +537,10 @@ async fn metric_window_many_events() {
     let json = probes(
         "",
         &[
-            ("sum", &mw("run", &custom("m"), "sum", 100, "eq", 100_000.0, "")),
+            (
+                "sum",
+                &mw("run", &custom("m"), "sum", 100, "eq", 100_000.0, ""),
+            ),
             ("max", &mw("run", &custom("m"), "max", 100, "eq", 1.0, "")),
         ],
     );

@@ -25,7 +25,9 @@ pub fn clock() -> ManualClock {
 
 /// A builder with `policy` and `clock`.
 pub fn builder(json: &str, clock: &ManualClock) -> EngineBuilder {
-    GovernanceEngine::builder().policy(policy(json)).clock(Arc::new(clock.clone()))
+    GovernanceEngine::builder()
+        .policy(policy(json))
+        .clock(Arc::new(clock.clone()))
 }
 
 /// An engine with `policy` and `clock`.
@@ -40,7 +42,10 @@ pub fn call(id: &str, name: &str, args: Value) -> ToolCall {
 
 /// A run context with an end user.
 pub fn ctx_user(run: &str, agent: &str, user: &str, tags: &[(&str, &str)]) -> RunContext {
-    RunContext::new(run, agent).with_enduser(user, tags.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    RunContext::new(run, agent).with_enduser(
+        user,
+        tags.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    )
 }
 
 /// One rule as a bare-array policy.
