@@ -78,20 +78,26 @@ impl DecisionCtx<'_> {
                 let Value::Object(map) = args.clone() else {
                     return None;
                 };
-                let fut = std::panic::AssertUnwindSafe(p.call(map));
-                match tokio::time::timeout(
-                    self.engine.signal_timeout,
-                    futures::FutureExt::catch_unwind(fut),
-                )
-                .await
-                {
-                    Err(_) => Err(format!(
-                        "timed out after {} ms",
-                        self.engine.signal_timeout.as_millis()
-                    )),
-                    Ok(Err(_)) => Err("the provider panicked".to_string()),
-                    Ok(Ok(Err(e))) => Err(format!("the provider failed: {e}")),
-                    Ok(Ok(Ok(v))) => Ok(v),
+                // The provider may panic while making its future, as well as while running it.
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.call(map))) {
+                    Err(_) => Err("the provider panicked".to_string()),
+                    Ok(fut) => {
+                        let fut = std::panic::AssertUnwindSafe(fut);
+                        match tokio::time::timeout(
+                            self.engine.signal_timeout,
+                            futures::FutureExt::catch_unwind(fut),
+                        )
+                        .await
+                        {
+                            Err(_) => Err(format!(
+                                "timed out after {} ms",
+                                self.engine.signal_timeout.as_millis()
+                            )),
+                            Ok(Err(_)) => Err("the provider panicked".to_string()),
+                            Ok(Ok(Err(e))) => Err(format!("the provider failed: {e}")),
+                            Ok(Ok(Ok(v))) => Ok(v),
+                        }
+                    }
                 }
             }
         };
@@ -200,7 +206,14 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize])
             args: ctx.call.args.clone(),
             run: ctx.run.context.clone(),
         };
-        let fut = std::panic::AssertUnwindSafe(ex.extractor.extract(input));
+        // The extractor may panic while making its future, as well as while running it.
+        let Ok(fut) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.extractor.extract(input)))
+        else {
+            ctx.note_missing("subject extractor panicked".to_string());
+            continue;
+        };
+        let fut = std::panic::AssertUnwindSafe(fut);
         match tokio::time::timeout(
             ctx.engine.signal_timeout,
             futures::FutureExt::catch_unwind(fut),

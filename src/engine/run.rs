@@ -733,9 +733,11 @@ fn count_allowed(
             continue;
         }
         if let Some(spec) = idx.counters.get(c as usize) {
-            engine
-                .state
-                .add(&run.state_key(spec.slot, spec.scope), now_ms);
+            engine.state.add(
+                &run.state_key(spec.slot, spec.scope),
+                spec.window_seconds,
+                now_ms,
+            );
         }
     }
 }

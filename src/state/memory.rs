@@ -76,8 +76,8 @@ impl StateStore for MemoryStateStore {
         }
     }
 
-    fn add(&self, key: &StateKey, now_ms: i64) {
-        self.with_counter(key, None, |c| match c {
+    fn add(&self, key: &StateKey, window_secs: Option<u64>, now_ms: i64) {
+        self.with_counter(key, window_secs, |c| match c {
             Counter::Total(n) => *n += 1,
             Counter::Windowed(w) => w.push(now_ms, 1.0),
         })

@@ -46,8 +46,9 @@ pub trait StateStore: Send + Sync + 'static {
     ) -> Option<Permit>;
     /// Gives back a slot taken by `try_acquire`.
     fn release(&self, key: &StateKey, permit: Permit);
-    /// Counts one call unconditionally.
-    fn add(&self, key: &StateKey, now_ms: i64);
+    /// Counts one call unconditionally (in a sliding window of `window_secs` when given, as
+    /// for [`try_acquire`](StateStore::try_acquire)).
+    fn add(&self, key: &StateKey, window_secs: Option<u64>, now_ms: i64);
     /// The number of slots taken (within the last `window_secs` when given).
     fn count(&self, key: &StateKey, window_secs: Option<u64>, now_ms: i64) -> u64;
     /// Records a metric event at `at_ms` into a window of `window_secs`.

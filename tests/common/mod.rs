@@ -1,0 +1,59 @@
+//! Helpers shared by the engine integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolgate::engine::{EngineBuilder, GovernanceEngine, ManualClock, RunContext, ToolCall};
+use toolgate::policy::{Policy, parse_policy};
+
+/// Parses a policy, panicking with the errors.
+pub fn policy(json: &str) -> Policy {
+    parse_policy(json, None).unwrap_or_else(|e| panic!("policy does not parse: {e}"))
+}
+
+/// A UTC instant from RFC 3339.
+pub fn at(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap_or_else(|e| panic!("bad time {s}: {e}"))
+}
+
+/// A manual clock at 2026-01-05T09:00:00Z (a Monday).
+pub fn clock() -> ManualClock {
+    ManualClock::new(at("2026-01-05T09:00:00Z"))
+}
+
+/// A builder with `policy` and `clock`.
+pub fn builder(json: &str, clock: &ManualClock) -> EngineBuilder {
+    GovernanceEngine::builder()
+        .policy(policy(json))
+        .clock(Arc::new(clock.clone()))
+}
+
+/// An engine with `policy` and `clock`.
+pub fn engine(json: &str, clock: &ManualClock) -> GovernanceEngine {
+    builder(json, clock).build().expect("engine builds")
+}
+
+/// A call.
+pub fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall::new(id, name, args)
+}
+
+/// A run context with an end user.
+pub fn ctx_user(run: &str, agent: &str, user: &str, tags: &[(&str, &str)]) -> RunContext {
+    RunContext::new(run, agent).with_enduser(
+        user,
+        tags.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+}
+
+/// One rule as a bare-array policy.
+pub fn rule(id: &str, phase: &str, tool: &str, condition: &str, effect: &str) -> String {
+    format!(
+        r#"[{{"id": "{id}", "name": "{id}", "priority": 1, "enabled": true,
+            "selector": {{"phase": "{phase}", "tool": {tool}}},
+            "condition": {condition},
+            "effect": {{"type": "{effect}", "reason": "{id} triggered"}}}}]"#
+    )
+}
