@@ -319,7 +319,9 @@ impl Parser {
     }
 
     fn glob(&mut self, pattern: &str, path: &str) -> bool {
-        match globset::GlobBuilder::new(pattern).case_insensitive(true).build() {
+        // Validated in the form `compile` builds (lowercased), so that a glob accepted here
+        // also compiles (`[Z-a]` is a valid range, `[z-a]` is not).
+        match globset::GlobBuilder::new(&pattern.to_lowercase()).build() {
             Ok(_) => true,
             Err(e) => {
                 self.err(path, format!("invalid glob \"{pattern}\": {}", e.kind()));
