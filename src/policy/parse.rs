@@ -671,7 +671,7 @@ impl Parser {
             5 => StringOp::Glob(s),
             _ => {
                 if let Err(e) = regex::RegexBuilder::new(&s).size_limit(1 << 20).build() {
-                    self.err(vp, format!("invalid regex: {}", first_line(&e.to_string())));
+                    self.err(vp, format!("invalid regex: {}", last_line(&e.to_string())));
                     return None;
                 }
                 StringOp::Regex(s)
@@ -1240,8 +1240,9 @@ fn parse_day(d: &str) -> Option<chrono::Weekday> {
     })
 }
 
-fn first_line(s: &str) -> String {
-    s.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or(s).trim().to_string()
+/// The last non-empty line of a multi-line message (regex errors end with the problem).
+fn last_line(s: &str) -> String {
+    s.lines().rfind(|l| !l.trim().is_empty()).unwrap_or(s).trim().to_string()
 }
 
 /// ` (did you mean "x"?)` when a known name is close to `got`.
