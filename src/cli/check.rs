@@ -4,15 +4,17 @@ use std::process::ExitCode;
 
 use crate::policy::{CompiledPolicies, Policy, load_policy_file, policy_files};
 
-/// Arguments of `toolgate check`.
-#[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Validate policy files.\n\nEach PATH is a policy file or a folder; a folder is checked file by file (every `*.json` \
+/// The long help of `toolgate check`. The `Check` variant in `cli/mod.rs` must name it too: the
+/// variant's doc comment would otherwise replace it with its one-line summary.
+pub const LONG_ABOUT: &str = "Validate policy files.\n\nEach PATH is a policy file or a folder; a folder is checked file by file (every `*.json` \
 except `*.tests.json`). Prints one line per file: `ok: N rules`, or each error with its JSON path. \
 Warns about rules that can never be evaluated (disabled, mode off, or no `tool` in the selector). \
 Rule ids must be unique across all the files given, as they are when loaded into one engine.\n\n\
-Exit status: 0 when every file is valid, 1 otherwise."
-)]
+Exit status: 0 when every file is valid, 1 otherwise.";
+
+/// Arguments of `toolgate check`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = LONG_ABOUT)]
 pub struct CheckArgs {
     /// Policy files or folders of policies.
     #[arg(required = true, value_name = "PATH")]
@@ -74,13 +76,19 @@ pub fn run(args: CheckArgs) -> ExitCode {
             }
         }
     }
-    if loaded.len() > 1 {
+    // Compile even a single file: loading does, and compiling can fail where parsing did not.
+    if !loaded.is_empty() {
         let names: Vec<Option<&Path>> = loaded.iter().map(|(f, _)| Some(f.as_path())).collect();
         let policies = loaded.iter().map(|(_, p)| p.clone()).collect();
         if let Err(errs) = CompiledPolicies::compile(policies, &names) {
             failed = true;
             for e in errs.errors() {
-                println!("{e}");
+                let file = e
+                    .file
+                    .as_ref()
+                    .map(|f| format!("{}: ", f.display()))
+                    .unwrap_or_default();
+                println!("{file}error: {}{}", path_prefix(&e.path), e.message);
             }
         }
     }

@@ -30,6 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate policy files and report errors with their file and JSON path.
+    #[command(long_about = check::LONG_ABOUT)]
     Check(check::CheckArgs),
     /// Replay a JSONL trace of agent activity through policies and print each decision.
     Replay(replay::ReplayArgs),

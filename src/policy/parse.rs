@@ -371,10 +371,9 @@ impl Parser {
     }
 
     fn glob(&mut self, pattern: &str, path: &str) -> bool {
-        match globset::GlobBuilder::new(pattern)
-            .case_insensitive(true)
-            .build()
-        {
+        // Validated in the form `compile` builds (lowercased), so that a glob accepted here
+        // also compiles (`[Z-a]` is a valid range, `[z-a]` is not).
+        match globset::GlobBuilder::new(&pattern.to_lowercase()).build() {
             Ok(_) => true,
             Err(e) => {
                 self.err(path, format!("invalid glob \"{pattern}\": {}", e.kind()));
@@ -807,7 +806,7 @@ impl Parser {
             5 => StringOp::Glob(s),
             _ => {
                 if let Err(e) = regex::RegexBuilder::new(&s).size_limit(1 << 20).build() {
-                    self.err(vp, format!("invalid regex: {}", first_line(&e.to_string())));
+                    self.err(vp, format!("invalid regex: {}", last_line(&e.to_string())));
                     return None;
                 }
                 StringOp::Regex(s)
@@ -1532,7 +1531,8 @@ fn parse_day(d: &str) -> Option<chrono::Weekday> {
     })
 }
 
-fn first_line(s: &str) -> String {
+/// The last non-empty line of a multi-line message (regex errors end with the problem).
+fn last_line(s: &str) -> String {
     s.lines()
         .rfind(|l| !l.trim().is_empty())
         .unwrap_or(s)

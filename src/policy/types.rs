@@ -502,10 +502,12 @@ impl TimeOfDay {
     /// assert_eq!(TimeOfDay::parse("09:30"), Some(TimeOfDay(570)));
     /// assert_eq!(TimeOfDay::parse("24:00"), Some(TimeOfDay(1440)));
     /// assert_eq!(TimeOfDay::parse("25:00"), None);
+    /// assert_eq!(TimeOfDay::parse("+9:00"), None);
     /// ```
     pub fn parse(s: &str) -> Option<TimeOfDay> {
         let (h, m) = s.split_once(':')?;
-        if h.len() != 2 || m.len() != 2 {
+        // Exactly two ASCII digits each: `u16::from_str` alone would accept "+9".
+        if h.len() != 2 || m.len() != 2 || !h.bytes().chain(m.bytes()).all(|b| b.is_ascii_digit()) {
             return None;
         }
         let h: u16 = h.parse().ok()?;
