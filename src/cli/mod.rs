@@ -33,10 +33,13 @@ pub enum Command {
     #[command(long_about = check::LONG_ABOUT)]
     Check(check::CheckArgs),
     /// Replay a JSONL trace of agent activity through policies and print each decision.
+    #[command(long_about = replay::LONG_ABOUT)]
     Replay(replay::ReplayArgs),
     /// Run policy test files (`*.tests.json`) and show a diff for each failing expectation.
+    #[command(long_about = test::LONG_ABOUT)]
     Test(test::TestArgs),
     /// List, approve or deny human-review (hitl) requests in a review store file.
+    #[command(long_about = review::LONG_ABOUT)]
     Review(review::ReviewArgs),
     /// Run an audit collector: an HTTP server that stores audit events shipped by agents.
     Collect(collect::CollectArgs),

@@ -4,14 +4,15 @@ use std::process::ExitCode;
 
 use crate::engine::{FileReviewStore, ReviewStatus, ReviewStore};
 
-/// Arguments of `toolgate review`.
-#[derive(Debug, clap::Args)]
-#[command(
-    long_about = "List, approve, deny or expire human-review (hitl) requests.\n\n\
+/// The long help of `toolgate review`.
+pub const LONG_ABOUT: &str = "List, approve, deny or expire human-review (hitl) requests.\n\n\
 Reviews live in a JSON file shared with the engine (`FileReviewStore` in the library, \
 `toolgate replay --reviews FILE` on the command line). Approving a review lets identical calls \
-(same agent, rule, tool, arguments and end user) through from then on; denying blocks them."
-)]
+(same agent, rule, tool, arguments and end user) through from then on; denying blocks them.";
+
+/// Arguments of `toolgate review`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = LONG_ABOUT)]
 pub struct ReviewArgs {
     /// The review store file.
     #[arg(

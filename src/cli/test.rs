@@ -8,15 +8,18 @@ use serde_json::Value;
 use crate::policy::load_policy_file;
 use crate::trace::{ReplayRow, Replayer};
 
-/// Arguments of `toolgate test`.
-#[derive(Debug, clap::Args)]
-#[command(long_about = "Run policy test files and report each case.\n\n\
+/// The long help of `toolgate test`.
+pub const LONG_ABOUT: &str = "Run policy test files and report each case.\n\n\
 A test file (`<name>.tests.json`) is {\"policy\": \"<name>.json\", \"cases\": [{\"name\", \"trace\": [...], \
 \"expect\": [{\"callId\", \"phase\"?, \"effect\", \"ruleId\"?, \"code\"?, \"shadowEffect\"?, \"abortRun\"?}]}]}. \
 Each case replays its trace on a fresh engine and checks each expectation against the decision for that call \
 (phase `tool.before` unless given). Keys left out are not checked; `\"ruleId\": null` checks that no rule decided.\n\n\
 PATH is a test file or a folder (every `*.tests.json` in it); default: `policies/`.\n\n\
-Exit status: 0 when every case passes, 1 when one fails, 2 when a file cannot be read.")]
+Exit status: 0 when every case passes, 1 when one fails, 2 when a file cannot be read.";
+
+/// Arguments of `toolgate test`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = LONG_ABOUT)]
 pub struct TestArgs {
     /// Test files or folders.
     #[arg(value_name = "PATH")]

@@ -468,9 +468,28 @@ impl Run {
     ///
     /// An after-phase `block` means the output must not reach the agent; `hitl` stops the run.
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
-        let started = Instant::now();
         let pending = self.shared.pending.lock().remove(call_id)?;
         let now = self.engine.clock.now();
+        let fut = std::panic::AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
+        match futures::FutureExt::catch_unwind(fut).await {
+            Ok(d) => d,
+            Err(_) => Some(self.failure(
+                Phase::After,
+                call_id,
+                now,
+                "internal error while recording the result",
+            )),
+        }
+    }
+
+    async fn after_allowed(
+        &self,
+        call_id: &str,
+        pending: PendingCall,
+        outcome: ToolOutcome,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Decision> {
+        let started = Instant::now();
         let policies = self.engine.policies.load_full();
         let name_lc = pending.name.to_lowercase();
         let tags_lc = lower_all(&pending.tags);
