@@ -52,27 +52,14 @@ pub(crate) fn resolve_missing(
 /// Evaluates a condition that needs no signal.
 pub(crate) fn eval_sync(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
     match c {
-        CCond::And(cs) => {
-            let mut acc = Tri::True;
-            for c in cs {
-                match eval_sync(c, ctx) {
-                    Tri::False => return Tri::False,
-                    Tri::Unknown => acc = Tri::Unknown,
-                    Tri::True => {}
+        CCond::And(cs) | CCond::Or(cs) => {
+            let mut fold = Fold::for_node(c);
+            for part in cs {
+                if let Some(t) = fold.push(eval_sync(part, ctx)) {
+                    return t;
                 }
             }
-            acc
-        }
-        CCond::Or(cs) => {
-            let mut acc = Tri::False;
-            for c in cs {
-                match eval_sync(c, ctx) {
-                    Tri::True => return Tri::True,
-                    Tri::Unknown => acc = Tri::Unknown,
-                    Tri::False => {}
-                }
-            }
-            acc
+            fold.acc
         }
         CCond::Not(c) => not(eval_sync(c, ctx)),
         CCond::Signal { key, .. } => {
@@ -91,27 +78,14 @@ pub(crate) fn eval_async<'a, 'c: 'a>(
 ) -> BoxFuture<'a, Tri> {
     Box::pin(async move {
         match c {
-            CCond::And(cs) => {
-                let mut acc = Tri::True;
-                for c in cs {
-                    match eval_async(c, ctx).await {
-                        Tri::False => return Tri::False,
-                        Tri::Unknown => acc = Tri::Unknown,
-                        Tri::True => {}
+            CCond::And(cs) | CCond::Or(cs) => {
+                let mut fold = Fold::for_node(c);
+                for part in cs {
+                    if let Some(t) = fold.push(eval_async(part, ctx).await) {
+                        return t;
                     }
                 }
-                acc
-            }
-            CCond::Or(cs) => {
-                let mut acc = Tri::False;
-                for c in cs {
-                    match eval_async(c, ctx).await {
-                        Tri::True => return Tri::True,
-                        Tri::Unknown => acc = Tri::Unknown,
-                        Tri::False => {}
-                    }
-                }
-                acc
+                fold.acc
             }
             CCond::Not(c) => not(eval_async(c, ctx).await),
             CCond::Signal {
@@ -127,6 +101,41 @@ pub(crate) fn eval_async<'a, 'c: 'a>(
             leaf => eval_leaf(leaf, ctx),
         }
     })
+}
+
+/// Three-valued `and` / `or` with short-circuit: a part equal to the node's dominant value
+/// (false for `and`, true for `or`) decides at once; otherwise any unknown part makes the
+/// result unknown.
+struct Fold {
+    acc: Tri,
+    dominant: Tri,
+}
+
+impl Fold {
+    fn for_node(c: &CCond) -> Fold {
+        if matches!(c, CCond::Or(_)) {
+            Fold {
+                acc: Tri::False,
+                dominant: Tri::True,
+            }
+        } else {
+            Fold {
+                acc: Tri::True,
+                dominant: Tri::False,
+            }
+        }
+    }
+
+    /// Adds a part's value; returns the node's value when it is decided.
+    fn push(&mut self, t: Tri) -> Option<Tri> {
+        if t == self.dominant {
+            return Some(t);
+        }
+        if t == Tri::Unknown {
+            self.acc = Tri::Unknown;
+        }
+        None
+    }
 }
 
 fn not(t: Tri) -> Tri {
