@@ -201,9 +201,11 @@ fn rule_count(c: &mut Criterion) {
 
 fn config() -> Criterion {
     Criterion::default()
-        .sample_size(60)
+        // ~8 s per benchmark, under 2 minutes in all (the 100,000-rule policy takes a few
+        // seconds to generate and compile). Enough samples to ride out a noisy shared machine.
+        .sample_size(100)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
+        .measurement_time(Duration::from_secs(6))
 }
 
 criterion_group! {
