@@ -174,12 +174,15 @@ pub(crate) fn rules_in_play(
     }
     let mut out: Vec<usize> = Vec::new();
     if !index.glob_rule.is_empty() {
-        let mut hits = Vec::new();
-        index.names.matches_into(name_lc, &mut hits);
-        out.extend(
-            hits.into_iter()
-                .filter_map(|g| index.glob_rule.get(g).map(|r| *r as usize)),
-        );
+        // The glob hits, turned into rule indices in place (one allocation, not two).
+        index.names.matches_into(name_lc, &mut out);
+        out.retain_mut(|g| match index.glob_rule.get(*g) {
+            Some(r) => {
+                *g = *r as usize;
+                true
+            }
+            None => false,
+        });
     }
     out.extend(index.always.iter().map(|r| *r as usize));
     out.sort_unstable();
@@ -232,8 +235,9 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize])
 pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -> RuleVerdict {
     let policies = ctx.policies;
     let n_policies = policies.policies.len();
-    let mut enforced: Vec<Option<Outcome>> = vec![None; n_policies];
-    let mut full: Vec<Option<Outcome>> = vec![None; n_policies];
+    // Per policy: the outcome of the enforced rules (first half) and of all rules (second half).
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; 2 * n_policies];
+    let (enforced, full) = outcomes.split_at_mut(n_policies);
     let mut any_shadow = false;
     let mut evaluated = Vec::with_capacity(rules.len());
     let extraction_missing = std::mem::take(&mut ctx.missing);
@@ -279,9 +283,9 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
             error: None,
         });
     }
-    let decided = overall(&enforced);
+    let decided = overall(enforced);
     let shadow_effect = if any_shadow {
-        Some(overall(&full).map_or(EffectType::Allow, |o| o.effect))
+        Some(overall(full).map_or(EffectType::Allow, |o| o.effect))
     } else {
         None
     };

@@ -1,5 +1,6 @@
 //! Runs: one agent run's context, history and decisions.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -210,6 +211,29 @@ fn lower_all(v: &[String]) -> Vec<String> {
     v.iter().map(|s| s.to_lowercase()).collect()
 }
 
+/// Whether lowercasing `s` leaves it unchanged, cheaply: ASCII without uppercase letters.
+fn is_lower_ascii(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+}
+
+/// `s` lowercased, borrowed when it already is (the common case for tool names).
+fn lower_cow(s: &str) -> Cow<'_, str> {
+    if is_lower_ascii(s) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(s.to_lowercase())
+    }
+}
+
+/// The tags lowercased, borrowed when they already are.
+fn lower_all_cow(v: &[String]) -> Cow<'_, [String]> {
+    if v.iter().all(|s| is_lower_ascii(s)) {
+        Cow::Borrowed(v)
+    } else {
+        Cow::Owned(lower_all(v))
+    }
+}
+
 impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
@@ -263,6 +287,8 @@ impl Run {
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
+        // Whether the rules allowed the call: it then waits in `pending` for its result.
+        let mut proceeds = false;
         let mut decision = if self.is_aborted() {
             Decision::simple(
                 Phase::Before,
@@ -275,7 +301,10 @@ impl Run {
         } else {
             let fut = std::panic::AssertUnwindSafe(self.decide_before(&call, now));
             match futures::FutureExt::catch_unwind(fut).await {
-                Ok(d) => d,
+                Ok(d) => {
+                    proceeds = d.effect == EffectType::Allow;
+                    d
+                }
                 Err(_) => self.failure(
                     Phase::Before,
                     &call.id,
@@ -303,6 +332,20 @@ impl Run {
             });
             self.emit(EventKind::ToolDecision, obj(body), now);
         }
+        if proceeds {
+            // The call is ours: move it into `pending` rather than cloning its arguments.
+            let ToolCall {
+                id,
+                name,
+                tags,
+                args,
+                ..
+            } = call;
+            self.shared
+                .pending
+                .lock()
+                .insert(id, PendingCall { name, tags, args });
+        }
         decision
     }
 
@@ -329,8 +372,8 @@ impl Run {
 
     async fn decide_before(&self, call: &ToolCall, now: chrono::DateTime<chrono::Utc>) -> Decision {
         let policies = self.engine.policies.load_full();
-        let name_lc = call.name.to_lowercase();
-        let tags_lc = lower_all(&call.tags);
+        let name_lc = lower_cow(&call.name);
+        let tags_lc = lower_all_cow(&call.tags);
         let rules = rules_in_play(&policies, Phase::Before, &name_lc, &tags_lc);
         let mut ctx = DecisionCtx {
             engine: &self.engine,
@@ -371,14 +414,6 @@ impl Run {
                 &tags_lc,
                 &ctx.permits,
                 ctx.now_ms,
-            );
-            self.shared.pending.lock().insert(
-                call.id.clone(),
-                PendingCall {
-                    name: call.name.clone(),
-                    tags: call.tags.clone(),
-                    args: call.args.clone(),
-                },
             );
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
@@ -731,27 +766,30 @@ fn count_allowed(
     if idx.counters.is_empty() {
         return;
     }
-    let mut hits: Vec<u32> = Vec::new();
+    // Glob hits, turned into counter indices in place.
+    let mut hits: Vec<usize> = Vec::new();
     if !idx.glob_counter.is_empty() {
-        let mut g = Vec::new();
-        idx.names.matches_into(name_lc, &mut g);
-        hits.extend(
-            g.into_iter()
-                .filter_map(|i| idx.glob_counter.get(i).copied()),
-        );
+        idx.names.matches_into(name_lc, &mut hits);
+        hits.retain_mut(|i| match idx.glob_counter.get(*i) {
+            Some(c) => {
+                *i = *c as usize;
+                true
+            }
+            None => false,
+        });
     }
     for t in tags_lc {
         if let Some(cs) = idx.by_tag.get(t) {
-            hits.extend(cs.iter().copied());
+            hits.extend(cs.iter().map(|c| *c as usize));
         }
     }
     hits.sort_unstable();
     hits.dedup();
     for c in hits {
-        if taken.iter().any(|(t, _, _)| *t == c) {
+        if taken.iter().any(|(t, _, _)| *t as usize == c) {
             continue;
         }
-        if let Some(spec) = idx.counters.get(c as usize) {
+        if let Some(spec) = idx.counters.get(c) {
             engine.state.add(
                 &run.state_key(spec.slot, spec.scope),
                 spec.window_seconds,
