@@ -52,7 +52,11 @@ pub enum Guarded {
 
 fn refusal(decision: Decision) -> Refusal {
     let stop_run = decision.abort_run || decision.code == DecisionCode::BlockedRunAborted;
-    let why = decision.reason.as_deref().unwrap_or("a policy rule");
+    let why = decision
+        .reason
+        .as_deref()
+        .map(|r| r.trim_end_matches('.'))
+        .unwrap_or("a policy rule");
     let message = if stop_run {
         format!(
             "This call needs human review ({why}). Stop the run now and tell the user it is waiting for approval."
