@@ -167,3 +167,83 @@ async fn redaction_applies_to_args_and_outputs_before_hashing() {
     let events = sink.events();
     assert!(verify_events(events.iter().map(|e| &**e)).breaks.is_empty());
 }
+
+/// A local OpenAI-compatible chat endpoint that always judges 4 on a 1–5 scale.
+#[cfg(feature = "http")]
+async fn judge_server() -> String {
+    use axum::{Json, Router, routing::post};
+    async fn chat(Json(_body): Json<Value>) -> Json<Value> {
+        Json(
+            json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "{\"score\": 4, \"reasoning\": \"fine\"}"},
+            "finish_reason": "stop"}]}),
+        )
+    }
+    let app = Router::new().route("/v1/chat/completions", post(chat));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/v1")
+}
+
+#[cfg(feature = "http")]
+#[tokio::test]
+async fn slow_evaluators_emit_a_linked_evaluation_result_event() {
+    let base = judge_server().await;
+    let config: EvaluationRunConfig = serde_json::from_value(json!({
+        "criteria": [
+            {"name": "Helpful", "description": "is it helpful", "scale": "likert5"},
+            {"name": "NonEmpty", "description": "not empty", "scale": "binary"}
+        ],
+        "evaluatorConfigs": [
+            {"type": "ruleBased", "rules": [
+                {"criterionName": "NonEmpty", "config": {"type": "non_empty", "action": "mark_bad"}}]},
+            {"type": "llmJudge", "criterionName": "Helpful",
+             "model": {"baseUrl": base, "model": "judge", "apiKeyEnv": "TOOLGATE_TEST_NO_KEY", "retryBackoffMs": 0}}
+        ]
+    }))
+    .unwrap();
+    let sink = Arc::new(MemorySink::new());
+    let engine = GovernanceEngine::builder()
+        .audit_sink(sink.clone())
+        .evaluate_tool("*", config)
+        .build()
+        .unwrap();
+    let run = engine.start_run(RunContext::new("r1", "agent"));
+    run.before_tool(ToolCall::new("c1", "answer", json!({})))
+        .await;
+    run.after_tool(
+        "c1",
+        ToolOutcome::ok(json!("Here is your answer."), Duration::from_millis(3)),
+    )
+    .await;
+    run.end("success", None).await;
+
+    let events = sink.events();
+    let result = events
+        .iter()
+        .find(|e| e.kind() == EventKind::ToolResult)
+        .unwrap();
+    // the fast part (rules) is attached to tool.result
+    let fast = &result.body()["evaluation"];
+    assert_eq!(fast["results"].as_array().unwrap().len(), 1, "{fast}");
+    assert_eq!(fast["results"][0]["criterionName"], "NonEmpty");
+    // the judge's result arrives in a later, linked event, before run.ended
+    let late = events
+        .iter()
+        .find(|e| e.kind() == EventKind::EvaluationResult)
+        .unwrap();
+    assert_eq!(late.body()["forEventId"], result.id().to_string());
+    assert_eq!(late.body()["forEventKind"], "tool.result");
+    assert_eq!(late.body()["callId"], "c1");
+    assert_eq!(
+        late.body()["evaluation"]["results"][0]["criterionName"],
+        "Helpful"
+    );
+    assert_eq!(late.body()["evaluation"]["overallScore"], 0.75); // likert 4 → (4-1)/4
+    assert!(late.seq() > result.seq());
+    assert_eq!(events.last().unwrap().kind(), EventKind::RunEnded);
+    assert!(verify_events(events.iter().map(|e| &**e)).breaks.is_empty());
+}
