@@ -18,11 +18,13 @@
 //! ```
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
+use toolgate::audit::{AuditError, AuditEvent, AuditSink};
 use toolgate::engine::{GovernanceEngine, Run, RunContext, ToolCall};
 use toolgate::policy::parse_policy_value;
 
@@ -87,6 +89,46 @@ fn customer_support(c: &mut Criterion) {
     );
     bench_clone(c, "clone_call/issue_refund", &refund);
     bench_call(c, &rt, "customer_support/issue_refund", &run, &refund);
+}
+
+/// A sink that drops what it gets: measures building, redacting and sealing (hashing) the
+/// `tool.decision` event on the decision path, not the sink's I/O (which never blocks it).
+struct NullSink;
+
+#[async_trait::async_trait]
+impl AuditSink for NullSink {
+    async fn write_batch(&self, _events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        Ok(())
+    }
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+fn audited(c: &mut Criterion) {
+    let rt = runtime();
+    let engine = rt
+        .block_on(async {
+            GovernanceEngine::builder()
+                .policy_path(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/policies/customer-support.json"
+                ))
+                .audit_sink(Arc::new(NullSink))
+                .build()
+        })
+        .expect("the example policy loads");
+    let run = engine.start_run(
+        RunContext::new("bench", "support-bot")
+            .with_enduser("C-1001", [("tier".to_string(), "gold".to_string())]),
+    );
+    let refund = ToolCall::new(
+        "c2",
+        "issue_refund",
+        json!({"orderId": "A-10023", "amount": 50, "currency": "USD"}),
+    )
+    .with_tags(["billing"]);
+    bench_call(c, &rt, "audited/issue_refund", &run, &refund);
 }
 
 fn rule(id: String, tool: Value, condition: Value) -> Value {
@@ -211,6 +253,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = customer_support, rule_count
+    targets = customer_support, rule_count, audited
 }
 criterion_main!(benches);
