@@ -12,101 +12,19 @@ use serde_json::{Map, Value, json};
 use super::EngineInner;
 use super::evaluations::run_to_json;
 use super::run::{RunContext, RunShared, ToolOutcome};
-use crate::audit::{AuditBus, AuditError, EventKind, Redactor, RunChain};
+use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
 use crate::eval::EvaluationInput;
 
 /// Audit settings of an engine.
-///
-/// Sealing (redaction, canonical JSON, SHA-256) happens off the decision path, on one sealer
-/// thread per engine: `emit` only queues the event body. The queue is FIFO, so every run's
-/// events are sealed in the order they were emitted.
 pub(crate) struct AuditState {
     pub(crate) bus: AuditBus,
+    pub(crate) redactor: Redactor,
     pub(crate) flush_timeout: Duration,
-    sealer: std::sync::mpsc::Sender<SealMsg>,
-}
-
-enum SealMsg {
-    Event {
-        chain: Arc<Mutex<RunChain>>,
-        kind: EventKind,
-        at: DateTime<Utc>,
-        body: Map<String, Value>,
-        sealed: Option<tokio::sync::oneshot::Sender<uuid::Uuid>>,
-    },
-    /// Answered once everything queued before it is sealed and on the bus.
-    Barrier(tokio::sync::oneshot::Sender<()>),
-}
-
-impl AuditState {
-    pub(crate) fn new(bus: AuditBus, redactor: Redactor, flush_timeout: Duration) -> AuditState {
-        let (tx, rx) = std::sync::mpsc::channel::<SealMsg>();
-        let sealer_bus = bus.clone();
-        let spawned = std::thread::Builder::new()
-            .name("toolgate-audit-sealer".into())
-            .spawn(move || {
-                // Ends when the engine (the last sender) is dropped.
-                while let Ok(msg) = rx.recv() {
-                    match msg {
-                        SealMsg::Event {
-                            chain,
-                            kind,
-                            at,
-                            mut body,
-                            sealed,
-                        } => {
-                            redactor.redact(kind, &mut body);
-                            let event = chain.lock().seal(kind, at, body);
-                            let id = event.id();
-                            sealer_bus.emit(event);
-                            if let Some(tx) = sealed {
-                                let _ = tx.send(id);
-                            }
-                        }
-                        SealMsg::Barrier(tx) => {
-                            let _ = tx.send(());
-                        }
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot start the audit sealer thread: {e}; audit events will be lost");
-        }
-        AuditState {
-            bus,
-            flush_timeout,
-            sealer: tx,
-        }
-    }
-
-    /// Waits until every event emitted so far is sealed and handed to the bus, then flushes the
-    /// sinks; bounded by the flush timeout.
-    pub(crate) async fn flush(&self) -> Result<(), AuditError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.sealer.send(SealMsg::Barrier(tx)).is_ok()
-            && tokio::time::timeout(self.flush_timeout, rx).await.is_err()
-        {
-            tracing::warn!(
-                "audit sealer did not catch up within {:?}",
-                self.flush_timeout
-            );
-        }
-        self.bus.flush(self.flush_timeout).await
-    }
-
-    /// Seals what is queued, then shuts the sinks down.
-    pub(crate) async fn shutdown(&self) -> Result<(), AuditError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.sealer.send(SealMsg::Barrier(tx)).is_ok() {
-            let _ = tokio::time::timeout(self.flush_timeout, rx).await;
-        }
-        self.bus.shutdown(self.flush_timeout).await
-    }
 }
 
 /// Per-run audit state: the run's hash chain and its background evaluations.
 pub(crate) struct RunAudit {
-    chain: Option<Arc<Mutex<RunChain>>>,
+    chain: Option<Mutex<RunChain>>,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -118,48 +36,32 @@ impl EngineInner {
     pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
         RunAudit {
             chain: self.audit.as_ref().map(|_| {
-                Arc::new(Mutex::new(RunChain::new(
+                Mutex::new(RunChain::new(
                     ctx.run_id.clone(),
                     ctx.agent_id.clone(),
                     ctx.enduser.as_ref().map(|u| u.id.clone()),
-                )))
+                ))
             }),
             background: Mutex::new(Vec::new()),
         }
     }
 
-    fn queue(
-        &self,
-        run: &RunShared,
-        kind: EventKind,
-        body: Map<String, Value>,
-        at: DateTime<Utc>,
-        sealed: Option<tokio::sync::oneshot::Sender<uuid::Uuid>>,
-    ) {
-        let (Some(audit), Some(chain)) = (self.audit.as_ref(), run.audit.chain.as_ref()) else {
-            return;
-        };
-        let msg = SealMsg::Event {
-            chain: chain.clone(),
-            kind,
-            at,
-            body,
-            sealed,
-        };
-        if audit.sealer.send(msg).is_err() {
-            tracing::warn!(run_id = %run.context.run_id, "audit sealer is gone; event dropped");
-        }
-    }
-
-    /// Queues an event for sealing into the run's chain (never blocks).
+    /// Seals an event into the run's chain and hands it to the bus; returns its id.
     pub(crate) fn emit(
         &self,
         run: &RunShared,
         kind: EventKind,
-        body: Map<String, Value>,
+        mut body: Map<String, Value>,
         at: DateTime<Utc>,
-    ) {
-        self.queue(run, kind, body, at, None);
+    ) -> Option<uuid::Uuid> {
+        let audit = self.audit.as_ref()?;
+        let chain = run.audit.chain.as_ref()?;
+        audit.redactor.redact(kind, &mut body);
+        let mut chain = chain.lock();
+        let event = chain.seal(kind, at, body);
+        let id = event.id();
+        audit.bus.emit(event);
+        Some(id)
     }
 
     /// Emits a `tool.result` or `run.ended` event with the fast evaluators' result attached,
@@ -177,19 +79,13 @@ impl EngineInner {
             body.insert("evaluation".into(), e);
         }
         let call_id = body.get("callId").cloned();
-        let Some((runner, input)) = slow else {
-            self.emit(run, kind, body, at);
+        let Some(event_id) = self.emit(run, kind, body, at) else {
             return;
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.queue(run, kind, body, at, Some(tx));
-        {
+        if let Some((runner, input)) = slow {
             let engine = self.clone();
             let run2 = run.clone();
             let handle = tokio::spawn(async move {
-                let Ok(event_id) = rx.await else {
-                    return;
-                };
                 let result = run_to_json(&runner, input).await;
                 let mut body = Map::new();
                 body.insert("forEventId".into(), Value::String(event_id.to_string()));
@@ -226,7 +122,7 @@ impl EngineInner {
 
     pub(crate) async fn flush_audit(&self) {
         if let Some(a) = &self.audit {
-            if let Err(e) = a.flush().await {
+            if let Err(e) = a.bus.flush(a.flush_timeout).await {
                 tracing::warn!("audit flush: {e}");
             }
         }

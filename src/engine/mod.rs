@@ -278,11 +278,11 @@ impl EngineBuilder {
                 config.build_sinks()?
             };
             sinks.extend(self.extra_sinks);
-            Some(AuditState::new(
-                AuditBus::new(sinks, BusConfig::default()),
+            Some(AuditState {
+                bus: AuditBus::new(sinks, BusConfig::default()),
                 redactor,
-                self.flush_timeout,
-            ))
+                flush_timeout: self.flush_timeout,
+            })
         } else {
             None
         };
@@ -408,7 +408,7 @@ impl GovernanceEngine {
     /// Flushes the audit sinks and shuts them down, bounded by the flush timeout.
     pub async fn shutdown(&self) -> Result<(), AuditError> {
         match &self.inner.audit {
-            Some(a) => a.shutdown().await,
+            Some(a) => a.bus.shutdown(a.flush_timeout).await,
             None => Ok(()),
         }
     }
@@ -416,7 +416,7 @@ impl GovernanceEngine {
     /// Flushes the audit sinks, bounded by the flush timeout.
     pub async fn flush(&self) -> Result<(), AuditError> {
         match &self.inner.audit {
-            Some(a) => a.flush().await,
+            Some(a) => a.bus.flush(a.flush_timeout).await,
             None => Ok(()),
         }
     }
