@@ -247,3 +247,49 @@ async fn slow_evaluators_emit_a_linked_evaluation_result_event() {
     assert_eq!(events.last().unwrap().kind(), EventKind::RunEnded);
     assert!(verify_events(events.iter().map(|e| &**e)).breaks.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_runs_each_get_a_complete_chain() {
+    let sink = Arc::new(MemorySink::new());
+    let engine = GovernanceEngine::builder()
+        .policy(policy())
+        .audit_sink(sink.clone())
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for r in 0..40 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let run = engine.start_run(RunContext::new(format!("r{r}"), "agent"));
+            // several tasks of one run decide at once
+            let mut calls = Vec::new();
+            for c in 0..10 {
+                let run = run.clone();
+                calls.push(tokio::spawn(async move {
+                    let name = if c % 3 == 0 { "delete_x" } else { "read_x" };
+                    let d = run
+                        .before_tool(ToolCall::new(format!("c{c}"), name, json!({"c": c})))
+                        .await;
+                    if d.is_allowed() {
+                        run.after_tool(&format!("c{c}"), ToolOutcome::ok(json!(c), Duration::ZERO))
+                            .await;
+                    }
+                }));
+            }
+            for c in calls {
+                c.await.unwrap();
+            }
+            run.end("success", None).await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    engine.flush().await.unwrap();
+    let events = sink.events();
+    // per run: started + 10 decisions + 6 results (c1,c2,c4,c5,c7,c8) + ended
+    assert_eq!(events.len(), 40 * 18);
+    let report = verify_events(events.iter().map(|e| &**e));
+    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
+    assert_eq!(report.runs, 40);
+}
