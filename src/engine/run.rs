@@ -18,7 +18,9 @@ use super::hitl::{Review, fingerprint};
 use super::subjects::SubjectRef;
 use super::{EngineInner, FailureMode};
 use crate::audit::EventKind;
-use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase, Scope};
+use crate::policy::{
+    CompiledPolicies, EffectType, InbuiltMetric, Phase, Scope, json_number as num,
+};
 use crate::state::StateKey;
 
 /// The end user an agent acts for.
@@ -830,14 +832,6 @@ fn record_metric(
 
 fn json_len(v: &Value) -> f64 {
     serde_json::to_vec(v).map_or(0.0, |b| b.len() as f64)
-}
-
-pub(crate) fn num(v: f64) -> Value {
-    if v.fract() == 0.0 && v.abs() < 9.0e15 {
-        Value::from(v as i64)
-    } else {
-        serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
-    }
 }
 
 pub(crate) fn obj(v: Value) -> Map<String, Value> {

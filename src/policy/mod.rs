@@ -25,6 +25,7 @@ pub use compile::CompiledPolicies;
 pub(crate) use compile::*;
 pub use error::{PolicyError, PolicyErrors};
 pub use parse::{CONDITION_KINDS, MAX_CONDITION_DEPTH, parse_policy, parse_policy_value, slug};
+pub(crate) use serialize::json_number;
 pub use types::*;
 
 /// Reads and parses one policy file.

@@ -186,7 +186,7 @@ impl Condition {
                     ArgTest::Number(op, v) => {
                         m.insert("type".into(), "number".into());
                         m.insert("op".into(), op.as_str().into());
-                        m.insert("value".into(), num(*v));
+                        m.insert("value".into(), json_number(*v));
                     }
                     ArgTest::Boolean(b) => {
                         m.insert("type".into(), "boolean".into());
@@ -227,7 +227,7 @@ impl Condition {
                     .into(),
                 );
                 m.insert("op".into(), op.as_str().into());
-                m.insert("ms".into(), num(*ms));
+                m.insert("ms".into(), json_number(*ms));
                 put_opt(&mut m, "onMissing", on_missing.map(EffectType::as_str));
             }
             Condition::Sequence {
@@ -283,7 +283,7 @@ impl Condition {
                 m.insert("aggregate".into(), aggregate.as_str().into());
                 m.insert("windowSeconds".into(), (*window_seconds).into());
                 m.insert("op".into(), op.as_str().into());
-                m.insert("value".into(), num(*value));
+                m.insert("value".into(), json_number(*value));
                 if let Some(f) = filter {
                     let mut fm = Map::new();
                     put_opt(&mut fm, "toolName", f.tool_name.as_deref().map(strs));
@@ -369,7 +369,7 @@ impl Condition {
 }
 
 /// A number as JSON: integral values without a fraction.
-fn num(v: f64) -> Value {
+pub(crate) fn json_number(v: f64) -> Value {
     if v.fract() == 0.0 && v.abs() < 9.0e15 {
         Value::from(v as i64)
     } else {
