@@ -1992,3 +1992,23 @@ fn time_of_day() {
     }
     assert_eq!(TimeOfDay(545).to_string(), "09:05");
 }
+
+#[test]
+fn tool_arg_paths_must_not_have_empty_segments() {
+    for bad in ["a..b", ".a", "a."] {
+        let text = format!(
+            r#"[{{"id": "r", "name": "r", "selector": {{"phase": "tool.before", "tool": {{}}}},
+                "condition": {{"kind": "toolArg", "type": "string", "op": "eq", "path": "{bad}", "value": "x"}},
+                "effect": {{"type": "block"}}}}]"#
+        );
+        let err = toolgate::policy::parse_policy(&text, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!(
+                "rules[0].condition.path: \"{bad}\" is not a dot path"
+            )),
+            "{err}"
+        );
+    }
+}

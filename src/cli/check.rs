@@ -2,7 +2,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::policy::{CompiledPolicies, Policy, load_policy_file, policy_files};
+use crate::policy::{CompiledPolicies, Policy, PolicyError, load_policy_file, policy_files};
 
 /// The long help of `toolgate check`. The `Check` variant in `cli/mod.rs` must name it too: the
 /// variant's doc comment would otherwise replace it with its one-line summary.
@@ -41,56 +41,69 @@ pub fn run(args: CheckArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut failed = false;
-    let mut loaded: Vec<(PathBuf, Policy)> = Vec::new();
+    // Parse every file first, then compile the valid ones together (as one engine loads them:
+    // rule ids must be unique across files), then print one verdict per file.
+    let mut parsed: Vec<(PathBuf, Result<Policy, Vec<PolicyError>>)> = Vec::new();
     for f in &files {
         if !f.exists() {
-            println!("{}: error: no such file", f.display());
-            failed = true;
+            parsed.push((
+                f.clone(),
+                Err(vec![PolicyError {
+                    file: Some(f.clone()),
+                    path: String::new(),
+                    message: "no such file".into(),
+                }]),
+            ));
             continue;
         }
-        match load_policy_file(f) {
-            Ok(p) => {
-                for w in warnings(&p) {
-                    println!("{}: warning: {w}", f.display());
-                }
-                if !args.quiet {
-                    let n = p.rules.len();
-                    println!(
-                        "{}: ok: {n} rule{}",
-                        f.display(),
-                        if n == 1 { "" } else { "s" }
-                    );
-                }
-                loaded.push((f.clone(), p));
-            }
-            Err(errs) => {
-                failed = true;
-                for e in errs.errors() {
-                    println!(
-                        "{}: error: {}{}",
-                        f.display(),
-                        path_prefix(&e.path),
-                        e.message
-                    );
-                }
-            }
+        parsed.push((f.clone(), load_policy_file(f).map_err(|e| e.0)));
+    }
+    let valid: Vec<(&PathBuf, &Policy)> = parsed
+        .iter()
+        .filter_map(|(f, r)| r.as_ref().ok().map(|p| (f, p)))
+        .collect();
+    // Compile even a single file: loading does, and compiling can fail where parsing did not.
+    let mut compile_errors: Vec<PolicyError> = Vec::new();
+    if !valid.is_empty() {
+        let names: Vec<Option<&Path>> = valid.iter().map(|(f, _)| Some(f.as_path())).collect();
+        let policies = valid.iter().map(|(_, p)| (*p).clone()).collect();
+        if let Err(errs) = CompiledPolicies::compile(policies, &names) {
+            compile_errors = errs.0;
         }
     }
-    // Compile even a single file: loading does, and compiling can fail where parsing did not.
-    if !loaded.is_empty() {
-        let names: Vec<Option<&Path>> = loaded.iter().map(|(f, _)| Some(f.as_path())).collect();
-        let policies = loaded.iter().map(|(_, p)| p.clone()).collect();
-        if let Err(errs) = CompiledPolicies::compile(policies, &names) {
-            failed = true;
-            for e in errs.errors() {
-                let file = e
-                    .file
-                    .as_ref()
-                    .map(|f| format!("{}: ", f.display()))
-                    .unwrap_or_default();
-                println!("{file}error: {}{}", path_prefix(&e.path), e.message);
+    for (f, result) in &parsed {
+        let mut errors: Vec<&PolicyError> = match result {
+            Err(errs) => errs.iter().collect(),
+            Ok(_) => Vec::new(),
+        };
+        errors.extend(compile_errors.iter().filter(|e| e.file.as_ref() == Some(f)));
+        if let Ok(p) = result {
+            for w in warnings(p) {
+                println!("{}: warning: {w}", f.display());
             }
         }
+        if !errors.is_empty() {
+            failed = true;
+            for e in errors {
+                println!(
+                    "{}: error: {}{}",
+                    f.display(),
+                    path_prefix(&e.path),
+                    e.message
+                );
+            }
+        } else if let (Ok(p), false) = (result, args.quiet) {
+            let n = p.rules.len();
+            println!(
+                "{}: ok: {n} rule{}",
+                f.display(),
+                if n == 1 { "" } else { "s" }
+            );
+        }
+    }
+    for e in compile_errors.iter().filter(|e| e.file.is_none()) {
+        failed = true;
+        println!("error: {}{}", path_prefix(&e.path), e.message);
     }
     if failed {
         ExitCode::FAILURE

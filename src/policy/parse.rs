@@ -213,6 +213,19 @@ impl Parser {
         Some(s)
     }
 
+    /// A dot path into tool args (`a.b.0.c`): no empty segment.
+    fn dot_path(&mut self, o: &Obj<'_>, key: &str) -> Option<String> {
+        let p = self.non_empty_str(o, key)?;
+        if p.split('.').any(str::is_empty) {
+            self.err(
+                join(&o.path, key),
+                format!("\"{p}\" is not a dot path: segments must not be empty (e.g. \"order.items.0.sku\")"),
+            );
+            return None;
+        }
+        Some(p)
+    }
+
     fn str_list(&mut self, v: &Value, path: &str, allow_single: bool) -> Option<Vec<String>> {
         match v {
             Value::String(s) if allow_single => Some(vec![s.clone()]),
@@ -853,7 +866,7 @@ impl Parser {
             "a toolArg condition",
             &["kind", "type", "op", "path", "value", "onMissing"],
         )?;
-        let arg_path = self.non_empty_str(&o, "path");
+        let arg_path = self.dot_path(&o, "path");
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let ty = self.req_enum(
             &o,
@@ -1451,7 +1464,7 @@ impl Parser {
             1 => SignalBinding::EnduserTag(self.non_empty_str(&o, "tag")?),
             2 => SignalBinding::ToolName,
             3 => SignalBinding::ToolTag(self.non_empty_str(&o, "tag")?),
-            4 => SignalBinding::ToolArg(self.non_empty_str(&o, "path")?),
+            4 => SignalBinding::ToolArg(self.dot_path(&o, "path")?),
             5 => {
                 let subject_type = self.non_empty_str(&o, "subjectType");
                 let role = self.opt_str(&o, "role");
