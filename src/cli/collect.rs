@@ -2,6 +2,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The long help of `toolgate collect`.
+pub const LONG_ABOUT: &str = "Run an audit collector: an HTTP server that stores the audit events agents ship \
+with the HTTP sink (`toolgate replay --collector URL`, or `HttpSink` in the library).\n\n\
+POST /v1/events takes {\"events\": [...]} and answers {\"accepted\": N, \"duplicates\": M}: \
+bodies are validated (malformed or oversized ones get a 4xx and store nothing), events are \
+deduplicated by id, appended to OUT/<agentId>/<YYYY-MM-DD>.jsonl and fsynced before the answer, and \
+each run's hash chain is checked as events arrive. GET /v1/runs/{runId} returns a run's events in \
+order; GET /healthz answers when the server is up. On start the collector reads OUT again, so a \
+restarted collector still deduplicates. Ctrl-C stops it cleanly without losing accepted events.";
+
 /// Arguments of `toolgate collect`.
 #[derive(Debug, clap::Args)]
 pub struct CollectArgs {

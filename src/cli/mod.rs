@@ -42,8 +42,10 @@ pub enum Command {
     #[command(long_about = review::LONG_ABOUT)]
     Review(review::ReviewArgs),
     /// Run an audit collector: an HTTP server that stores audit events shipped by agents.
+    #[command(long_about = collect::LONG_ABOUT)]
     Collect(collect::CollectArgs),
     /// Verify the hash chains of audit trail files and report where any chain breaks.
+    #[command(long_about = verify::LONG_ABOUT)]
     Verify(verify::VerifyArgs),
     /// Run evaluations over JSONL inputs, or summarize stored results (`eval stats`).
     Eval(eval::EvalArgs),

@@ -4,6 +4,15 @@ use std::process::ExitCode;
 
 use crate::audit::verify_paths;
 
+/// The long help of `toolgate verify`.
+pub const LONG_ABOUT: &str = "Verify the hash chains of audit trail files and report where any chain breaks.\n\n\
+Reads JSONL audit files (folders are searched recursively for `*.jsonl`), groups events by run across \
+all files and checks every run's chain: each event's hash matches its content, `seq` runs 0, 1, 2, ... \
+without gaps, every `prevHash` is the previous event's `hash`, and a run's events appear in order. \
+Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
+intact files as `FILE: ok: N events, R runs`.\n\n\
+Exit status: 0 when every chain is intact, 1 on any break, 2 when an input cannot be read.";
+
 /// Arguments of `toolgate verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
