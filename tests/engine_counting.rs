@@ -377,3 +377,53 @@ async fn sequence_excludes_the_current_call() {
 fn _engine_is_send_sync(e: GovernanceEngine) -> impl Send + Sync {
     e
 }
+
+#[tokio::test]
+async fn ending_a_run_forgets_its_run_scoped_state_but_keeps_the_agents() {
+    use std::sync::Arc;
+    use toolgate::engine::GovernanceEngine;
+    use toolgate::state::MemoryStateStore;
+    let policy = toolgate::policy::parse_policy(
+        r#"[{"id": "per-run", "name": "per run", "selector": {"phase": "tool.before", "tool": {}},
+             "condition": {"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]}, "max": 5},
+             "effect": {"type": "block"}},
+            {"id": "per-agent", "name": "per agent", "selector": {"phase": "tool.before", "tool": {}},
+             "condition": {"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]}, "max": 1000, "per": "agent"},
+             "effect": {"type": "block"}},
+            {"id": "bytes", "name": "bytes", "selector": {"phase": "tool.before", "tool": {}},
+             "condition": {"kind": "metricWindow", "scope": "run", "metric": {"kind": "inbuilt", "key": "bytes_in"},
+                           "aggregate": "sum", "windowSeconds": 60, "op": "gt", "value": 100000},
+             "effect": {"type": "block"}}]"#,
+        None,
+    )
+    .unwrap();
+    let store = Arc::new(MemoryStateStore::new());
+    let engine = GovernanceEngine::builder()
+        .policy(policy)
+        .state_store(store.clone())
+        .build()
+        .unwrap();
+    for r in 0..20 {
+        let run = engine.start_run(toolgate::engine::RunContext::new(format!("r{r}"), "agent"));
+        for c in 0..3 {
+            let id = format!("c{c}");
+            let d = run
+                .before_tool(toolgate::engine::ToolCall::new(
+                    id.clone(),
+                    "t",
+                    serde_json::json!({"x": c}),
+                ))
+                .await;
+            assert!(d.is_allowed());
+            run.after_tool(
+                &id,
+                toolgate::engine::ToolOutcome::ok(serde_json::json!(1), std::time::Duration::ZERO),
+            )
+            .await;
+        }
+        assert!(store.len() >= 2, "state is kept while the run is live");
+        run.end("success", None).await;
+    }
+    // only the agent-scoped counter is left
+    assert_eq!(store.len(), 1);
+}

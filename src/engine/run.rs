@@ -666,6 +666,21 @@ impl Run {
         decision
     }
 
+    /// Drops the run-scoped counters and metric windows of the current policies: they can never
+    /// be read again once the run is over, and a long-lived engine must not keep them.
+    fn forget_run_state(&self) {
+        let policies = self.engine.policies.load();
+        let counters = policies.counters.counters.iter().map(|c| (c.slot, c.scope));
+        let trackers = policies.trackers.iter().map(|t| (t.slot, t.scope));
+        for (slot, scope) in counters.chain(trackers) {
+            if scope == Scope::Run {
+                self.engine
+                    .state
+                    .remove(&self.shared.state_key(slot, Scope::Run));
+            }
+        }
+    }
+
     /// Records a custom metric event for `metricWindow` rules.
     pub fn record_metric(&self, key: &str, value: f64) {
         let now = self.engine.clock.now();
@@ -716,6 +731,7 @@ impl Run {
         if self.shared.ended.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.forget_run_state();
         let now = self.engine.clock.now();
         let t = &self.shared.totals;
         let totals = json!({

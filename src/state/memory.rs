@@ -24,6 +24,16 @@ impl MemoryStateStore {
         Self::default()
     }
 
+    /// How many counters and metric windows are kept.
+    pub fn len(&self) -> usize {
+        self.counters.len() + self.windows.len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn with_counter<R>(
         &self,
         key: &StateKey,
@@ -103,6 +113,11 @@ impl StateStore for MemoryStateStore {
             .entry(key.clone())
             .or_insert_with(|| Mutex::new(SlidingWindow::new(secs_to_ms(window_secs))));
         entry.lock().push(at_ms, value);
+    }
+
+    fn remove(&self, key: &StateKey) {
+        self.counters.remove(key);
+        self.windows.remove(key);
     }
 
     fn window(&self, key: &StateKey, _window_secs: u64, now_ms: i64) -> WindowStats {

@@ -55,4 +55,6 @@ pub trait StateStore: Send + Sync + 'static {
     fn record(&self, key: &StateKey, window_secs: u64, at_ms: i64, value: f64);
     /// Aggregates of the events with `now − window < t ≤ now`.
     fn window(&self, key: &StateKey, window_secs: u64, now_ms: i64) -> WindowStats;
+    /// Forgets a counter and a metric window (used when a run ends, for its run-scoped state).
+    fn remove(&self, key: &StateKey);
 }
