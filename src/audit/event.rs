@@ -226,7 +226,10 @@ impl AuditEvent {
             match v {
                 V::Str(s) => write_string(s, &mut out),
                 V::Owned(s) => write_string(&s, &mut out),
-                V::U64(n) => out.push_str(&n.to_string()),
+                V::U64(n) => {
+                    use std::fmt::Write as _;
+                    let _ = write!(out, "{n}");
+                }
                 V::Null => out.push_str("null"),
                 V::Json(v) => write_canonical(v, &mut out),
             }
@@ -500,30 +503,45 @@ fn write_canonical(v: &Value, out: &mut String) {
             out.push(']');
         }
         Value::Object(map) => {
-            // Sort explicitly: serde_json's `preserve_order` feature would keep insertion order.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            // serde_json's map is a BTreeMap, already in byte order of the keys; but a crate in
+            // the build may turn on serde_json's `preserve_order` (insertion order), so check,
+            // and sort only when needed.
+            let sorted = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.as_bytes() < b.as_bytes());
             out.push('{');
-            for (i, (k, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(k, out);
-                out.push(':');
-                write_canonical(item, out);
+            if sorted {
+                write_members(map.iter(), out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                write_members(entries.into_iter(), out);
             }
             out.push('}');
         }
     }
 }
 
+fn write_members<'a>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut String) {
+    for (i, (k, item)) in members.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(k, out);
+        out.push(':');
+        write_canonical(item, out);
+    }
+}
+
 /// Writes a number: integers held as `i64`/`u64` in decimal, every other number as ECMAScript's
 /// `Number.prototype.toString` writes it (the form RFC 8785 uses).
 fn write_number(n: &serde_json::Number, out: &mut String) {
+    use std::fmt::Write as _;
     if let Some(u) = n.as_u64() {
-        out.push_str(&u.to_string());
+        let _ = write!(out, "{u}");
     } else if let Some(i) = n.as_i64() {
-        out.push_str(&i.to_string());
+        let _ = write!(out, "{i}");
     } else if let Some(f) = n.as_f64() {
         write_es_number(f, out);
     } else {
