@@ -8,7 +8,7 @@ use chrono_tz::Tz;
 use serde_json::{Map, Value};
 
 use super::EngineInner;
-use super::conditions::{Tri, eval_async, eval_sync, has_signal};
+use super::conditions::{Tri, eval_async, eval_sync};
 use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
 use super::run::RunShared;
 use super::subjects::{SubjectInput, SubjectRef};
@@ -251,7 +251,7 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
                 .cloned(),
         );
         ctx.effect_override = None;
-        let t = if has_signal(&rule.condition) {
+        let t = if rule.has_signal {
             eval_async(&rule.condition, ctx).await
         } else {
             eval_sync(&rule.condition, ctx)

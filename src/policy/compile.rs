@@ -81,6 +81,8 @@ pub(crate) struct CompiledRule {
     pub(crate) on_missing: EffectType,
     pub(crate) shadow: bool,
     pub(crate) needs_subjects: bool,
+    /// The condition asks a signal provider: it is evaluated by the async evaluator.
+    pub(crate) has_signal: bool,
 }
 
 /// A compiled string test.
@@ -683,7 +685,9 @@ impl CompiledPolicies {
                 continue;
             };
             let mut needs_subjects = false;
+            let mut has_signal = false;
             rule.condition.walk(&mut |c| {
+                has_signal |= matches!(c, Condition::Signal { .. });
                 needs_subjects |= match c {
                     Condition::RequireSubject(_) => true,
                     Condition::Signal { args, .. } => args
@@ -722,6 +726,7 @@ impl CompiledPolicies {
                 on_missing: rule.on_missing.unwrap_or(policy.meta.on_missing_default),
                 shadow: mode == Mode::Shadow,
                 needs_subjects,
+                has_signal,
             });
         }
         let mut phases: [PhaseIndex; 2] = Default::default();

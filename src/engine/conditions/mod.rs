@@ -193,16 +193,6 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
     }
 }
 
-/// Whether a condition contains a signal (and so needs the async evaluator).
-pub(crate) fn has_signal(c: &CCond) -> bool {
-    match c {
-        CCond::Signal { .. } => true,
-        CCond::And(cs) | CCond::Or(cs) => cs.iter().any(has_signal),
-        CCond::Not(c) => has_signal(c),
-        _ => false,
-    }
-}
-
 /// Resolves a dot path (`a.b.0.c`) in a JSON value: own keys of objects, indexes of arrays.
 pub(crate) fn json_path<'v>(
     root: &'v serde_json::Value,
