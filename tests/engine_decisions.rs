@@ -615,3 +615,31 @@ async fn guard_runs_the_tool_only_when_allowed() {
     assert_eq!(refusal.decision.code, DecisionCode::BlockedRunAborted);
     assert_eq!(ran.load(Ordering::SeqCst), 3);
 }
+
+#[test]
+fn fingerprints_use_the_canonical_form_of_the_args() {
+    use toolgate::engine::fingerprint;
+    let a = fingerprint(
+        "agent",
+        "rule",
+        "refund",
+        &serde_json::json!({"amount": 1.0, "id": "x"}),
+        Some("u"),
+    );
+    let b = fingerprint(
+        "agent",
+        "rule",
+        "refund",
+        &serde_json::json!({"id": "x", "amount": 1}),
+        Some("u"),
+    );
+    assert_eq!(a, b);
+    let c = fingerprint(
+        "agent",
+        "rule",
+        "refund",
+        &serde_json::json!({"id": "x", "amount": 2}),
+        Some("u"),
+    );
+    assert_ne!(a, c);
+}

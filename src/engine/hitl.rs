@@ -63,8 +63,8 @@ pub fn fingerprint(
         h.update(part.as_bytes());
         h.update([0x1f]);
     }
-    // serde_json maps are sorted (BTreeMap), so this is canonical.
-    h.update(serde_json::to_string(args).unwrap_or_default().as_bytes());
+    // The audit trail's canonical form: sorted keys, and `1.0` and `1` are the same number.
+    h.update(crate::audit::canonical_json(args).as_bytes());
     h.update([0x1f]);
     h.update(enduser_id.unwrap_or("").as_bytes());
     hex::encode(h.finalize())
