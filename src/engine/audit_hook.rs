@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::EngineInner;
-use super::evaluations::run_to_json;
+use super::evaluations::{EvalSet, run_to_json};
 use super::run::{RunContext, RunShared, ToolOutcome};
 use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
 use crate::eval::EvaluationInput;
@@ -21,6 +21,9 @@ pub(crate) struct AuditState {
     pub(crate) redactor: Redactor,
     pub(crate) flush_timeout: Duration,
 }
+
+/// Slow evaluators and the input they are to run on, after the event is sealed.
+pub(crate) type SlowEvaluation = (Arc<crate::eval::EvaluationRunner>, EvaluationInput);
 
 /// Per-run audit state: the run's hash chain and its background evaluations.
 pub(crate) struct RunAudit {
@@ -73,7 +76,7 @@ impl EngineInner {
         mut body: Map<String, Value>,
         at: DateTime<Utc>,
         evaluation: Option<Value>,
-        slow: Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
+        slow: Option<SlowEvaluation>,
     ) {
         if let Some(e) = evaluation {
             body.insert("evaluation".into(), e);
@@ -135,10 +138,7 @@ impl EngineInner {
         tool: &str,
         args: &Value,
         outcome: &ToolOutcome,
-    ) -> (
-        Option<Value>,
-        Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
-    ) {
+    ) -> (Option<Value>, Option<SlowEvaluation>) {
         let tool_lc = tool.to_lowercase();
         let Some((_, set)) = self
             .evals
@@ -148,24 +148,15 @@ impl EngineInner {
         else {
             return (None, None);
         };
-        let ctx = &run.context;
-        let mut input = EvaluationInput::new(outcome.output.clone().unwrap_or(Value::Null));
-        input.agent_id = Some(ctx.agent_id.clone());
-        input.session_id = ctx.session_id.clone();
-        input.context = Some(json!({
+        let response = outcome.output.clone().unwrap_or(Value::Null);
+        let context = json!({
             "toolName": tool,
             "args": args,
             "error": outcome.error,
             "durationMs": outcome.duration.as_secs_f64() * 1000.0,
-            "runId": ctx.run_id,
-        }));
-        input.tool_calls = Some(run.tool_calls.lock().clone());
-        input.timestamp = Some(self.clock.now().timestamp_millis());
-        let fast = match &set.fast {
-            Some(r) => Some(run_to_json(r, input.clone()).await),
-            None => None,
-        };
-        (fast, set.slow.clone().map(|r| (r, input)))
+            "runId": run.context.run_id,
+        });
+        self.run_eval_set(set, run, response, context).await
     }
 
     /// Runs the run-level evaluators over the final response.
@@ -174,20 +165,28 @@ impl EngineInner {
         run: &RunShared,
         final_response: Option<&str>,
         status: &str,
-    ) -> (
-        Option<Value>,
-        Option<(Arc<crate::eval::EvaluationRunner>, EvaluationInput)>,
-    ) {
+    ) -> (Option<Value>, Option<SlowEvaluation>) {
         let Some(set) = &self.evals.per_run else {
             return (None, None);
         };
-        let ctx = &run.context;
-        let mut input = EvaluationInput::new(
-            final_response.map_or(Value::Null, |r| Value::String(r.to_string())),
-        );
-        input.agent_id = Some(ctx.agent_id.clone());
-        input.session_id = ctx.session_id.clone();
-        input.context = Some(json!({"runId": ctx.run_id, "status": status}));
+        let response = final_response.map_or(Value::Null, |r| Value::String(r.to_string()));
+        let context = json!({"runId": run.context.run_id, "status": status});
+        self.run_eval_set(set, run, response, context).await
+    }
+
+    /// Builds the input (the run's agent, session and real tool calls), runs the fast
+    /// evaluators now and hands back the slow ones with their input.
+    async fn run_eval_set(
+        &self,
+        set: &EvalSet,
+        run: &RunShared,
+        response: Value,
+        context: Value,
+    ) -> (Option<Value>, Option<SlowEvaluation>) {
+        let mut input = EvaluationInput::new(response);
+        input.agent_id = Some(run.context.agent_id.clone());
+        input.session_id = run.context.session_id.clone();
+        input.context = Some(context);
         input.tool_calls = Some(run.tool_calls.lock().clone());
         input.timestamp = Some(self.clock.now().timestamp_millis());
         let fast = match &set.fast {

@@ -1,5 +1,7 @@
 //! One decision: the rules in play, their evaluation, and how their effects combine.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,6 +44,32 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) effect_override: Option<EffectType>,
 }
 
+impl<'a> DecisionCtx<'a> {
+    /// A fresh context for one decision about `call` at `now`.
+    pub(crate) fn new(
+        engine: &'a EngineInner,
+        policies: &'a CompiledPolicies,
+        run: &'a RunShared,
+        call: CallView<'a>,
+        now: DateTime<Utc>,
+        subjects: Vec<SubjectRef>,
+    ) -> Self {
+        DecisionCtx {
+            engine,
+            policies,
+            run,
+            call,
+            now,
+            now_ms: now.timestamp_millis(),
+            subjects,
+            permits: Vec::new(),
+            signals: Vec::new(),
+            missing: Vec::new(),
+            effect_override: None,
+        }
+    }
+}
+
 impl DecisionCtx<'_> {
     pub(crate) fn note_missing(&mut self, what: String) {
         self.missing.push(what);
@@ -78,27 +106,16 @@ impl DecisionCtx<'_> {
                 let Value::Object(map) = args.clone() else {
                     return None;
                 };
-                // The provider may panic while making its future, as well as while running it.
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.call(map))) {
-                    Err(_) => Err("the provider panicked".to_string()),
-                    Ok(fut) => {
-                        let fut = std::panic::AssertUnwindSafe(fut);
-                        match tokio::time::timeout(
-                            self.engine.signal_timeout,
-                            futures::FutureExt::catch_unwind(fut),
-                        )
-                        .await
-                        {
-                            Err(_) => Err(format!(
-                                "timed out after {} ms",
-                                self.engine.signal_timeout.as_millis()
-                            )),
-                            Ok(Err(_)) => Err("the provider panicked".to_string()),
-                            Ok(Ok(Err(e))) => Err(format!("the provider failed: {e}")),
-                            Ok(Ok(Ok(v))) => Ok(v),
+                let timeout = self.engine.signal_timeout;
+                call_user_code(timeout, || p.call(map))
+                    .await
+                    .map_err(|f| match f {
+                        UserCodeFailure::Panicked => "the provider panicked".to_string(),
+                        UserCodeFailure::Failed(e) => format!("the provider failed: {e}"),
+                        UserCodeFailure::TimedOut => {
+                            format!("timed out after {} ms", timeout.as_millis())
                         }
-                    }
-                }
+                    })
             }
         };
         let duration_us = started.elapsed().as_micros() as u64;
@@ -117,6 +134,31 @@ impl DecisionCtx<'_> {
             duration_us,
         });
         value
+    }
+}
+
+/// Why registered user code (a signal provider, a subject extractor) gave no result.
+enum UserCodeFailure {
+    Panicked,
+    Failed(String),
+    TimedOut,
+}
+
+/// Runs registered user code with a timeout, containing a panic while it makes its future as
+/// well as while the future runs.
+async fn call_user_code<T>(
+    timeout: std::time::Duration,
+    make: impl FnOnce() -> Pin<Box<dyn Future<Output = Result<T, String>> + Send>>,
+) -> Result<T, UserCodeFailure> {
+    let Ok(fut) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make)) else {
+        return Err(UserCodeFailure::Panicked);
+    };
+    let fut = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(fut));
+    match tokio::time::timeout(timeout, fut).await {
+        Err(_) => Err(UserCodeFailure::TimedOut),
+        Ok(Err(_)) => Err(UserCodeFailure::Panicked),
+        Ok(Ok(Err(e))) => Err(UserCodeFailure::Failed(e)),
+        Ok(Ok(Ok(v))) => Ok(v),
     }
 }
 
@@ -209,24 +251,17 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize])
             args: ctx.call.args.clone(),
             run: ctx.run.context.clone(),
         };
-        // The extractor may panic while making its future, as well as while running it.
-        let Ok(fut) =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.extractor.extract(input)))
-        else {
-            ctx.note_missing("subject extractor panicked".to_string());
-            continue;
-        };
-        let fut = std::panic::AssertUnwindSafe(fut);
-        match tokio::time::timeout(
-            ctx.engine.signal_timeout,
-            futures::FutureExt::catch_unwind(fut),
-        )
-        .await
-        {
-            Ok(Ok(Ok(subjects))) => ctx.subjects.extend(subjects),
-            Ok(Ok(Err(e))) => ctx.note_missing(format!("subject extractor failed: {e}")),
-            Ok(Err(_)) => ctx.note_missing("subject extractor panicked".to_string()),
-            Err(_) => ctx.note_missing("subject extractor timed out".to_string()),
+        match call_user_code(ctx.engine.signal_timeout, || ex.extractor.extract(input)).await {
+            Ok(subjects) => ctx.subjects.extend(subjects),
+            Err(UserCodeFailure::Failed(e)) => {
+                ctx.note_missing(format!("subject extractor failed: {e}"))
+            }
+            Err(UserCodeFailure::Panicked) => {
+                ctx.note_missing("subject extractor panicked".to_string())
+            }
+            Err(UserCodeFailure::TimedOut) => {
+                ctx.note_missing("subject extractor timed out".to_string())
+            }
         }
     }
 }

@@ -209,10 +209,6 @@ impl std::fmt::Debug for Run {
     }
 }
 
-fn lower_all(v: &[String]) -> Vec<String> {
-    v.iter().map(|s| s.to_lowercase()).collect()
-}
-
 /// Whether lowercasing `s` leaves it unchanged, cheaply: ASCII without uppercase letters.
 fn is_lower_ascii(s: &str) -> bool {
     s.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase())
@@ -232,7 +228,7 @@ fn lower_all_cow(v: &[String]) -> Cow<'_, [String]> {
     if v.iter().all(|s| is_lower_ascii(s)) {
         Cow::Borrowed(v)
     } else {
-        Cow::Owned(lower_all(v))
+        Cow::Owned(v.iter().map(|s| s.to_lowercase()).collect())
     }
 }
 
@@ -377,26 +373,16 @@ impl Run {
         let name_lc = lower_cow(&call.name);
         let tags_lc = lower_all_cow(&call.tags);
         let rules = rules_in_play(&policies, Phase::Before, &name_lc, &tags_lc);
-        let mut ctx = DecisionCtx {
-            engine: &self.engine,
-            policies: &policies,
-            run: &self.shared,
-            call: CallView {
-                name: &call.name,
-                name_lc: &name_lc,
-                tags: &call.tags,
-                tags_lc: &tags_lc,
-                args: &call.args,
-                duration_ms: None,
-            },
-            now,
-            now_ms: now.timestamp_millis(),
-            subjects: call.subjects.clone(),
-            permits: Vec::new(),
-            signals: Vec::new(),
-            missing: Vec::new(),
-            effect_override: None,
+        let view = CallView {
+            name: &call.name,
+            name_lc: &name_lc,
+            tags: &call.tags,
+            tags_lc: &tags_lc,
+            args: &call.args,
+            duration_ms: None,
         };
+        let subjects = call.subjects.clone();
+        let mut ctx = DecisionCtx::new(&self.engine, &policies, &self.shared, view, now, subjects);
         if !rules.is_empty() {
             extract_subjects(&mut ctx, &rules).await;
         }
@@ -528,8 +514,8 @@ impl Run {
     ) -> Option<Decision> {
         let started = Instant::now();
         let policies = self.engine.policies.load_full();
-        let name_lc = pending.name.to_lowercase();
-        let tags_lc = lower_all(&pending.tags);
+        let name_lc = lower_cow(&pending.name);
+        let tags_lc = lower_all_cow(&pending.tags);
         let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
 
         // Inbuilt metrics of the call.
@@ -567,27 +553,16 @@ impl Run {
         let decision = if rules.is_empty() {
             None
         } else {
-            let args_with_output = &pending.args;
-            let mut ctx = DecisionCtx {
-                engine: &self.engine,
-                policies: &policies,
-                run: &self.shared,
-                call: CallView {
-                    name: &pending.name,
-                    name_lc: &name_lc,
-                    tags: &pending.tags,
-                    tags_lc: &tags_lc,
-                    args: args_with_output,
-                    duration_ms: Some(duration_ms),
-                },
-                now,
-                now_ms: now.timestamp_millis(),
-                subjects: Vec::new(),
-                permits: Vec::new(),
-                signals: Vec::new(),
-                missing: Vec::new(),
-                effect_override: None,
+            let view = CallView {
+                name: &pending.name,
+                name_lc: &name_lc,
+                tags: &pending.tags,
+                tags_lc: &tags_lc,
+                args: &pending.args,
+                duration_ms: Some(duration_ms),
             };
+            let mut ctx =
+                DecisionCtx::new(&self.engine, &policies, &self.shared, view, now, Vec::new());
             extract_subjects(&mut ctx, &rules).await;
             let verdict = evaluate_rules(&mut ctx, &rules).await;
             // After phase: counters were taken by the before decision; give back any taken now.
@@ -612,8 +587,8 @@ impl Run {
         };
 
         self.shared.history.lock().push(HistoryEntry {
-            name_lc: name_lc.clone(),
-            tags_lc: tags_lc.clone(),
+            name_lc: name_lc.into_owned(),
+            tags_lc: tags_lc.into_owned(),
         });
         self.shared
             .tool_calls
