@@ -74,26 +74,8 @@ fn test_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     } else {
         paths.to_vec()
     };
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|f| {
-                    f.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.ends_with(".tests.json"))
-                })
-                .collect();
-            files.sort();
-            out.extend(files);
-        } else {
-            out.push(p);
-        }
-    }
-    Ok(out)
+    crate::policy::expand_folders(&paths, |name| name.ends_with(".tests.json"))
+        .map_err(|(p, e)| format!("{}: {e}", p.display()))
 }
 
 /// Runs `toolgate test`.

@@ -43,18 +43,27 @@ pub fn load_policy_file(path: &Path) -> Result<Policy, PolicyErrors> {
 /// Expands paths into policy files: a file is taken as is; a folder yields its `*.json` files
 /// (sorted, not recursive), except policy test files (`*.tests.json`).
 pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, PolicyErrors> {
+    expand_folders(paths, |name| {
+        name.ends_with(".json") && !name.ends_with(".tests.json")
+    })
+    .map_err(|(p, e)| PolicyErrors::single(Some(p), "", format!("cannot read the folder: {e}")))
+}
+
+/// Expands paths: a file is taken as is; a folder yields its files (sorted, not recursive)
+/// whose name `keep` accepts. On error, the folder that could not be read.
+pub(crate) fn expand_folders(
+    paths: &[PathBuf],
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<PathBuf>, (PathBuf, std::io::Error)> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let entries = std::fs::read_dir(p).map_err(|e| {
-                PolicyErrors::single(Some(p.clone()), "", format!("cannot read the folder: {e}"))
-            })?;
+            let entries = std::fs::read_dir(p).map_err(|e| (p.clone(), e))?;
             let mut files: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .map(|e| e.path())
                 .filter(|f| {
-                    let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                    f.is_file() && name.ends_with(".json") && !name.ends_with(".tests.json")
+                    f.is_file() && f.file_name().and_then(|n| n.to_str()).is_some_and(&keep)
                 })
                 .collect();
             files.sort();
