@@ -526,15 +526,15 @@ impl Run {
         if want(InbuiltMetric::BytesIn) {
             metrics.push((InbuiltMetric::BytesIn, json_len(&pending.args)));
         }
-        let output = outcome.output.clone().unwrap_or(Value::Null);
+        let output = outcome.output.as_ref().unwrap_or(&Value::Null);
         if outcome.output.is_some() && want(InbuiltMetric::BytesOut) {
-            metrics.push((InbuiltMetric::BytesOut, json_len(&output)));
+            metrics.push((InbuiltMetric::BytesOut, json_len(output)));
         }
         metrics.push((InbuiltMetric::DurationMs, duration_ms));
         if let Value::Array(a) = &pending.args {
             metrics.push((InbuiltMetric::RecordsIn, a.len() as f64));
         }
-        if let Value::Array(a) = &output {
+        if let Value::Array(a) = output {
             metrics.push((InbuiltMetric::RecordsOut, a.len() as f64));
         }
         for (m, v) in &metrics {
