@@ -5,7 +5,7 @@
 //! **blocked** or held for **human review** (hitl), and writes an immutable, hash-chained audit
 //! trail. Evaluation results ride on those audit events.
 //!
-//! See the README for the policy language and a quick start.
+//! See the README for a quick start and `docs/` for the policy language, audit trail and evaluation reference.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

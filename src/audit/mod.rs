@@ -11,7 +11,7 @@
 //! * [`verify_paths`] / [`verify_events`] check chains; [`collector::serve`] is the HTTP
 //!   collector behind `toolgate collect`.
 //!
-//! See the README (section "Audit trail") for the wire format and the exact canonical JSON form.
+//! See `docs/audit-trail.md` for the wire format and the exact canonical JSON form.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

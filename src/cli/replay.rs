@@ -18,7 +18,7 @@ pub enum Format {
 pub const LONG_ABOUT: &str = "Replay a JSON Lines trace of agent activity through policies and print one decision per \
 tool call (and per tool result where after-phase rules are in play).\n\n\
 The trace's `at` timestamps drive the engine's clock; `signal`, `review`, `metric` and `llm` lines drive \
-providers, reviews and metrics (see the README for the format). Bad lines are reported with their line \
+providers, reviews and metrics (see docs/policy-language.md for the format). Bad lines are reported with their line \
 number and skipped; the rest of the trace still runs.\n\n\
 Exit status: 0 when every line was valid, 1 when a line was bad, 2 when the policies or the trace cannot be read.";
 
