@@ -12,9 +12,12 @@ use serde_json::{Map, Value};
 use super::EngineInner;
 use super::conditions::{Tri, eval_async, eval_sync};
 use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
+use super::profile::ToolProfile;
 use super::run::RunShared;
 use super::subjects::{SubjectInput, SubjectRef};
 use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
+use smallvec::SmallVec;
+
 use crate::state::{Permit, StateKey};
 
 /// What a decision knows of the call.
@@ -32,11 +35,13 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) engine: &'a EngineInner,
     pub(crate) policies: &'a CompiledPolicies,
     pub(crate) run: &'a RunShared,
+    /// What the policies say about the tool (rules in play, counters it takes).
+    pub(crate) profile: &'a ToolProfile,
     pub(crate) call: CallView<'a>,
     pub(crate) now: DateTime<Utc>,
     pub(crate) now_ms: i64,
     pub(crate) subjects: Vec<SubjectRef>,
-    pub(crate) permits: Vec<(u32, StateKey, Permit)>,
+    pub(crate) permits: SmallVec<[(u32, StateKey, Permit); 4]>,
     pub(crate) signals: Vec<SignalRecord>,
     /// Missing data noted while evaluating the current rule.
     pub(crate) missing: Vec<String>,
@@ -50,6 +55,7 @@ impl<'a> DecisionCtx<'a> {
         engine: &'a EngineInner,
         policies: &'a CompiledPolicies,
         run: &'a RunShared,
+        profile: &'a ToolProfile,
         call: CallView<'a>,
         now: DateTime<Utc>,
         subjects: Vec<SubjectRef>,
@@ -58,11 +64,12 @@ impl<'a> DecisionCtx<'a> {
             engine,
             policies,
             run,
+            profile,
             call,
             now,
             now_ms: now.timestamp_millis(),
             subjects,
-            permits: Vec::new(),
+            permits: SmallVec::new(),
             signals: Vec::new(),
             missing: Vec::new(),
             effect_override: None,
@@ -203,8 +210,9 @@ pub(crate) struct RuleVerdict {
     pub(crate) evaluated: Vec<EvaluatedRule>,
 }
 
-/// Rules in play for a call in a phase, in evaluation order.
-pub(crate) fn rules_in_play(
+/// Rules in play for a call in a phase, in evaluation order, worked out from the indexes
+/// (decisions read them from the tool's cached profile).
+pub(crate) fn rules_in_play_uncached(
     policies: &CompiledPolicies,
     phase: Phase,
     name_lc: &str,
@@ -238,8 +246,11 @@ pub(crate) fn rules_in_play(
 }
 
 /// Extracts subjects with the extractors registered for the tool.
-pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize]) {
-    if !rules.iter().any(|&i| ctx.policies.rules[i].needs_subjects) {
+pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[u32]) {
+    if !rules
+        .iter()
+        .any(|&i| ctx.policies.rules[i as usize].needs_subjects)
+    {
         return;
     }
     let extractors = ctx.engine.extractors.load();
@@ -266,31 +277,42 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[usize])
     }
 }
 
-/// Evaluates the rules in play and combines their effects.
-pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -> RuleVerdict {
-    let policies = ctx.policies;
-    let n_policies = policies.policies.len();
-    // Per policy: the outcome of the enforced rules (first half) and of all rules (second half).
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; 2 * n_policies];
-    let (enforced, full) = outcomes.split_at_mut(n_policies);
-    let mut any_shadow = false;
-    let mut evaluated = Vec::with_capacity(rules.len());
-    let extraction_missing = std::mem::take(&mut ctx.missing);
-    for &i in rules {
-        let rule = &policies.rules[i];
+/// Combines the rules' results as they are evaluated, in priority order.
+struct Combiner {
+    /// Per policy: the outcome of the enforced rules (first half) and of all rules (second half).
+    outcomes: SmallVec<[Option<Outcome>; 8]>,
+    n_policies: usize,
+    any_shadow: bool,
+    evaluated: Vec<EvaluatedRule>,
+    extraction_missing: Vec<String>,
+}
+
+impl Combiner {
+    fn new(ctx: &mut DecisionCtx<'_>, rules: usize) -> Combiner {
+        let n_policies = ctx.policies.policies.len();
+        Combiner {
+            outcomes: smallvec::smallvec![None; 2 * n_policies],
+            n_policies,
+            any_shadow: false,
+            evaluated: Vec::with_capacity(rules),
+            extraction_missing: std::mem::take(&mut ctx.missing),
+        }
+    }
+
+    /// Resets the per-rule state of the context before rule `i` is evaluated.
+    fn start(&self, ctx: &mut DecisionCtx<'_>, i: usize) {
+        let rule = &ctx.policies.rules[i];
         ctx.missing.clear();
-        ctx.missing.extend(
-            extraction_missing
-                .iter()
-                .filter(|_| rule.needs_subjects)
-                .cloned(),
-        );
+        if rule.needs_subjects && !self.extraction_missing.is_empty() {
+            ctx.missing.extend(self.extraction_missing.iter().cloned());
+        }
         ctx.effect_override = None;
-        let t = if rule.has_signal {
-            eval_async(&rule.condition, ctx).await
-        } else {
-            eval_sync(&rule.condition, ctx)
-        };
+    }
+
+    /// Folds in rule `i`, whose condition came out `t`.
+    fn push(&mut self, ctx: &mut DecisionCtx<'_>, i: usize, t: Tri) {
+        let policies = ctx.policies;
+        let rule = &policies.rules[i];
         let (triggered, effect) = match t {
             Tri::True => (true, ctx.effect_override.unwrap_or(rule.effect)),
             Tri::False => (false, rule.effect),
@@ -302,14 +324,15 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
         let p = rule.policy as usize;
         let combine = policies.policies[p].combine;
         if triggered {
+            let (enforced, full) = self.outcomes.split_at_mut(self.n_policies);
             fold(&mut full[p], combine, effect, i);
             if rule.shadow {
-                any_shadow = true;
+                self.any_shadow = true;
             } else {
                 fold(&mut enforced[p], combine, effect, i);
             }
         }
-        evaluated.push(EvaluatedRule {
+        self.evaluated.push(EvaluatedRule {
             rule_id: rule.id.clone(),
             triggered,
             effect,
@@ -318,18 +341,75 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[usize]) -
             error: None,
         });
     }
-    let decided = overall(enforced);
-    let shadow_effect = if any_shadow {
-        Some(overall(full).map_or(EffectType::Allow, |o| o.effect))
-    } else {
-        None
-    };
-    RuleVerdict {
-        effect: decided.map_or(EffectType::Allow, |o| o.effect),
-        rule: decided.map(|o| o.rule),
-        shadow_effect,
-        evaluated,
+
+    fn finish(self) -> RuleVerdict {
+        let (enforced, full) = self.outcomes.split_at(self.n_policies);
+        let decided = overall(enforced);
+        let shadow_effect = if self.any_shadow {
+            Some(overall(full).map_or(EffectType::Allow, |o| o.effect))
+        } else {
+            None
+        };
+        RuleVerdict {
+            effect: decided.map_or(EffectType::Allow, |o| o.effect),
+            rule: decided.map(|o| o.rule),
+            shadow_effect,
+            evaluated: self.evaluated,
+        }
     }
+}
+
+/// Evaluates the rules in play and combines their effects; signal providers are awaited.
+pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    let mut c = Combiner::new(ctx, rules.len());
+    for &i in rules {
+        let i = i as usize;
+        c.start(ctx, i);
+        let rule = &ctx.policies.rules[i];
+        let t = if rule.has_signal {
+            eval_async(&rule.condition, ctx).await
+        } else {
+            eval_sync(&rule.condition, ctx)
+        };
+        c.push(ctx, i, t);
+    }
+    c.finish()
+}
+
+/// Evaluates rules none of which asks a signal provider, without a runtime.
+pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    let mut c = Combiner::new(ctx, rules.len());
+    for &i in rules {
+        let i = i as usize;
+        c.start(ctx, i);
+        let t = eval_sync(&ctx.policies.rules[i].condition, ctx);
+        c.push(ctx, i, t);
+    }
+    c.finish()
+}
+
+/// Whether deciding on these rules awaits anything: a signal provider, or a subject extractor
+/// registered for the tool when a rule needs subjects.
+pub(crate) fn needs_async(
+    engine: &EngineInner,
+    policies: &CompiledPolicies,
+    rules: &[u32],
+    name_lc: &str,
+) -> bool {
+    let mut subjects = false;
+    for &i in rules {
+        let r = &policies.rules[i as usize];
+        if r.has_signal {
+            return true;
+        }
+        subjects |= r.needs_subjects;
+    }
+    subjects
+        && engine
+            .extractors
+            .load()
+            .iter()
+            .any(|e| e.glob.is_match(name_lc))
 }
 
 /// Builds the decision from a verdict (hitl handled by the caller).

@@ -17,6 +17,7 @@
 //! ```
 
 mod audit_hook;
+mod call;
 mod clock;
 mod conditions;
 mod decision;
@@ -24,6 +25,7 @@ mod evaluate;
 mod evaluations;
 mod guard;
 mod hitl;
+mod profile;
 mod run;
 mod signals;
 mod subjects;
@@ -35,11 +37,14 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use chrono_tz::Tz;
 
+pub use call::{Enduser, RunContext, ToolCall, ToolOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
 pub use guard::{Guarded, Refusal};
 pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
-pub use run::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
+pub use run::Run;
+
+pub(crate) use profile::ToolCache;
 pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
 

@@ -1,21 +1,30 @@
 //! Runs: one agent run's context, history and decisions.
+//!
+//! A decision that needs nothing awaited (no signal provider, no subject extractor in play) is
+//! made synchronously, with no allocation beyond the [`Decision`] itself: the rules in play,
+//! the counters a call takes and the sequence entries it satisfies come from the tool's cached
+//! profile (see `profile.rs`), and `sequence` conditions read a per-run bitset.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
+use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use smallvec::SmallVec;
 
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
-    CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, rules_in_play,
+    CallView, DecisionCtx, RuleVerdict, base_decision, evaluate_rules, evaluate_rules_sync,
+    extract_subjects, needs_async,
 };
 use super::hitl::{Review, fingerprint};
-use super::subjects::SubjectRef;
+use super::profile::ToolProfile;
 use super::{EngineInner, FailureMode};
 use crate::audit::EventKind;
 use crate::policy::{
@@ -23,128 +32,69 @@ use crate::policy::{
 };
 use crate::state::StateKey;
 
-/// The end user an agent acts for.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Enduser {
-    /// Their id.
-    pub id: String,
-    /// Their tags (e.g. `tz`, `role`), values as strings.
-    #[serde(default)]
-    pub tags: BTreeMap<String, String>,
-}
-
-/// Who runs and for whom.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunContext {
-    /// Unique id of the run.
-    pub run_id: String,
-    /// The agent.
-    pub agent_id: String,
-    /// A session grouping runs, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-    /// The end user, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enduser: Option<Enduser>,
-}
-
-impl RunContext {
-    /// A context for `run_id` of `agent_id`, without an end user.
-    pub fn new(run_id: impl Into<String>, agent_id: impl Into<String>) -> Self {
-        RunContext {
-            run_id: run_id.into(),
-            agent_id: agent_id.into(),
-            session_id: None,
-            enduser: None,
-        }
-    }
-
-    /// Sets the end user.
-    pub fn with_enduser(
-        mut self,
-        id: impl Into<String>,
-        tags: impl IntoIterator<Item = (String, String)>,
-    ) -> Self {
-        self.enduser = Some(Enduser {
-            id: id.into(),
-            tags: tags.into_iter().collect(),
-        });
-        self
-    }
-}
-
-/// A tool call the agent wants to make.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ToolCall {
-    /// Id of the call, unique in the run.
-    pub id: String,
-    /// Tool name.
-    pub name: String,
-    /// Tool tags.
-    pub tags: Vec<String>,
-    /// Arguments (any JSON).
-    pub args: Value,
-    /// Subjects known by the caller (extractors add to these).
-    pub subjects: Vec<SubjectRef>,
-}
-
-impl ToolCall {
-    /// A call of `name` with `args`.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, args: Value) -> Self {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            tags: Vec::new(),
-            args,
-            subjects: Vec::new(),
-        }
-    }
-
-    /// Sets the tags.
-    pub fn with_tags<S: Into<String>>(mut self, tags: impl IntoIterator<Item = S>) -> Self {
-        self.tags = tags.into_iter().map(Into::into).collect();
-        self
-    }
-}
-
-/// What a tool call produced.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ToolOutcome {
-    /// The output, when it succeeded.
-    pub output: Option<Value>,
-    /// The error, when it failed.
-    pub error: Option<String>,
-    /// How long it ran.
-    pub duration: Duration,
-}
-
-impl ToolOutcome {
-    /// A success.
-    pub fn ok(output: Value, duration: Duration) -> Self {
-        ToolOutcome {
-            output: Some(output),
-            error: None,
-            duration,
-        }
-    }
-
-    /// A failure.
-    pub fn err(error: impl Into<String>, duration: Duration) -> Self {
-        ToolOutcome {
-            output: None,
-            error: Some(error.into()),
-            duration,
-        }
-    }
-}
+pub(crate) use super::call::{RunContext, ToolCall, ToolOutcome};
 
 /// A completed, allowed call in the run's history.
 #[derive(Debug, Clone)]
 pub(crate) struct HistoryEntry {
-    pub(crate) name_lc: String,
-    pub(crate) tags_lc: Vec<String>,
+    pub(crate) name_lc: Arc<str>,
+    pub(crate) tags_lc: Arc<[String]>,
+}
+
+/// The run's history and, for the current policies, the `sequence` entries it satisfies.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    entries: Vec<HistoryEntry>,
+    /// The policy generation `seen` was computed for (0: never).
+    seen_generation: u64,
+    /// Bit `i`: some entry satisfies sequence entry `i`.
+    seen: Vec<u64>,
+}
+
+impl History {
+    fn push(&mut self, profile: &ToolProfile, generation: u64) {
+        if self.entries.is_empty() {
+            self.seen_generation = generation;
+            self.seen.clear();
+        }
+        self.entries.push(HistoryEntry {
+            name_lc: profile.name_lc.clone(),
+            tags_lc: profile.tags_lc.clone(),
+        });
+        if self.seen_generation == generation {
+            or_into(&mut self.seen, &profile.seq_bits);
+        }
+    }
+
+    /// The sequence entries of `policies` that some history entry satisfies, recomputed from
+    /// the entries when the policies were reloaded since.
+    pub(crate) fn seen(&mut self, policies: &CompiledPolicies) -> &[u64] {
+        let generation = policies.tools.generation();
+        if self.seen_generation != generation {
+            self.seen.clear();
+            for e in &self.entries {
+                let p = policies.tools.profile(policies, &e.name_lc, &e.tags_lc);
+                or_into(&mut self.seen, &p.seq_bits);
+            }
+            self.seen_generation = generation;
+        }
+        &self.seen
+    }
+}
+
+fn or_into(dst: &mut Vec<u64>, src: &[u64]) {
+    if dst.len() < src.len() {
+        dst.resize(src.len(), 0);
+    }
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d |= *s;
+    }
+}
+
+/// Whether bit `i` is set.
+pub(crate) fn bit(bits: &[u64], i: u32) -> bool {
+    bits.get(i as usize / 64)
+        .is_some_and(|w| (w >> (i % 64)) & 1 == 1)
 }
 
 #[derive(Debug, Clone)]
@@ -167,11 +117,12 @@ pub(crate) struct Totals {
 
 /// State shared by every handle of one run.
 pub(crate) struct RunShared {
+    pub(crate) engine: Arc<EngineInner>,
     pub(crate) context: Arc<RunContext>,
     pub(crate) started_ms: i64,
     pub(crate) aborted: AtomicBool,
     pub(crate) ended: AtomicBool,
-    pub(crate) history: Mutex<Vec<HistoryEntry>>,
+    pub(crate) history: Mutex<History>,
     pub(crate) pending: Mutex<HashMap<String, PendingCall>>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
@@ -192,9 +143,54 @@ impl RunShared {
             },
         }
     }
+
+    /// The body of `run.ended`.
+    fn ended_body(
+        &self,
+        status: &str,
+        final_response: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Map<String, Value> {
+        let t = &self.totals;
+        let totals = json!({
+            "calls": t.calls.load(Ordering::Relaxed),
+            "allowed": t.allowed.load(Ordering::Relaxed),
+            "blocked": t.blocked.load(Ordering::Relaxed),
+            "hitl": t.hitl.load(Ordering::Relaxed),
+            "llmTokensIn": t.tokens_in.load(Ordering::Relaxed),
+            "llmTokensOut": t.tokens_out.load(Ordering::Relaxed),
+            "llmCostUsd": num(t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6),
+            "durationMs": now.timestamp_millis() - self.started_ms,
+        });
+        let aborted = self.aborted.load(Ordering::Acquire);
+        let mut body = obj(json!({"status": status, "totals": totals, "aborted": aborted}));
+        if let Some(r) = final_response {
+            body.insert("finalResponse".into(), Value::String(r.to_string()));
+        }
+        body
+    }
+}
+
+impl Drop for RunShared {
+    /// A run dropped without [`Run::end`] releases its run-scoped state and, with the audit
+    /// trail on, ends its chain with a `run.ended` event of status `dropped`.
+    fn drop(&mut self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.engine.state.forget_scope(&self.run_key);
+        if self.engine.audit_enabled() {
+            let now = self.engine.clock.now();
+            let body = self.ended_body("dropped", None, now);
+            self.engine.emit(self, EventKind::RunEnded, body, now);
+        }
+    }
 }
 
 /// A live agent run. Cheap to clone; use it from as many tasks as you like.
+///
+/// Dropping the last handle without calling [`end`](Run::end) releases the run's state and
+/// (with the audit trail on) writes `run.ended` with status `dropped`; only `end` flushes.
 #[derive(Clone)]
 pub struct Run {
     pub(crate) engine: Arc<EngineInner>,
@@ -209,59 +205,77 @@ impl std::fmt::Debug for Run {
     }
 }
 
-/// Whether lowercasing `s` leaves it unchanged, cheaply: ASCII without uppercase letters.
-fn is_lower_ascii(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+/// A before decision that awaits something (a signal provider or subject extractor).
+struct AsyncPlan {
+    policies: Arc<CompiledPolicies>,
+    profile: Arc<ToolProfile>,
 }
 
-/// `s` lowercased, borrowed when it already is (the common case for tool names).
-fn lower_cow(s: &str) -> Cow<'_, str> {
-    if is_lower_ascii(s) {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(s.to_lowercase())
-    }
-}
-
-/// The tags lowercased, borrowed when they already are.
-fn lower_all_cow(v: &[String]) -> Cow<'_, [String]> {
-    if v.iter().all(|s| is_lower_ascii(s)) {
-        Cow::Borrowed(v)
-    } else {
-        Cow::Owned(v.iter().map(|s| s.to_lowercase()).collect())
+/// Runs a future to completion for a caller that is not async: on the caller's runtime when
+/// there is one (a worker thread of a multi-threaded runtime), else on a small runtime of the
+/// engine's own. `None` if no runtime could be started.
+fn block_on<F>(fut: F) -> Option<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    static FALLBACK: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
+        std::sync::OnceLock::new();
+    let fallback = || {
+        FALLBACK
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("toolgate-blocking")
+                    .enable_all()
+                    .build()
+                    .ok()
+            })
+            .as_ref()
+    };
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => fallback().map(|rt| rt.block_on(fut)),
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            Some(tokio::task::block_in_place(|| h.block_on(fut)))
+        }
+        // A current-thread runtime cannot be blocked from its own thread: run elsewhere.
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(|| fallback().map(|rt| rt.block_on(fut)))
+                .join()
+                .ok()
+                .flatten()
+        }),
     }
 }
 
 impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
-        let agent_user = format!(
-            "{}\u{1f}{}",
-            context.agent_id,
-            context.enduser.as_ref().map_or("", |u| u.id.as_str())
-        );
-        let audit = engine.audit_for_run(&context);
+        let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
         let shared = Arc::new(RunShared {
+            engine: engine.clone(),
             run_key: Arc::from(format!("run\u{1f}{}", context.run_id)),
             agent_key: Arc::from(format!("agent\u{1f}{}", context.agent_id)),
-            agent_user_key: Arc::from(format!("user\u{1f}{agent_user}")),
+            agent_user_key: Arc::from(format!("user\u{1f}{}\u{1f}{enduser}", context.agent_id)),
+            audit: engine.audit_for_run(&context),
             context: Arc::new(context),
             started_ms: now.timestamp_millis(),
             aborted: AtomicBool::new(false),
             ended: AtomicBool::new(false),
-            history: Mutex::new(Vec::new()),
+            history: Mutex::new(History::default()),
             pending: Mutex::new(HashMap::new()),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
-            audit,
         });
         let run = Run { engine, shared };
-        let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
-        run.emit(
-            EventKind::RunStarted,
-            obj(json!({ "runContext": ctx })),
-            now,
-        );
+        if run.engine.audit_enabled() {
+            let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
+            run.emit(
+                EventKind::RunStarted,
+                obj(json!({ "runContext": ctx })),
+                now,
+            );
+        }
         run
     }
 
@@ -275,42 +289,169 @@ impl Run {
         self.shared.aborted.load(Ordering::Acquire)
     }
 
-    fn emit(&self, kind: EventKind, body: Map<String, Value>, at: chrono::DateTime<chrono::Utc>) {
+    fn emit(&self, kind: EventKind, body: Map<String, Value>, at: DateTime<Utc>) {
         self.engine.emit(&self.shared, kind, body, at);
     }
 
     /// Decides whether a tool call may proceed (phase `tool.before`).
     ///
-    /// Never fails: an internal fault yields a decision by the engine's failure mode.
+    /// Never fails: an internal fault yields a decision by the engine's failure mode. When no
+    /// signal provider or subject extractor is in play the decision is made without awaiting
+    /// (see [`before_tool_blocking`](Run::before_tool_blocking) for callers that are not async).
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
-        // Whether the rules allowed the call: it then waits in `pending` for its result.
-        let mut proceeds = false;
-        let mut decision = if self.is_aborted() {
-            Decision::simple(
+        let (decision, proceeds) = match self.before_sync(&call, now) {
+            Ok(d) => d,
+            Err(plan) => {
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                match futures::FutureExt::catch_unwind(fut).await {
+                    Ok(d) => d,
+                    Err(_) => self.before_failure(&call, now),
+                }
+            }
+        };
+        self.finish_before(call, decision, proceeds, started, now)
+    }
+
+    /// [`before_tool`](Run::before_tool) for callers that are not async (no runtime needed).
+    ///
+    /// Returns without blocking when no signal provider or subject extractor is in play (the
+    /// common case: nothing to await). Otherwise it waits for them: on the caller's tokio
+    /// runtime when called from a worker thread of a multi-threaded one, else on a small
+    /// runtime the engine starts once. Do not call it from async code on a current-thread
+    /// runtime's own tasks when signals are in play (it then runs them on another thread and
+    /// blocks this one meanwhile); use `before_tool` there.
+    pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
+        let started = Instant::now();
+        let now = self.engine.clock.now();
+        let (decision, proceeds) = match self.before_sync(&call, now) {
+            Ok(d) => d,
+            Err(plan) => {
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                match block_on(futures::FutureExt::catch_unwind(fut)) {
+                    Some(Ok(d)) => d,
+                    _ => self.before_failure(&call, now),
+                }
+            }
+        };
+        self.finish_before(call, decision, proceeds, started, now)
+    }
+
+    fn before_failure(&self, call: &ToolCall, now: DateTime<Utc>) -> (Decision, bool) {
+        let d = self.failure(
+            Phase::Before,
+            &call.id,
+            now,
+            "internal error while deciding",
+        );
+        (d, false)
+    }
+
+    /// The decision and whether the call proceeds, when nothing needs awaiting; else the
+    /// plan for the async path.
+    fn before_sync(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+    ) -> Result<(Decision, bool), AsyncPlan> {
+        if self.is_aborted() {
+            let d = Decision::simple(
                 Phase::Before,
                 EffectType::Block,
                 DecisionCode::BlockedRunAborted,
                 Some(Arc::from(
                     "the run was aborted by an earlier human-review request",
                 )),
-            )
+            );
+            return Ok((d, false));
+        }
+        let policies = self.engine.policies.load();
+        let profile = policies.tools.profile(&policies, &call.name, &call.tags);
+        if needs_async(&self.engine, &policies, &profile.rules[0], &profile.name_lc) {
+            return Err(AsyncPlan {
+                policies: arc_swap::Guard::into_inner(policies),
+                profile,
+            });
+        }
+        let decide = AssertUnwindSafe(|| {
+            let view = call_view(call, &profile, None);
+            let mut ctx = DecisionCtx::new(
+                &self.engine,
+                &policies,
+                &self.shared,
+                &profile,
+                view,
+                now,
+                call.subjects.clone(),
+            );
+            let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
+            self.conclude_before(call, now, ctx, verdict)
+        });
+        Ok(std::panic::catch_unwind(decide).unwrap_or_else(|_| self.before_failure(call, now)))
+    }
+
+    async fn decide_before_async(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        plan: AsyncPlan,
+    ) -> (Decision, bool) {
+        let AsyncPlan { policies, profile } = plan;
+        let view = call_view(call, &profile, None);
+        let subjects = call.subjects.clone();
+        let mut ctx = DecisionCtx::new(
+            &self.engine,
+            &policies,
+            &self.shared,
+            &profile,
+            view,
+            now,
+            subjects,
+        );
+        let rules = &profile.rules[0];
+        if !rules.is_empty() {
+            extract_subjects(&mut ctx, rules).await;
+        }
+        let verdict = evaluate_rules(&mut ctx, rules).await;
+        self.conclude_before(call, now, ctx, verdict)
+    }
+
+    /// Turns the verdict into the decision: hitl lookup, then counters (kept when the call
+    /// proceeds, given back otherwise).
+    fn conclude_before(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        mut ctx: DecisionCtx<'_>,
+        verdict: RuleVerdict,
+    ) -> (Decision, bool) {
+        let mut d = base_decision(Phase::Before, &verdict, ctx.policies);
+        d.evaluated = verdict.evaluated;
+        if d.effect == EffectType::Hitl {
+            self.resolve_hitl(&mut d, call, now);
+        }
+        d.signals = std::mem::take(&mut ctx.signals);
+        let proceeds = d.effect == EffectType::Allow;
+        if proceeds {
+            count_allowed(&self.engine, &ctx, &ctx.permits);
         } else {
-            let fut = std::panic::AssertUnwindSafe(self.decide_before(&call, now));
-            match futures::FutureExt::catch_unwind(fut).await {
-                Ok(d) => {
-                    proceeds = d.effect == EffectType::Allow;
-                    d
-                }
-                Err(_) => self.failure(
-                    Phase::Before,
-                    &call.id,
-                    now,
-                    "internal error while deciding",
-                ),
+            for (_, key, permit) in ctx.permits.drain(..) {
+                self.engine.state.release(&key, permit);
             }
-        };
+        }
+        (d, proceeds)
+    }
+
+    /// Totals, latency, the `tool.decision` event; an allowed call waits in `pending`.
+    fn finish_before(
+        &self,
+        call: ToolCall,
+        mut decision: Decision,
+        proceeds: bool,
+        started: Instant,
+        now: DateTime<Utc>,
+    ) -> Decision {
         let t = &self.shared.totals;
         t.calls.fetch_add(1, Ordering::Relaxed);
         match decision.effect {
@@ -347,13 +488,7 @@ impl Run {
         decision
     }
 
-    fn failure(
-        &self,
-        phase: Phase,
-        call_id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-        msg: &str,
-    ) -> Decision {
+    fn failure(&self, phase: Phase, call_id: &str, now: DateTime<Utc>, msg: &str) -> Decision {
         let (effect, code) = match self.engine.failure_mode {
             FailureMode::Open => (EffectType::Allow, DecisionCode::Allowed),
             FailureMode::Closed => (EffectType::Block, DecisionCode::BlockedFailure),
@@ -365,50 +500,6 @@ impl Run {
         );
         let mut d = Decision::simple(phase, effect, code, Some(Arc::from(msg)));
         d.error = Some(msg.to_string());
-        d
-    }
-
-    async fn decide_before(&self, call: &ToolCall, now: chrono::DateTime<chrono::Utc>) -> Decision {
-        let policies = self.engine.policies.load_full();
-        let name_lc = lower_cow(&call.name);
-        let tags_lc = lower_all_cow(&call.tags);
-        let rules = rules_in_play(&policies, Phase::Before, &name_lc, &tags_lc);
-        let view = CallView {
-            name: &call.name,
-            name_lc: &name_lc,
-            tags: &call.tags,
-            tags_lc: &tags_lc,
-            args: &call.args,
-            duration_ms: None,
-        };
-        let subjects = call.subjects.clone();
-        let mut ctx = DecisionCtx::new(&self.engine, &policies, &self.shared, view, now, subjects);
-        if !rules.is_empty() {
-            extract_subjects(&mut ctx, &rules).await;
-        }
-        let verdict = evaluate_rules(&mut ctx, &rules).await;
-        let mut d = base_decision(Phase::Before, &verdict, &policies);
-        d.evaluated = verdict.evaluated;
-        if d.effect == EffectType::Hitl {
-            self.resolve_hitl(&mut d, call, now);
-        }
-        let signals = std::mem::take(&mut ctx.signals);
-        if d.effect == EffectType::Allow {
-            count_allowed(
-                &self.engine,
-                &policies,
-                &self.shared,
-                &name_lc,
-                &tags_lc,
-                &ctx.permits,
-                ctx.now_ms,
-            );
-        } else {
-            for (_, key, permit) in ctx.permits.drain(..) {
-                self.engine.state.release(&key, permit);
-            }
-        }
-        d.signals = signals;
         d
     }
 
@@ -493,16 +584,52 @@ impl Run {
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
         let pending = self.shared.pending.lock().remove(call_id)?;
         let now = self.engine.clock.now();
-        let fut = std::panic::AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
+        let fut = AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
         match futures::FutureExt::catch_unwind(fut).await {
             Ok(d) => d,
-            Err(_) => Some(self.failure(
-                Phase::After,
-                call_id,
-                now,
-                "internal error while recording the result",
-            )),
+            Err(_) => Some(self.after_failure(call_id, now)),
         }
+    }
+
+    fn after_failure(&self, call_id: &str, now: DateTime<Utc>) -> Decision {
+        self.failure(
+            Phase::After,
+            call_id,
+            now,
+            "internal error while recording the result",
+        )
+    }
+
+    /// [`after_tool`](Run::after_tool) for callers that are not async: returns without
+    /// blocking when no signal provider, subject extractor or tool evaluator is in play, else
+    /// waits for them as [`before_tool_blocking`](Run::before_tool_blocking) does.
+    pub fn after_tool_blocking(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
+        let tool = {
+            let pending = self.shared.pending.lock();
+            let p = pending.get(call_id)?;
+            (p.name.clone(), p.tags.clone())
+        };
+        let awaits = {
+            let policies = self.engine.policies.load();
+            let profile = policies.tools.profile(&policies, &tool.0, &tool.1);
+            needs_async(&self.engine, &policies, &profile.rules[1], &profile.name_lc)
+                || (self.engine.audit_enabled()
+                    && self
+                        .engine
+                        .evals
+                        .per_tool
+                        .iter()
+                        .any(|(g, _)| g.is_match(&*profile.name_lc)))
+        };
+        let mut fut = std::pin::pin!(self.after_tool(call_id, outcome));
+        if !awaits {
+            // Nothing to await: one poll finishes it.
+            if let Poll::Ready(d) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                return d;
+            }
+        }
+        let now = self.engine.clock.now();
+        block_on(fut).unwrap_or_else(|| Some(self.after_failure(call_id, now)))
     }
 
     async fn after_allowed(
@@ -510,61 +637,74 @@ impl Run {
         call_id: &str,
         pending: PendingCall,
         outcome: ToolOutcome,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> Option<Decision> {
         let started = Instant::now();
         let policies = self.engine.policies.load_full();
-        let name_lc = lower_cow(&pending.name);
-        let tags_lc = lower_all_cow(&pending.tags);
+        let profile = policies
+            .tools
+            .profile(&policies, &pending.name, &pending.tags);
         let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
+        let audit = self.engine.audit_enabled();
 
-        // Inbuilt metrics of the call.
-        let mut metrics: Vec<(InbuiltMetric, f64)> = Vec::with_capacity(5);
-        let want = |m: InbuiltMetric| {
-            self.engine.audit_enabled() || policies.trackers_by_metric.contains_key(m.key())
-        };
-        if want(InbuiltMetric::BytesIn) {
-            metrics.push((InbuiltMetric::BytesIn, json_len(&pending.args)));
+        // Inbuilt metrics of the call: only those a metricWindow tracker or the audit trail uses.
+        let mut metrics: SmallVec<[(InbuiltMetric, f64); 5]> = SmallVec::new();
+        if audit || !policies.trackers.is_empty() {
+            let want =
+                |m: InbuiltMetric| audit || policies.trackers_by_metric.contains_key(m.key());
+            if want(InbuiltMetric::BytesIn) {
+                metrics.push((InbuiltMetric::BytesIn, json_len(&pending.args)));
+            }
+            if let Some(output) = &outcome.output {
+                if want(InbuiltMetric::BytesOut) {
+                    metrics.push((InbuiltMetric::BytesOut, json_len(output)));
+                }
+            }
+            metrics.push((InbuiltMetric::DurationMs, duration_ms));
+            if let Value::Array(a) = &pending.args {
+                metrics.push((InbuiltMetric::RecordsIn, a.len() as f64));
+            }
+            if let Some(Value::Array(a)) = &outcome.output {
+                metrics.push((InbuiltMetric::RecordsOut, a.len() as f64));
+            }
         }
-        let output = outcome.output.as_ref().unwrap_or(&Value::Null);
-        if outcome.output.is_some() && want(InbuiltMetric::BytesOut) {
-            metrics.push((InbuiltMetric::BytesOut, json_len(output)));
-        }
-        metrics.push((InbuiltMetric::DurationMs, duration_ms));
-        if let Value::Array(a) = &pending.args {
-            metrics.push((InbuiltMetric::RecordsIn, a.len() as f64));
-        }
-        if let Value::Array(a) = output {
-            metrics.push((InbuiltMetric::RecordsOut, a.len() as f64));
-        }
-        for (m, v) in &metrics {
-            record_metric(
-                &self.engine,
-                &policies,
-                &self.shared,
-                m.key(),
-                Some((&name_lc, &tags_lc)),
-                *v,
-                now.timestamp_millis(),
-            );
+        if !policies.trackers.is_empty() {
+            for (m, v) in &metrics {
+                record_metric(
+                    &self.engine,
+                    &policies,
+                    &self.shared,
+                    m.key(),
+                    Some((&profile.name_lc, &profile.tags_lc)),
+                    *v,
+                    now.timestamp_millis(),
+                );
+            }
         }
 
-        let rules = rules_in_play(&policies, Phase::After, &name_lc, &tags_lc);
+        let rules = &profile.rules[1];
         let decision = if rules.is_empty() {
             None
         } else {
             let view = CallView {
                 name: &pending.name,
-                name_lc: &name_lc,
+                name_lc: &profile.name_lc,
                 tags: &pending.tags,
-                tags_lc: &tags_lc,
+                tags_lc: &profile.tags_lc,
                 args: &pending.args,
                 duration_ms: Some(duration_ms),
             };
-            let mut ctx =
-                DecisionCtx::new(&self.engine, &policies, &self.shared, view, now, Vec::new());
-            extract_subjects(&mut ctx, &rules).await;
-            let verdict = evaluate_rules(&mut ctx, &rules).await;
+            let mut ctx = DecisionCtx::new(
+                &self.engine,
+                &policies,
+                &self.shared,
+                &profile,
+                view,
+                now,
+                Vec::new(),
+            );
+            extract_subjects(&mut ctx, rules).await;
+            let verdict = evaluate_rules(&mut ctx, rules).await;
             // After phase: counters were taken by the before decision; give back any taken now.
             for (_, key, permit) in ctx.permits.drain(..) {
                 self.engine.state.release(&key, permit);
@@ -586,21 +726,25 @@ impl Run {
             Some(d)
         };
 
-        self.shared.history.lock().push(HistoryEntry {
-            name_lc: name_lc.into_owned(),
-            tags_lc: tags_lc.into_owned(),
-        });
         self.shared
-            .tool_calls
+            .history
             .lock()
-            .push(crate::eval::ToolCallRecord {
-                name: pending.name.clone(),
-                args: pending.args.clone(),
-                output: outcome.output.clone(),
-                error: outcome.error.clone(),
-            });
+            .push(&profile, policies.tools.generation());
+        // The evaluators' input lists the run's tool calls: kept only when an evaluator runs.
+        let evaluators = &self.engine.evals;
+        if audit && (!evaluators.per_tool.is_empty() || evaluators.per_run.is_some()) {
+            self.shared
+                .tool_calls
+                .lock()
+                .push(crate::eval::ToolCallRecord {
+                    name: pending.name.clone(),
+                    args: pending.args.clone(),
+                    output: outcome.output.clone(),
+                    error: outcome.error.clone(),
+                });
+        }
 
-        if self.engine.audit_enabled() {
+        if audit {
             if let Some(d) = &decision {
                 let body = json!({
                     "phase": "tool.after",
@@ -623,7 +767,10 @@ impl Run {
             }));
             match &outcome.error {
                 Some(e) => body.insert("error".into(), Value::String(e.clone())),
-                None => body.insert("output".into(), output.clone()),
+                None => body.insert(
+                    "output".into(),
+                    outcome.output.clone().unwrap_or(Value::Null),
+                ),
             };
             let (evaluation, slow) = self
                 .engine
@@ -639,21 +786,6 @@ impl Run {
             );
         }
         decision
-    }
-
-    /// Drops the run-scoped counters and metric windows of the current policies: they can never
-    /// be read again once the run is over, and a long-lived engine must not keep them.
-    fn forget_run_state(&self) {
-        let policies = self.engine.policies.load();
-        let counters = policies.counters.counters.iter().map(|c| (c.slot, c.scope));
-        let trackers = policies.trackers.iter().map(|t| (t.slot, t.scope));
-        for (slot, scope) in counters.chain(trackers) {
-            if scope == Scope::Run {
-                self.engine
-                    .state
-                    .remove(&self.shared.state_key(slot, Scope::Run));
-            }
-        }
     }
 
     /// Records a custom metric event for `metricWindow` rules.
@@ -702,29 +834,18 @@ impl Run {
     /// Ends the run with a status (e.g. `success`, `error`) and, optionally, the agent's final
     /// response (evaluated by the run-level evaluators). Flushes the audit sinks, bounded by the
     /// engine's flush timeout. Ending twice does nothing.
+    ///
+    /// The run's own counters and metric windows (scope `run`) are released: they can never
+    /// be read again, and a long-lived engine must not keep them. This costs the same whatever
+    /// the size of the policies (the store knows the run's keys).
     pub async fn end(&self, status: &str, final_response: Option<&str>) {
         if self.shared.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.forget_run_state();
-        let now = self.engine.clock.now();
-        let t = &self.shared.totals;
-        let totals = json!({
-            "calls": t.calls.load(Ordering::Relaxed),
-            "allowed": t.allowed.load(Ordering::Relaxed),
-            "blocked": t.blocked.load(Ordering::Relaxed),
-            "hitl": t.hitl.load(Ordering::Relaxed),
-            "llmTokensIn": t.tokens_in.load(Ordering::Relaxed),
-            "llmTokensOut": t.tokens_out.load(Ordering::Relaxed),
-            "llmCostUsd": num(t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6),
-            "durationMs": now.timestamp_millis() - self.shared.started_ms,
-        });
-        let mut body =
-            obj(json!({"status": status, "totals": totals, "aborted": self.is_aborted()}));
-        if let Some(r) = final_response {
-            body.insert("finalResponse".into(), Value::String(r.to_string()));
-        }
+        self.engine.state.forget_scope(&self.shared.run_key);
         if self.engine.audit_enabled() {
+            let now = self.engine.clock.now();
+            let body = self.shared.ended_body(status, final_response, now);
             self.engine.await_background(&self.shared).await;
             let (evaluation, slow) = self
                 .engine
@@ -744,49 +865,37 @@ impl Run {
     }
 }
 
-/// Counts an allowed call in every maxCalls counter whose selector matches it and that the
+fn call_view<'a>(
+    call: &'a ToolCall,
+    profile: &'a ToolProfile,
+    duration_ms: Option<f64>,
+) -> CallView<'a> {
+    CallView {
+        name: &call.name,
+        name_lc: &profile.name_lc,
+        tags: &call.tags,
+        tags_lc: &profile.tags_lc,
+        args: &call.args,
+        duration_ms,
+    }
+}
+
+/// Counts an allowed call in every maxCalls counter whose selector selects it and that the
 /// decision did not already count.
 fn count_allowed(
     engine: &EngineInner,
-    policies: &CompiledPolicies,
-    run: &RunShared,
-    name_lc: &str,
-    tags_lc: &[String],
+    ctx: &DecisionCtx<'_>,
     taken: &[(u32, StateKey, crate::state::Permit)],
-    now_ms: i64,
 ) {
-    let idx = &policies.counters;
-    if idx.counters.is_empty() {
-        return;
-    }
-    // Glob hits, turned into counter indices in place.
-    let mut hits: Vec<usize> = Vec::new();
-    if !idx.glob_counter.is_empty() {
-        idx.names.matches_into(name_lc, &mut hits);
-        hits.retain_mut(|i| match idx.glob_counter.get(*i) {
-            Some(c) => {
-                *i = *c as usize;
-                true
-            }
-            None => false,
-        });
-    }
-    for t in tags_lc {
-        if let Some(cs) = idx.by_tag.get(t) {
-            hits.extend(cs.iter().map(|c| *c as usize));
-        }
-    }
-    hits.sort_unstable();
-    hits.dedup();
-    for c in hits {
-        if taken.iter().any(|(t, _, _)| *t as usize == c) {
+    for &c in ctx.profile.counters.iter() {
+        if taken.iter().any(|(t, _, _)| *t == c) {
             continue;
         }
-        if let Some(spec) = idx.counters.get(c) {
+        if let Some(spec) = ctx.policies.counters.counters.get(c as usize) {
             engine.state.add(
-                &run.state_key(spec.slot, spec.scope),
+                &ctx.run.state_key(spec.slot, spec.scope),
                 spec.window_seconds,
-                now_ms,
+                ctx.now_ms,
             );
         }
     }

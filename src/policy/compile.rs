@@ -42,6 +42,10 @@ pub struct CompiledPolicies {
     pub(crate) rules: Vec<CompiledRule>,
     pub(crate) phases: [PhaseIndex; 2],
     pub(crate) counters: CounterIndex,
+    /// Every distinct `sequence` entry; conditions refer to them by index.
+    pub(crate) seq_entries: Vec<CSeqEntry>,
+    /// What the engine learned about each tool seen (rules in play, counters, sequence bits).
+    pub(crate) tools: crate::engine::ToolCache,
     pub(crate) trackers: Vec<TrackerSpec>,
     /// Trackers by metric key.
     pub(crate) trackers_by_metric: HashMap<String, Vec<usize>>,
@@ -202,9 +206,10 @@ pub(crate) enum CCond {
         ms: f64,
         on_missing: Option<EffectType>,
     },
+    /// Ids into [`CompiledPolicies::seq_entries`].
     Sequence {
-        must: Vec<CSeqEntry>,
-        must_not: Vec<CSeqEntry>,
+        must: Vec<u32>,
+        must_not: Vec<u32>,
     },
     MaxCalls {
         counter: u32,
@@ -299,6 +304,8 @@ fn stable_hash(s: &str) -> u64 {
 
 struct Compiler<'a> {
     counters: CounterIndexBuilder,
+    seq_entries: Vec<CSeqEntry>,
+    seq_ids: HashMap<String, u32>,
     trackers: Vec<TrackerSpec>,
     tracker_slots: HashMap<u64, usize>,
     trackers_by_metric: HashMap<String, Vec<usize>>,
@@ -390,10 +397,21 @@ impl Compiler<'_> {
                 must_have_called,
                 must_not_have_called,
             } => {
-                let mut conv = |l: &Option<Vec<SequenceEntry>>| -> Option<Vec<CSeqEntry>> {
+                let mut conv = |l: &Option<Vec<SequenceEntry>>| -> Option<Vec<u32>> {
                     let mut out = Vec::new();
                     for e in l.iter().flatten() {
-                        out.push(match e {
+                        // Identical entries share one id (one bit per history entry).
+                        let key = match e {
+                            SequenceEntry::Glob(g) => format!("g\u{1f}{}", g.to_lowercase()),
+                            SequenceEntry::Tags { tags, all } => {
+                                format!("t\u{1f}{all}\u{1f}{}", lower(tags).join("\u{1f}"))
+                            }
+                        };
+                        if let Some(id) = self.seq_ids.get(&key) {
+                            out.push(*id);
+                            continue;
+                        }
+                        let entry = match e {
                             SequenceEntry::Glob(g) => match glob_matcher(g) {
                                 Ok(m) => CSeqEntry::Glob(m),
                                 Err(e) => {
@@ -405,7 +423,11 @@ impl Compiler<'_> {
                                 tags: lower(tags),
                                 all: *all,
                             },
-                        });
+                        };
+                        let id = self.seq_entries.len() as u32;
+                        self.seq_entries.push(entry);
+                        self.seq_ids.insert(key, id);
+                        out.push(id);
                     }
                     Some(out)
                 };
@@ -662,6 +684,8 @@ impl CompiledPolicies {
         ];
         let mut c = Compiler {
             counters: CounterIndexBuilder::default(),
+            seq_entries: Vec::new(),
+            seq_ids: HashMap::new(),
             trackers: Vec::new(),
             tracker_slots: HashMap::new(),
             trackers_by_metric: HashMap::new(),
@@ -787,6 +811,8 @@ impl CompiledPolicies {
                 glob_counter: cb.glob_counter,
                 by_tag: cb.by_tag,
             },
+            seq_entries: c.seq_entries,
+            tools: crate::engine::ToolCache::default(),
             trackers: c.trackers,
             trackers_by_metric: c.trackers_by_metric,
             org_timezone,

@@ -1,5 +1,7 @@
 //! The in-memory [`StateStore`]: dashmap shards, one small mutex per key.
 
+use std::sync::Arc;
+
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
@@ -10,6 +12,8 @@ use super::{Permit, SlidingWindow, StateKey, StateStore, WindowStats};
 pub struct MemoryStateStore {
     counters: DashMap<StateKey, Mutex<Counter>>,
     windows: DashMap<StateKey, Mutex<SlidingWindow>>,
+    /// The slots created in each scope, so a scope is forgotten without scanning every key.
+    scopes: DashMap<Arc<str>, Vec<u64>>,
 }
 
 #[derive(Debug)]
@@ -44,12 +48,20 @@ impl MemoryStateStore {
             return f(&mut c.lock());
         }
         let entry = self.counters.entry(key.clone()).or_insert_with(|| {
+            self.note_scope(key);
             Mutex::new(match window_secs {
                 Some(w) => Counter::Windowed(SlidingWindow::new(secs_to_ms(w))),
                 None => Counter::Total(0),
             })
         });
         f(&mut entry.lock())
+    }
+
+    fn note_scope(&self, key: &StateKey) {
+        let mut slots = self.scopes.entry(key.scope.clone()).or_default();
+        if !slots.contains(&key.slot) {
+            slots.push(key.slot);
+        }
     }
 }
 
@@ -108,16 +120,30 @@ impl StateStore for MemoryStateStore {
             w.lock().push(at_ms, value);
             return;
         }
-        let entry = self
-            .windows
-            .entry(key.clone())
-            .or_insert_with(|| Mutex::new(SlidingWindow::new(secs_to_ms(window_secs))));
+        let entry = self.windows.entry(key.clone()).or_insert_with(|| {
+            self.note_scope(key);
+            Mutex::new(SlidingWindow::new(secs_to_ms(window_secs)))
+        });
         entry.lock().push(at_ms, value);
     }
 
     fn remove(&self, key: &StateKey) {
         self.counters.remove(key);
         self.windows.remove(key);
+    }
+
+    fn forget_scope(&self, scope: &str) {
+        let Some((scope, slots)) = self.scopes.remove(scope) else {
+            return;
+        };
+        for slot in slots {
+            let key = StateKey {
+                slot,
+                scope: scope.clone(),
+            };
+            self.counters.remove(&key);
+            self.windows.remove(&key);
+        }
     }
 
     fn window(&self, key: &StateKey, _window_secs: u64, now_ms: i64) -> WindowStats {

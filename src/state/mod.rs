@@ -55,6 +55,10 @@ pub trait StateStore: Send + Sync + 'static {
     fn record(&self, key: &StateKey, window_secs: u64, at_ms: i64, value: f64);
     /// Aggregates of the events with `now − window < t ≤ now`.
     fn window(&self, key: &StateKey, window_secs: u64, now_ms: i64) -> WindowStats;
-    /// Forgets a counter and a metric window (used when a run ends, for its run-scoped state).
+    /// Forgets a counter and a metric window.
     fn remove(&self, key: &StateKey);
+    /// Forgets every counter and metric window of one scope instance (`StateKey::scope`): a
+    /// run's own state when it ends or is dropped. Must not depend on how many counters the
+    /// policies define (the store knows which keys the scope has).
+    fn forget_scope(&self, scope: &str);
 }

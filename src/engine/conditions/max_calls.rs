@@ -5,23 +5,6 @@
 //! just `count ≥ max` (the rule may cap other tools once the counted ones used the budget).
 use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
-use crate::policy::CounterIndex;
-
-/// Whether counter `counter` counts a call of this tool.
-fn selects(idx: &CounterIndex, counter: u32, name_lc: &str, tags_lc: &[String]) -> bool {
-    if tags_lc
-        .iter()
-        .any(|t| idx.by_tag.get(t).is_some_and(|cs| cs.contains(&counter)))
-    {
-        return true;
-    }
-    idx.glob_counter.contains(&counter)
-        && idx
-            .names
-            .matches(name_lc)
-            .into_iter()
-            .any(|g| idx.glob_counter.get(g) == Some(&counter))
-}
 
 pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
     if ctx.permits.iter().any(|(c, _, _)| *c == counter) {
@@ -33,7 +16,7 @@ pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
         return Tri::Unknown;
     };
     let key = ctx.run.state_key(spec.slot, spec.scope);
-    if !selects(idx, counter, ctx.call.name_lc, ctx.call.tags_lc) {
+    if !ctx.profile.counts(counter) {
         return (ctx
             .engine
             .state

@@ -1,22 +1,16 @@
 //! `sequence`: over the run's history of allowed calls whose result was recorded.
+//!
+//! Each history entry was matched against every sequence entry of the policies once, when its
+//! result was recorded (the tool's profile holds the bits); the run keeps the union, so a
+//! condition is a few bit tests whatever the length of the history.
 use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
-use crate::engine::run::HistoryEntry;
-use crate::policy::CSeqEntry;
+use crate::engine::run::bit;
 
-fn matches(e: &CSeqEntry, h: &HistoryEntry) -> bool {
-    match e {
-        CSeqEntry::Glob(g) => g.is_match(h.name_lc.as_str()),
-        CSeqEntry::Tags { tags, all: true } => tags.iter().all(|t| h.tags_lc.contains(t)),
-        CSeqEntry::Tags { tags, all: false } => tags.iter().any(|t| h.tags_lc.contains(t)),
-    }
-}
-
-pub(crate) fn eval(must: &[CSeqEntry], must_not: &[CSeqEntry], ctx: &mut DecisionCtx<'_>) -> Tri {
-    let history = ctx.run.history.lock();
-    let missing_required = must.iter().any(|e| !history.iter().any(|h| matches(e, h)));
-    let forbidden_seen = must_not
-        .iter()
-        .any(|e| history.iter().any(|h| matches(e, h)));
+pub(crate) fn eval(must: &[u32], must_not: &[u32], ctx: &mut DecisionCtx<'_>) -> Tri {
+    let mut history = ctx.run.history.lock();
+    let seen = history.seen(ctx.policies);
+    let missing_required = must.iter().any(|&e| !bit(seen, e));
+    let forbidden_seen = must_not.iter().any(|&e| bit(seen, e));
     (missing_required || forbidden_seen).into()
 }

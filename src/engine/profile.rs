@@ -1,0 +1,192 @@
+//! What a compiled policy set says about one tool (name and tags), worked out once per tool and
+//! kept with the policies: the rules in play in each phase, the maxCalls counters that count
+//! its calls, and the `sequence` entries that one of its calls satisfies (a bitset).
+//!
+//! Decisions then find all of this with one hash lookup, without glob matching or allocation.
+//! The cache is copy-on-write ([`ArcSwap`]): lookups never lock, so threads deciding on one
+//! engine do not contend; a miss computes the profile and publishes a new map. Past
+//! [`MAX_TOOLS`] distinct tools, profiles are computed per call instead of cached.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+
+use super::evaluate::rules_in_play_uncached;
+use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
+
+/// Distinct tools whose profile is cached per policy set.
+pub(crate) const MAX_TOOLS: usize = 4096;
+
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A tool's profile under one compiled policy set.
+#[derive(Debug)]
+pub(crate) struct ToolProfile {
+    pub(crate) name: Box<str>,
+    pub(crate) tags: Box<[String]>,
+    /// The name lowercased.
+    pub(crate) name_lc: Arc<str>,
+    /// The tags lowercased.
+    pub(crate) tags_lc: Arc<[String]>,
+    /// Rules in play per phase (`phase_slot`), in evaluation order.
+    pub(crate) rules: [Box<[u32]>; 2],
+    /// maxCalls counters whose selector selects this tool, ascending.
+    pub(crate) counters: Box<[u32]>,
+    /// Bit `i` set: a call of this tool satisfies sequence entry `i`.
+    pub(crate) seq_bits: Box<[u64]>,
+}
+
+impl ToolProfile {
+    fn compute(policies: &CompiledPolicies, name: &str, tags: &[String]) -> ToolProfile {
+        let name_lc: Arc<str> = Arc::from(name.to_lowercase());
+        let tags_lc: Arc<[String]> = tags.iter().map(|t| t.to_lowercase()).collect();
+        let rules = [Phase::Before, Phase::After].map(|p| {
+            rules_in_play_uncached(policies, p, &name_lc, &tags_lc)
+                .into_iter()
+                .map(|r| r as u32)
+                .collect::<Box<[u32]>>()
+        });
+        let counters = selected_counters(policies, &name_lc, &tags_lc);
+        let mut seq_bits = vec![0u64; policies.seq_entries.len().div_ceil(64)];
+        for (i, e) in policies.seq_entries.iter().enumerate() {
+            let hit = match e {
+                CSeqEntry::Glob(g) => g.is_match(&*name_lc),
+                CSeqEntry::Tags { tags, all: true } => tags.iter().all(|t| tags_lc.contains(t)),
+                CSeqEntry::Tags { tags, all: false } => tags.iter().any(|t| tags_lc.contains(t)),
+            };
+            if hit {
+                seq_bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        ToolProfile {
+            name: name.into(),
+            tags: tags.into(),
+            name_lc,
+            tags_lc,
+            rules,
+            counters,
+            seq_bits: seq_bits.into_boxed_slice(),
+        }
+    }
+
+    /// Whether maxCalls counter `counter` counts calls of this tool.
+    pub(crate) fn counts(&self, counter: u32) -> bool {
+        self.counters.binary_search(&counter).is_ok()
+    }
+}
+
+/// The counters selecting a tool: by a name glob or by one of its tags.
+fn selected_counters(policies: &CompiledPolicies, name_lc: &str, tags_lc: &[String]) -> Box<[u32]> {
+    let idx = &policies.counters;
+    let mut hits: Vec<u32> = Vec::new();
+    if !idx.glob_counter.is_empty() {
+        for g in idx.names.matches(name_lc) {
+            if let Some(c) = idx.glob_counter.get(g) {
+                hits.push(*c);
+            }
+        }
+    }
+    for t in tags_lc {
+        if let Some(cs) = idx.by_tag.get(t) {
+            hits.extend_from_slice(cs);
+        }
+    }
+    hits.sort_unstable();
+    hits.dedup();
+    hits.into_boxed_slice()
+}
+
+/// A hasher for keys that already are hashes.
+#[derive(Default)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHashed>>;
+
+/// Profiles of the tools seen under one compiled policy set.
+#[derive(Debug)]
+pub(crate) struct ToolCache {
+    generation: u64,
+    map: ArcSwap<ProfileMap>,
+    writer: parking_lot::Mutex<()>,
+}
+
+impl Default for ToolCache {
+    fn default() -> Self {
+        ToolCache {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            map: ArcSwap::from_pointee(ProfileMap::default()),
+            writer: parking_lot::Mutex::new(()),
+        }
+    }
+}
+
+fn key_hash(name: &str, tags: &[String]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+        }
+        h = (h ^ 0x1f).wrapping_mul(0x100000001b3);
+    };
+    eat(name.as_bytes());
+    for t in tags {
+        eat(t.as_bytes());
+    }
+    h
+}
+
+impl ToolCache {
+    /// Identifies the policy set (distinct for every compilation in this process).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The profile of a tool, from the cache or computed (and cached while there is room).
+    pub(crate) fn profile(
+        &self,
+        policies: &CompiledPolicies,
+        name: &str,
+        tags: &[String],
+    ) -> Arc<ToolProfile> {
+        let h = key_hash(name, tags);
+        let find = |map: &ProfileMap| {
+            map.get(&h).and_then(|v| {
+                v.iter()
+                    .find(|p| &*p.name == name && &*p.tags == tags)
+                    .cloned()
+            })
+        };
+        if let Some(p) = find(&self.map.load()) {
+            return p;
+        }
+        let profile = Arc::new(ToolProfile::compute(policies, name, tags));
+        let _w = self.writer.lock();
+        let current = self.map.load_full();
+        if let Some(p) = find(&current) {
+            return p;
+        }
+        if current.len() < MAX_TOOLS {
+            let mut next = (*current).clone();
+            next.entry(h).or_default().push(profile.clone());
+            self.map.store(Arc::new(next));
+        }
+        profile
+    }
+}
