@@ -9,7 +9,15 @@
 //!   toolArg, toolName, maxCalls (with a max that never trips) and enduserTag. Every decision
 //!   is an allow, so the timing covers evaluating every rule in play.
 //!
-//! One run per benchmark: decisions never block, so the run's counters never trip. Each
+//! - `support/<n>/run`: the support workload of `benches/data/support-workload.json` (see
+//!   `benches/support/mod.rs`) at 10, 1,000 and 100,000 rules: one whole run (start, 20
+//!   `before_tool` + `after_tool` for the allowed calls, end), 4 end users in turn, clock fixed.
+//!   Before criterion starts, the per-decision median and p99 of `before_tool` over many runs
+//!   are printed (`support/<n>: median … p99 …`), as are the audited decision (file sink) and
+//!   the 1- and 2-thread throughput.
+//! - `start_end/<n>`: `start_run` + `end` at 10 and 100,000 rules (no audit).
+//!
+//! One run per benchmark (except `support/*`): decisions never block, so the run's counters never trip. Each
 //! iteration clones the call (as a framework builds a fresh one per tool call) and drops the
 //! decision; `clone_call/*` measures the clone alone, to subtract.
 //!
@@ -21,12 +29,15 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 use toolgate::audit::{AuditError, AuditEvent, AuditSink};
 use toolgate::engine::{GovernanceEngine, Run, RunContext, ToolCall};
 use toolgate::policy::parse_policy_value;
+
+mod support;
+use support::{Workload, play};
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -250,9 +261,197 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(6))
 }
 
+fn support_runs(c: &mut Criterion) {
+    let w = Workload::load();
+    for n in [10usize, 1_000, 100_000] {
+        let engine = w.engine(n);
+        let mut k = 0usize;
+        c.bench_function(&format!("support/{n}/run"), |b| {
+            b.iter(|| {
+                let run = engine.start_run(w.context(k));
+                k += 1;
+                play(&w, &run, |_, d| {
+                    black_box(d);
+                });
+                end_now(&run);
+            })
+        });
+    }
+}
+
+/// Ends a run without a runtime: with the audit trail off, `end` awaits nothing.
+fn end_now(run: &Run) {
+    let fut = std::pin::pin!(run.end("success", None));
+    let mut fut = fut;
+    let waker = std::task::Waker::noop();
+    let ready = std::future::Future::poll(fut.as_mut(), &mut std::task::Context::from_waker(waker));
+    assert!(ready.is_ready(), "end awaited with the audit trail off");
+}
+
+fn start_end(c: &mut Criterion) {
+    let w = Workload::load();
+    for n in [10usize, 100_000] {
+        let engine = w.engine(n);
+        let mut k = 0usize;
+        c.bench_function(&format!("start_end/{n}"), |b| {
+            b.iter_batched(
+                || {
+                    k += 1;
+                    w.context(k)
+                },
+                |ctx| {
+                    let run = engine.start_run(ctx);
+                    end_now(&run);
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+}
+
+/// Per-decision latencies of `before_tool` over `runs` runs of the workload, sorted.
+/// The call is cloned before the clock starts (a framework builds it anyway).
+fn decision_latencies(
+    w: &Workload,
+    engine: &GovernanceEngine,
+    runs: usize,
+    end: &dyn Fn(&Run),
+) -> Vec<u64> {
+    let mut out = Vec::with_capacity(runs * w.calls.len());
+    for k in 0..runs {
+        let run = engine.start_run(w.context(k));
+        for call in &w.calls {
+            let call_clone = call.clone();
+            let t = std::time::Instant::now();
+            let d = run.before_tool_blocking(call_clone);
+            out.push(t.elapsed().as_nanos() as u64);
+            if d.is_allowed() {
+                let o = toolgate::engine::ToolOutcome::ok(
+                    json!({"ok": true}),
+                    Duration::from_millis(3),
+                );
+                run.after_tool_blocking(&call.id, o);
+            }
+        }
+        end(&run);
+    }
+    out.sort_unstable();
+    out
+}
+
+fn pct(sorted: &[u64], p: f64) -> u64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(0)
+}
+
+fn print_latencies(label: &str, v: &[u64]) {
+    println!(
+        "{label}: median {} ns, p99 {} ns ({} decisions)",
+        pct(v, 0.5),
+        pct(v, 0.99),
+        v.len()
+    );
+}
+
+/// Per-decision median and p99 on the support workload, audit off.
+fn support_percentiles(w: &Workload) {
+    for n in [10usize, 1_000, 100_000] {
+        let engine = w.engine(n);
+        assert_eq!(engine.policies().active_rules(), n);
+        decision_latencies(w, &engine, 200, &end_now); // warm-up
+        let v = decision_latencies(w, &engine, 5_000, &end_now);
+        print_latencies(&format!("support/{n} before_tool"), &v);
+    }
+}
+
+/// Audited decisions into the file sink: the caller's cost per decision (median, p99), and
+/// sustained throughput (decisions until everything is written, flushed).
+fn audited_file(w: &Workload, rt: &Runtime) {
+    let dir = std::env::temp_dir().join(format!("toolgate-bench-audit-{}", std::process::id()));
+    let engine = rt.block_on(async {
+        GovernanceEngine::builder()
+            .policy(w.policy(10))
+            .clock(Arc::new(support::FixedClock(w.clock)))
+            .audit(toolgate::audit::AuditConfig {
+                sinks: vec![toolgate::audit::SinkConfig::File(
+                    toolgate::audit::FileSinkConfig::in_dir(&dir),
+                )],
+                redaction: Default::default(),
+            })
+            .build()
+            .expect("the support policy compiles")
+    });
+    let end = |run: &Run| rt.block_on(run.end("success", None));
+    decision_latencies(w, &engine, 200, &end);
+    rt.block_on(engine.flush()).expect("flush");
+    let runs = 2_000;
+    let t = std::time::Instant::now();
+    let v = decision_latencies(w, &engine, runs, &end);
+    rt.block_on(engine.flush()).expect("flush");
+    let secs = t.elapsed().as_secs_f64();
+    print_latencies("audited/file before_tool (caller's thread)", &v);
+    println!(
+        "audited/file throughput: {:.0} decisions/s ({} runs of {} calls, audit flushed)",
+        v.len() as f64 / secs,
+        runs,
+        w.calls.len()
+    );
+    rt.block_on(engine.shutdown()).expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Decisions per second with 1 and 2 threads sharing one engine (one run per thread at a time).
+fn threads(w: &Workload) {
+    let engine = w.engine(10);
+    let per_thread = 3_000usize;
+    for n_threads in [1usize, 2] {
+        let t = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..n_threads {
+                let (engine, w) = (&engine, &w);
+                s.spawn(move || {
+                    for k in 0..per_thread {
+                        let run = engine.start_run(w.context(th * per_thread + k));
+                        play(w, &run, |_, d| {
+                            black_box(d);
+                        });
+                        end_now(&run);
+                    }
+                });
+            }
+        });
+        let decisions = (n_threads * per_thread * w.calls.len()) as f64;
+        println!(
+            "threads/{n_threads}: {:.0} before_tool decisions/s (runs with after_tool and end)",
+            decisions / t.elapsed().as_secs_f64()
+        );
+    }
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = customer_support, rule_count, audited
+    targets = customer_support, rule_count, audited, support_runs, start_end
 }
-criterion_main!(benches);
+
+fn main() {
+    // `cargo bench --bench decision -- FILTER` runs the criterion cases matching FILTER; the
+    // printed measurements run unless FILTER is given and does not match "summary".
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter
+        .as_deref()
+        .is_none_or(|f| "summary".contains(f) || f.contains("summary"))
+    {
+        let w = Workload::load();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        support_percentiles(&w);
+        audited_file(&w, &rt);
+        threads(&w);
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -432,6 +432,24 @@ impl RunChain {
         &mut self,
         kind: EventKind,
         ts: DateTime<Utc>,
+        body: Map<String, Value>,
+    ) -> AuditEvent {
+        let secs = u64::try_from(ts.timestamp()).unwrap_or(0);
+        let id = Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            secs,
+            ts.timestamp_subsec_nanos(),
+        ));
+        self.seal_with_id(kind, ts, id, body)
+    }
+
+    /// [`seal`](RunChain::seal) with an id chosen earlier (a UUID v7 from `ts`), for events
+    /// whose id is handed out before they are sealed.
+    pub fn seal_with_id(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
         mut body: Map<String, Value>,
     ) -> AuditEvent {
         for key in ENVELOPE_KEYS {
@@ -443,12 +461,6 @@ impl RunChain {
                 );
             }
         }
-        let secs = u64::try_from(ts.timestamp()).unwrap_or(0);
-        let id = Uuid::new_v7(uuid::Timestamp::from_unix(
-            uuid::NoContext,
-            secs,
-            ts.timestamp_subsec_nanos(),
-        ));
         let mut event = AuditEvent {
             id,
             kind,

@@ -12,14 +12,30 @@ use serde_json::{Map, Value, json};
 use super::EngineInner;
 use super::evaluations::{EvalSet, run_to_json};
 use super::run::{RunContext, RunShared, ToolOutcome};
+use super::sealer::{Body, Sealer};
 use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
 use crate::eval::EvaluationInput;
 
 /// Audit settings of an engine.
 pub(crate) struct AuditState {
-    pub(crate) bus: AuditBus,
-    pub(crate) redactor: Redactor,
+    /// Seals queued events in batches and hands them to the bus.
+    pub(crate) sealer: Sealer,
     pub(crate) flush_timeout: Duration,
+}
+
+impl AuditState {
+    pub(crate) fn new(bus: AuditBus, redactor: Redactor, flush_timeout: Duration) -> AuditState {
+        AuditState {
+            sealer: Sealer::start(bus, redactor),
+            flush_timeout,
+        }
+    }
+
+    /// The bus, after everything queued was sealed and handed to it.
+    pub(crate) fn drained_bus(&self) -> &AuditBus {
+        self.sealer.drain();
+        self.sealer.bus()
+    }
 }
 
 /// Slow evaluators and the input they are to run on, after the event is sealed.
@@ -27,7 +43,7 @@ pub(crate) type SlowEvaluation = (Arc<crate::eval::EvaluationRunner>, Evaluation
 
 /// Per-run audit state: the run's hash chain and its background evaluations.
 pub(crate) struct RunAudit {
-    chain: Option<Mutex<RunChain>>,
+    chain: Option<Arc<Mutex<RunChain>>>,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -39,32 +55,39 @@ impl EngineInner {
     pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
         RunAudit {
             chain: self.audit.as_ref().map(|_| {
-                Mutex::new(RunChain::new(
+                Arc::new(Mutex::new(RunChain::new(
                     ctx.run_id.clone(),
                     ctx.agent_id.clone(),
                     ctx.enduser.as_ref().map(|u| u.id.clone()),
-                ))
+                )))
             }),
             background: Mutex::new(Vec::new()),
         }
     }
 
-    /// Seals an event into the run's chain and hands it to the bus; returns its id.
+    /// Queues an event of the run for sealing (redaction, hash, chain) off the caller's
+    /// thread; returns its id.
     pub(crate) fn emit(
         &self,
         run: &RunShared,
         kind: EventKind,
-        mut body: Map<String, Value>,
+        body: Map<String, Value>,
+        at: DateTime<Utc>,
+    ) -> Option<uuid::Uuid> {
+        self.emit_body(run, kind, Body::Json(body), at)
+    }
+
+    /// [`emit`](Self::emit) with a typed body, turned into JSON by the sealer.
+    pub(crate) fn emit_body(
+        &self,
+        run: &RunShared,
+        kind: EventKind,
+        body: Body,
         at: DateTime<Utc>,
     ) -> Option<uuid::Uuid> {
         let audit = self.audit.as_ref()?;
         let chain = run.audit.chain.as_ref()?;
-        audit.redactor.redact(kind, &mut body);
-        let mut chain = chain.lock();
-        let event = chain.seal(kind, at, body);
-        let id = event.id();
-        audit.bus.emit(event);
-        Some(id)
+        Some(audit.sealer.push(chain, kind, at, body))
     }
 
     /// Emits a `tool.result` or `run.ended` event with the fast evaluators' result attached,
@@ -125,7 +148,7 @@ impl EngineInner {
 
     pub(crate) async fn flush_audit(&self) {
         if let Some(a) = &self.audit {
-            if let Err(e) = a.bus.flush(a.flush_timeout).await {
+            if let Err(e) = a.drained_bus().flush(a.flush_timeout).await {
                 tracing::warn!("audit flush: {e}");
             }
         }

@@ -27,6 +27,7 @@ mod guard;
 mod hitl;
 mod profile;
 mod run;
+mod sealer;
 mod signals;
 mod subjects;
 
@@ -283,11 +284,11 @@ impl EngineBuilder {
                 config.build_sinks()?
             };
             sinks.extend(self.extra_sinks);
-            Some(AuditState {
-                bus: AuditBus::new(sinks, BusConfig::default()),
+            Some(AuditState::new(
+                AuditBus::new(sinks, BusConfig::default()),
                 redactor,
-                flush_timeout: self.flush_timeout,
-            })
+                self.flush_timeout,
+            ))
         } else {
             None
         };
@@ -413,7 +414,7 @@ impl GovernanceEngine {
     /// Flushes the audit sinks and shuts them down, bounded by the flush timeout.
     pub async fn shutdown(&self) -> Result<(), AuditError> {
         match &self.inner.audit {
-            Some(a) => a.bus.shutdown(a.flush_timeout).await,
+            Some(a) => a.drained_bus().shutdown(a.flush_timeout).await,
             None => Ok(()),
         }
     }
@@ -421,7 +422,7 @@ impl GovernanceEngine {
     /// Flushes the audit sinks, bounded by the flush timeout.
     pub async fn flush(&self) -> Result<(), AuditError> {
         match &self.inner.audit {
-            Some(a) => a.bus.flush(a.flush_timeout).await,
+            Some(a) => a.drained_bus().flush(a.flush_timeout).await,
             None => Ok(()),
         }
     }

@@ -25,6 +25,7 @@ use super::evaluate::{
 };
 use super::hitl::{Review, fingerprint};
 use super::profile::ToolProfile;
+use super::sealer::Body;
 use super::{EngineInner, FailureMode};
 use crate::audit::EventKind;
 use crate::policy::{
@@ -460,30 +461,49 @@ impl Run {
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
         decision.latency_ns = started.elapsed().as_nanos() as u64;
+        let ToolCall {
+            id,
+            name,
+            tags,
+            args,
+            subjects,
+        } = call;
+        let pending = |name, tags, args| PendingCall { name, tags, args };
         if self.engine.audit_enabled() {
-            let body = json!({
-                "phase": "tool.before",
-                "callId": call.id,
-                "tool": {"name": call.name, "tags": call.tags},
-                "args": call.args,
-                "subjects": call.subjects,
-                "decision": decision,
-            });
-            self.emit(EventKind::ToolDecision, obj(body), now);
-        }
-        if proceeds {
-            // The call is ours: move it into `pending` rather than cloning its arguments.
-            let ToolCall {
-                id,
+            // Captured as is (the call moved, or cloned when it proceeds; the decision
+            // cloned); the sealer writes the JSON.
+            let body = |call_id, name, tags, args, decision| Body::BeforeDecision {
+                call_id,
                 name,
                 tags,
                 args,
-                ..
-            } = call;
+                subjects,
+                decision,
+            };
+            let body = if proceeds {
+                let b = body(
+                    id.clone(),
+                    name.clone(),
+                    tags.clone(),
+                    args.clone(),
+                    decision.clone(),
+                );
+                self.shared
+                    .pending
+                    .lock()
+                    .insert(id, pending(name, tags, args));
+                b
+            } else {
+                body(id, name, tags, args, decision.clone())
+            };
+            self.engine
+                .emit_body(&self.shared, EventKind::ToolDecision, body, now);
+        } else if proceeds {
+            // The call is ours: move it into `pending` rather than cloning its arguments.
             self.shared
                 .pending
                 .lock()
-                .insert(id, PendingCall { name, tags, args });
+                .insert(id, pending(name, tags, args));
         }
         decision
     }

@@ -1,0 +1,204 @@
+//! Audit events off the decision path.
+//!
+//! The caller's thread only captures an event's data (typed: the call and the decision are
+//! moved or cloned, not turned into JSON), picks its id, and appends it to a queue. A sealer
+//! thread, one per engine, takes the queue in batches: it builds each body, redacts it,
+//! writes it to canonical JSON, hashes and chains it (per run, in queue order, so each run's
+//! `seq` follows the order its events were emitted) and hands it to the bus.
+//!
+//! Hand-off is by batch: the thread is woken when the queue goes from empty to non-empty (or
+//! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
+//! decisions costs one wake-up, not one per event. `flush` (on `Run::end`, engine flush and
+//! shutdown) drains the queue on the caller's thread first, so nothing queued is lost; so does
+//! dropping the engine.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::decision::Decision;
+use super::run::obj;
+use super::subjects::SubjectRef;
+use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
+
+/// Queue length at which the sealer is woken at once instead of after [`LINGER`].
+const WAKE_AT: usize = 4096;
+/// How long the sealer lets a batch fill after the first event arrives.
+const LINGER: Duration = Duration::from_millis(1);
+
+/// An event body as captured on the caller's thread.
+pub(crate) enum Body {
+    /// Built as JSON already (rare events: run start and end, results, errors).
+    Json(Map<String, Value>),
+    /// A `tool.before` decision.
+    BeforeDecision {
+        call_id: String,
+        name: String,
+        tags: Vec<String>,
+        args: Value,
+        subjects: Vec<SubjectRef>,
+        decision: Decision,
+    },
+}
+
+impl Body {
+    fn into_map(self) -> Map<String, Value> {
+        match self {
+            Body::Json(m) => m,
+            Body::BeforeDecision {
+                call_id,
+                name,
+                tags,
+                args,
+                subjects,
+                decision,
+            } => obj(json!({
+                "phase": "tool.before",
+                "callId": call_id,
+                "tool": {"name": name, "tags": tags},
+                "args": args,
+                "subjects": subjects,
+                "decision": decision,
+            })),
+        }
+    }
+}
+
+struct Pending {
+    chain: Arc<Mutex<RunChain>>,
+    kind: EventKind,
+    at: DateTime<Utc>,
+    id: Uuid,
+    body: Body,
+}
+
+struct Shared {
+    queue: Mutex<Vec<Pending>>,
+    wake: Condvar,
+    /// Held while a batch is sealed and handed to the bus, so batches never interleave.
+    processing: Mutex<Vec<Pending>>,
+    bus: AuditBus,
+    redactor: Redactor,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Seals everything queued so far, in order, and hands it to the bus.
+    fn drain(&self) {
+        let mut batch = self.processing.lock();
+        std::mem::swap(&mut *batch, &mut *self.queue.lock());
+        for p in batch.drain(..) {
+            let mut body = p.body.into_map();
+            self.redactor.redact(p.kind, &mut body);
+            let event = p.chain.lock().seal_with_id(p.kind, p.at, p.id, body);
+            self.bus.emit(event);
+        }
+    }
+}
+
+/// The engine's sealer: a queue and the thread that drains it.
+pub(crate) struct Sealer {
+    shared: Arc<Shared>,
+}
+
+impl Sealer {
+    /// Starts the sealer thread (if the thread cannot start, events are sealed at flush).
+    pub(crate) fn start(bus: AuditBus, redactor: Redactor) -> Sealer {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            processing: Mutex::new(Vec::new()),
+            bus,
+            redactor,
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let started = std::thread::Builder::new()
+            .name("toolgate-sealer".into())
+            .spawn(move || sealer_loop(&s));
+        if let Err(e) = started {
+            tracing::error!(
+                "audit: cannot start the sealer thread ({e}); events are sealed at flush"
+            );
+        }
+        Sealer { shared }
+    }
+
+    /// Queues an event; returns at once.
+    pub(crate) fn push(
+        &self,
+        chain: &Arc<Mutex<RunChain>>,
+        kind: EventKind,
+        at: DateTime<Utc>,
+        body: Body,
+    ) -> Uuid {
+        let id = event_id(at);
+        let wake = {
+            let mut q = self.shared.queue.lock();
+            q.push(Pending {
+                chain: chain.clone(),
+                kind,
+                at,
+                id,
+                body,
+            });
+            q.len() == 1 || q.len() == WAKE_AT
+        };
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        id
+    }
+
+    /// Seals and hands to the bus everything queued so far, on the caller's thread.
+    pub(crate) fn drain(&self) {
+        self.shared.drain();
+    }
+
+    /// The bus the sealed events go to.
+    pub(crate) fn bus(&self) -> &AuditBus {
+        &self.shared.bus
+    }
+}
+
+impl Drop for Sealer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+        self.shared.drain();
+    }
+}
+
+fn sealer_loop(s: &Shared) {
+    loop {
+        {
+            let mut q = s.queue.lock();
+            while q.is_empty() {
+                if s.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                s.wake.wait(&mut q);
+            }
+            if q.len() < WAKE_AT {
+                // Let the batch fill; an arrival that fills it wakes us early.
+                let _ = s.wake.wait_for(&mut q, LINGER);
+            }
+        }
+        s.drain();
+    }
+}
+
+/// A UUID v7 for an event at `ts` (as [`RunChain::seal`] makes them).
+fn event_id(ts: DateTime<Utc>) -> Uuid {
+    let secs = u64::try_from(ts.timestamp()).unwrap_or(0);
+    Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        secs,
+        ts.timestamp_subsec_nanos(),
+    ))
+}
