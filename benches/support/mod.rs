@@ -50,10 +50,14 @@ fn strip_policy_id(mut rule: Value) -> Value {
 impl Workload {
     /// Reads `benches/data/support-workload.json`.
     pub fn load() -> Workload {
-        let path = concat!(
+        Workload::load_from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/benches/data/support-workload.json"
-        );
+        ))
+    }
+
+    /// Reads a workload file.
+    pub fn load_from(path: &str) -> Workload {
         let text = std::fs::read_to_string(path).expect("the support workload is readable");
         let w: Value = serde_json::from_str(&text).expect("the support workload is JSON");
         let rules = |k: &str| -> Vec<Value> {

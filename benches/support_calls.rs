@@ -1,0 +1,52 @@
+//! Driver for `benches/callgrind.sh`: plays the support workload's runs and routes every measured
+//! `before_tool` through [`decide`], which callgrind counts instructions in.
+//!
+//! `support_calls RULES RUNS`: one warm-up run (not counted), then RUNS runs.
+
+use std::hint::black_box;
+
+use toolgate::engine::{Decision, Run, ToolCall};
+
+mod support;
+use support::Workload;
+
+/// The measured call: one decision, nothing else.
+#[inline(never)]
+fn decide(run: &Run, call: ToolCall) -> Decision {
+    run.before_tool_blocking(call)
+}
+
+#[inline(never)]
+fn warm_up(run: &Run, call: ToolCall) -> Decision {
+    run.before_tool_blocking(call)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let rules: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
+    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
+    let w = Workload::load();
+    let engine = w.engine(rules);
+    let mut decisions = 0usize;
+    for k in 0..=runs {
+        let run = engine.start_run(w.context(k));
+        for call in &w.calls {
+            let c = call.clone();
+            let d = if k == 0 {
+                warm_up(&run, c)
+            } else {
+                decisions += 1;
+                decide(&run, c)
+            };
+            if d.is_allowed() {
+                let o = toolgate::engine::ToolOutcome::ok(
+                    serde_json::json!({"ok": true}),
+                    std::time::Duration::from_millis(3),
+                );
+                run.after_tool_blocking(&call.id, o);
+            }
+            black_box(d);
+        }
+    }
+    println!("{decisions}");
+}
