@@ -125,6 +125,7 @@ pub(crate) struct ToolCache {
     generation: u64,
     map: ArcSwap<ProfileMap>,
     writer: parking_lot::Mutex<()>,
+    seed: foldhash::fast::RandomState,
 }
 
 impl Default for ToolCache {
@@ -133,23 +134,17 @@ impl Default for ToolCache {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             map: ArcSwap::from_pointee(ProfileMap::default()),
             writer: parking_lot::Mutex::new(()),
+            seed: foldhash::fast::RandomState::default(),
         }
     }
 }
 
-fn key_hash(name: &str, tags: &[String]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
-        }
-        h = (h ^ 0x1f).wrapping_mul(0x100000001b3);
-    };
-    eat(name.as_bytes());
-    for t in tags {
-        eat(t.as_bytes());
-    }
-    h
+fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> u64 {
+    use std::hash::{BuildHasher, Hash};
+    let mut h = seed.build_hasher();
+    name.hash(&mut h);
+    tags.hash(&mut h);
+    h.finish()
 }
 
 impl ToolCache {
@@ -165,7 +160,7 @@ impl ToolCache {
         name: &str,
         tags: &[String],
     ) -> Arc<ToolProfile> {
-        let h = key_hash(name, tags);
+        let h = key_hash(&self.seed, name, tags);
         let find = |map: &ProfileMap| {
             map.get(&h).and_then(|v| {
                 v.iter()

@@ -5,7 +5,6 @@
 //! the counters a call takes and the sequence entries it satisfies come from the tool's cached
 //! profile (see `profile.rs`), and `sequence` conditions read a per-run bitset.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -105,6 +104,8 @@ pub(crate) struct PendingCall {
     args: Value,
 }
 
+type PendingMap = std::collections::HashMap<String, PendingCall, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
     pub(crate) calls: AtomicU64,
@@ -124,7 +125,9 @@ pub(crate) struct RunShared {
     pub(crate) aborted: AtomicBool,
     pub(crate) ended: AtomicBool,
     pub(crate) history: Mutex<History>,
-    pub(crate) pending: Mutex<HashMap<String, PendingCall>>,
+    pub(crate) pending: Mutex<PendingMap>,
+    /// The end user's time zone from a tag, parsed once: (tag, zone).
+    pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     run_key: Arc<str>,
@@ -134,6 +137,20 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
+    /// The time zone named by the end user's tag `tag` (parsed once per run for the first tag
+    /// asked; other tags are parsed each time).
+    pub(crate) fn enduser_tz(&self, tag: &str) -> Option<chrono_tz::Tz> {
+        let parse = || {
+            self.context
+                .enduser
+                .as_ref()
+                .and_then(|u| u.tags.get(tag))
+                .and_then(|v| v.parse::<chrono_tz::Tz>().ok())
+        };
+        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
+        if &**cached_tag == tag { *tz } else { parse() }
+    }
+
     pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
         StateKey {
             slot,
@@ -264,7 +281,8 @@ impl Run {
             aborted: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             history: Mutex::new(History::default()),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(PendingMap::default()),
+            tz_cache: std::sync::OnceLock::new(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
         });

@@ -130,7 +130,10 @@ impl StrTest {
             StringOp::Contains(s) => StrTest::Contains(l(s)),
             StringOp::StartsWith(s) => StrTest::StartsWith(l(s)),
             StringOp::EndsWith(s) => StrTest::EndsWith(l(s)),
-            StringOp::Glob(g) => StrTest::Glob(glob_matcher(g).map_err(|e| e.to_string())?),
+            StringOp::Glob(g) => match simple_glob(&g.to_lowercase()) {
+                Some(t) => t,
+                None => StrTest::Glob(glob_matcher(g).map_err(|e| e.to_string())?),
+            },
             StringOp::In(v) => StrTest::In(v.iter().map(l).collect()),
             StringOp::Regex(r) => StrTest::Regex(
                 regex::RegexBuilder::new(r)
@@ -139,6 +142,17 @@ impl StrTest {
                     .map_err(|e| e.to_string())?,
             ),
         })
+    }
+}
+
+/// A glob that is a literal or `prefix*` as the equivalent plain string test (no glob
+/// machinery on the decision path). `None` for any other glob.
+fn simple_glob(g: &str) -> Option<StrTest> {
+    let special = |c: char| matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!');
+    match g.strip_suffix('*') {
+        Some(prefix) if !prefix.contains(special) => Some(StrTest::StartsWith(prefix.to_string())),
+        None if !g.contains(special) => Some(StrTest::Eq(g.to_string())),
+        _ => None,
     }
 }
 

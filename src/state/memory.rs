@@ -7,13 +7,16 @@ use parking_lot::Mutex;
 
 use super::{Permit, SlidingWindow, StateKey, StateStore, WindowStats};
 
+/// Fast keyed hashing, seeded per store.
+type Hasher = foldhash::fast::RandomState;
+
 /// Counters and windows in memory. Lost when the process ends.
 #[derive(Debug, Default)]
 pub struct MemoryStateStore {
-    counters: DashMap<StateKey, Mutex<Counter>>,
-    windows: DashMap<StateKey, Mutex<SlidingWindow>>,
+    counters: DashMap<StateKey, Mutex<Counter>, Hasher>,
+    windows: DashMap<StateKey, Mutex<SlidingWindow>, Hasher>,
     /// The slots created in each scope, so a scope is forgotten without scanning every key.
-    scopes: DashMap<Arc<str>, Vec<u64>>,
+    scopes: DashMap<Arc<str>, Vec<u64>, Hasher>,
 }
 
 #[derive(Debug)]

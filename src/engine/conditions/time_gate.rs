@@ -10,13 +10,7 @@ pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCt
     let tz: Option<Tz> = match src {
         CTzSource::Static(tz) => Some(*tz),
         CTzSource::Tag { tag, fallback_org } => {
-            let from_tag = ctx
-                .run
-                .context
-                .enduser
-                .as_ref()
-                .and_then(|u| u.tags.get(tag))
-                .and_then(|v| v.parse::<Tz>().ok());
+            let from_tag = ctx.run.enduser_tz(tag);
             from_tag.or(if *fallback_org {
                 ctx.org_timezone()
             } else {
