@@ -32,6 +32,8 @@ const WAKE_AT: usize = 4096;
 const LINGER: Duration = Duration::from_millis(1);
 
 /// An event body as captured on the caller's thread.
+// Not boxed: the queue holds bodies by value, and a box would cost the caller an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Body {
     /// Built as JSON already (rare events: run start and end, results, errors).
     Json(Map<String, Value>),
