@@ -185,3 +185,62 @@ impl ToolCache {
         profile
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::parse_policy;
+
+    fn compiled() -> CompiledPolicies {
+        let p = parse_policy(
+            r#"[
+            {"id": "seq", "name": "seq", "priority": 3, "enabled": true,
+             "selector": {"phase": "tool.before", "tool": {"name": "refund*"}},
+             "condition": {"kind": "sequence", "mustHaveCalled": ["verify_*", {"by": "toolTag", "tags": ["AUTH"]}]},
+             "effect": {"type": "block"}},
+            {"id": "cap", "name": "cap", "priority": 2, "enabled": true,
+             "selector": {"phase": "tool.before", "tool": {"tagsAny": ["finance"]}},
+             "condition": {"kind": "maxCalls", "selector": {"by": "toolTag", "tags": ["finance"]}, "max": 3},
+             "effect": {"type": "block"}},
+            {"id": "after", "name": "after", "priority": 1, "enabled": true,
+             "selector": {"phase": "tool.after", "tool": {}},
+             "condition": {"kind": "toolName", "op": "eq", "value": "x"},
+             "effect": {"type": "block"}}
+            ]"#,
+            None,
+        )
+        .expect("parses");
+        CompiledPolicies::compile(vec![p], &[]).expect("compiles")
+    }
+
+    #[test]
+    fn a_profile_holds_the_rules_in_play_counters_and_sequence_bits() {
+        let c = compiled();
+        let refund = c
+            .tools
+            .profile(&c, "Refund_Order", &["Finance".to_string()]);
+        assert_eq!(&*refund.name_lc, "refund_order");
+        assert_eq!(refund.rules[0].len(), 2, "seq and cap before");
+        assert_eq!(refund.rules[1].len(), 1, "after on every tool");
+        assert_eq!(refund.counters.len(), 1);
+        assert!(refund.counts(refund.counters[0]));
+        assert!(!crate::engine::history::bit(&refund.seq_bits, 0));
+        let verify = c.tools.profile(&c, "verify_id", &[]);
+        assert!(crate::engine::history::bit(&verify.seq_bits, 0));
+        assert!(!crate::engine::history::bit(&verify.seq_bits, 1));
+        let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
+        assert!(crate::engine::history::bit(&auth.seq_bits, 1));
+        assert!(auth.counters.is_empty());
+    }
+
+    #[test]
+    fn profiles_are_cached_per_name_and_tags() {
+        let c = compiled();
+        let a = c.tools.profile(&c, "t", &["x".to_string()]);
+        let b = c.tools.profile(&c, "t", &["x".to_string()]);
+        let other = c.tools.profile(&c, "t", &[]);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_ne!(c.tools.generation(), compiled().tools.generation());
+    }
+}
