@@ -34,17 +34,27 @@ pub fn parse_policy(text: &str, file: Option<&Path>) -> Result<Policy, PolicyErr
             "the file is empty; expected a JSON policy",
         ));
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        let msg = if e.to_string().contains("recursion limit") {
-            format!(
-                "nesting too deep (line {}, column {}): conditions may nest at most {MAX_CONDITION_DEPTH} levels",
-                e.line(),
-                e.column()
-            )
-        } else {
-            format!("not valid JSON: {e}")
+    let value: Value = crate::json::parse_strict(text).map_err(|e| {
+        let (path, msg) = match e.kind {
+            crate::json::JsonErrorKind::TooDeep => (
+                String::new(),
+                format!(
+                    "nesting too deep (line {}, column {}): JSON may nest at most {} levels, and conditions may nest at most {MAX_CONDITION_DEPTH} levels",
+                    e.line,
+                    e.column,
+                    crate::json::MAX_JSON_DEPTH
+                ),
+            ),
+            crate::json::JsonErrorKind::DuplicateKey => (
+                e.path.clone(),
+                format!(
+                    "duplicate key (line {}, column {}); each key may appear once",
+                    e.line, e.column
+                ),
+            ),
+            crate::json::JsonErrorKind::Syntax => (String::new(), format!("not valid JSON: {e}")),
         };
-        PolicyErrors::single(file_buf.clone(), "", msg)
+        PolicyErrors::single(file_buf.clone(), path, msg)
     })?;
     parse_policy_value(&value, file)
 }
