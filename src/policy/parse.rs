@@ -573,9 +573,18 @@ impl Parser {
                 "effect",
                 "onMissing",
                 "mode",
+                "policyId",
+                "createdAt",
+                "updatedAt",
             ],
         )?;
         let name = self.non_empty_str(&o, "name");
+        // Handlebar platform fields: `policyId` is kept (null means none); the `createdAt` and
+        // `updatedAt` timestamps are accepted whatever their form and ignored.
+        let policy_id = match o.map.get("policyId") {
+            Some(Value::Null) => Some(None),
+            _ => self.opt_str(&o, "policyId"),
+        };
         let id = match o.map.get("id") {
             Some(_) => self.non_empty_str(&o, "id"),
             None => name.as_deref().map(slug).and_then(|s| {
@@ -615,6 +624,7 @@ impl Parser {
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let mode = self.opt_enum(&o, "mode", MODES);
         Some(Rule {
+            policy_id: policy_id?,
             id: id?,
             name: name?,
             description: description?,
