@@ -76,7 +76,10 @@ fn duplicate_keys_in_a_policy_test_file_are_errors() {
     let f = t.path().join("x.tests.json");
     std::fs::write(
         &f,
-        r#"{"policy": "customer-support.json", "cases": [], "cases": []}"#,
+        r#"{"policy": "customer-support.json", "cases": [{"name": "n", "trace": [
+            {"type":"run.start","runId":"r1","agentId":"a","at":"2026-01-05T10:00:00Z"},
+            {"type":"tool.call","runId":"r1","id":"c1","tool":{"name":"issue_refund"},
+             "args":{"amount":5000,"amount":1}}], "expect": []}]}"#,
     )
     .unwrap();
     toolgate()
@@ -84,7 +87,9 @@ fn duplicate_keys_in_a_policy_test_file_are_errors() {
         .arg(&f)
         .assert()
         .code(2)
-        .stdout(predicate::str::contains("duplicate key at cases (line 1"));
+        .stdout(predicate::str::contains(
+            "not a policy test file: duplicate key at cases[0].trace[1].args.amount (line 4",
+        ));
 }
 
 #[test]
