@@ -212,3 +212,28 @@ fn out_of_range_costs_are_bad_lines() {
             "line 3: costUsd must be between 0",
         ));
 }
+
+#[test]
+fn out_of_range_durations_in_a_policy_test_are_reported_not_panics() {
+    let t = TempDir::new().unwrap();
+    std::fs::copy(POLICY, t.path().join("customer-support.json")).unwrap();
+    let f = t.path().join("d.tests.json");
+    std::fs::write(
+        &f,
+        r#"{"policy": "customer-support.json", "cases": [{"name": "huge duration", "trace": [
+            {"type":"run.start","runId":"r1","agentId":"a","at":"2026-01-05T10:00:00Z"},
+            {"type":"tool.call","runId":"r1","id":"c1","tool":{"name":"kb_search"},"args":{}},
+            {"type":"tool.result","runId":"r1","id":"c1","output":{},"durationMs":1e300}
+          ], "expect": [{"callId": "c1", "effect": "allow"}]}]}"#,
+    )
+    .unwrap();
+    let out = toolgate().arg("test").arg(&f).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("panicked"), "{text}");
+    assert!(text.contains("durationMs is out of range"), "{text}");
+    assert_ne!(out.status.code(), Some(0), "{text}");
+}
