@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod engine;
 pub mod eval;
+pub mod json;
 pub mod policy;
 pub mod state;
 pub mod trace;

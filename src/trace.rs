@@ -338,12 +338,15 @@ impl Replayer {
         if raw.trim().is_empty() {
             return Vec::new();
         }
-        let value: Value = match serde_json::from_str(raw) {
+        let value: Value = match crate::json::parse_strict(raw) {
             Ok(v) => v,
             Err(e) => {
                 return vec![Err(TraceError {
                     line: self.line,
-                    message: format!("not valid JSON: {e}"),
+                    message: match e.kind {
+                        crate::json::JsonErrorKind::Syntax => format!("not valid JSON: {e}"),
+                        _ => e.to_string(),
+                    },
                 })];
             }
         };
@@ -508,9 +511,8 @@ impl Replayer {
                 error,
                 ..
             } => {
+                let duration = duration_from_ms(duration_ms.unwrap_or(0.0))?;
                 let (run_id, run) = self.run_for(&run_id)?;
-                let duration =
-                    Duration::from_secs_f64(duration_ms.unwrap_or(0.0).max(0.0) / 1000.0);
                 let outcome = ToolOutcome {
                     output: if error.is_some() {
                         None
@@ -549,6 +551,11 @@ impl Replayer {
                 cost_usd,
                 ..
             } => {
+                if !(0.0..=MAX_COST_USD).contains(&cost_usd) {
+                    return Err(format!(
+                        "costUsd must be between 0 and {MAX_COST_USD:e}, found {cost_usd}"
+                    ));
+                }
                 let (_, run) = self.run_for(&run_id)?;
                 run.record_llm(tokens_in, tokens_out, cost_usd);
                 Ok(Vec::new())
@@ -592,4 +599,17 @@ impl Replayer {
             run.end("incomplete", None).await;
         }
     }
+}
+
+/// The largest `costUsd` an `llm` line may carry (the engine counts micro-dollars in a `u64`).
+const MAX_COST_USD: f64 = 1e12;
+
+/// A `durationMs` as a [`Duration`]: negative, non-finite or too large (above about 1.8e22 ms)
+/// is an error, never a panic.
+fn duration_from_ms(ms: f64) -> Result<Duration, String> {
+    if ms < 0.0 {
+        return Err(format!("durationMs must not be negative, found {ms}"));
+    }
+    Duration::try_from_secs_f64(ms / 1000.0)
+        .map_err(|_| format!("durationMs is out of range, found {ms}"))
 }

@@ -23,7 +23,7 @@ fn write(dir: &Path, name: &str, content: impl AsRef<[u8]>) -> PathBuf {
 
 fn rule(id: &str) -> Value {
     json!({
-        "id": id, "name": id, "priority": 1, "enabled": true,
+        "id": id, "name": id, "priority": 1, "enabled": true, "onMissing": "block",
         "selector": {"phase": "tool.before", "tool": {"name": "shell"}},
         "condition": {"kind": "toolArg", "type": "string", "op": "contains", "path": "command", "value": "rm"},
         "effect": {"type": "block"}

@@ -1550,7 +1550,6 @@ fn error_class_malformed_json_empty_file_absurd_nesting() {
         "{\"rules\": []}}",
         "{'rules': []}",
         "[1, 2,]",
-        "\u{feff}[]",
         "\0\u{1}\u{2}",
     ] {
         let errs = errors(text);

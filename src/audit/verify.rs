@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -99,6 +99,9 @@ pub struct VerifyReport {
     pub breaks: Vec<ChainBreak>,
     /// Paths that could not be read, with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
+    /// Paths met while searching a folder and not read, with the reason (not a regular file,
+    /// a symlink loop, the same file reached again by another path).
+    pub skipped: Vec<(PathBuf, String)>,
     /// Events checked.
     pub events: usize,
     /// Runs checked.
@@ -194,10 +197,25 @@ impl Verifier {
         let mut line = 0usize;
         loop {
             buf.clear();
-            if reader.read_until(b'\n', &mut buf)? == 0 {
+            let limit = MAX_LINE_BYTES as u64 + 1;
+            if (&mut reader).take(limit).read_until(b'\n', &mut buf)? == 0 {
                 return Ok(());
             }
             line += 1;
+            if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+                self.push_break(
+                    Some(file),
+                    line,
+                    None,
+                    None,
+                    BreakKind::Malformed,
+                    format!(
+                        "line longer than {} MiB; the rest of the file is not read",
+                        MAX_LINE_BYTES >> 20
+                    ),
+                );
+                return Ok(());
+            }
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -305,7 +323,11 @@ impl Verifier {
         n
     }
 
-    fn finish(mut self, unreadable: Vec<(PathBuf, String)>) -> VerifyReport {
+    fn finish(
+        mut self,
+        unreadable: Vec<(PathBuf, String)>,
+        skipped: Vec<(PathBuf, String)>,
+    ) -> VerifyReport {
         let runs = self.check_runs();
         let mut breaks = std::mem::take(&mut self.breaks);
         breaks.sort_by_key(|(f, b)| (*f, b.line));
@@ -330,6 +352,7 @@ impl Verifier {
             files,
             breaks: breaks.into_iter().map(|(_, b)| b).collect(),
             unreadable,
+            skipped,
             events: self.events,
             runs,
         }
@@ -343,20 +366,40 @@ pub fn verify_events<'a>(events: impl IntoIterator<Item = &'a AuditEvent>) -> Ve
     for (i, e) in events.into_iter().enumerate() {
         v.add_value(None, i + 1, e.to_json());
     }
-    v.finish(Vec::new())
+    v.finish(Vec::new(), Vec::new())
 }
+
+/// The longest line [`verify_paths`] reads (16 MiB); a longer line is a break and ends the
+/// reading of its file, so memory stays bounded whatever the input.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Verifies JSONL files and directories (searched recursively for `*.jsonl`, in name order).
 /// All runs are checked across all files, so a run may span files.
+///
+/// Each real file is read once, however many paths (symlinks, repeated arguments) lead to it;
+/// symlink loops end the search of that branch; in folders only regular files are read (a FIFO
+/// or device named `*.jsonl` is skipped with a note in [`VerifyReport::skipped`]). Files named
+/// on the command line are read whatever they are, up to the first line longer than
+/// [`MAX_LINE_BYTES`].
 pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
     let mut files = Vec::new();
     let mut unreadable = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for p in paths {
         let p = p.as_ref();
         match std::fs::metadata(p) {
             Err(e) => unreadable.push((p.to_path_buf(), e.to_string())),
-            Ok(m) if m.is_dir() => collect_jsonl(p, &mut files, &mut unreadable),
-            Ok(_) => files.push(p.to_path_buf()),
+            Ok(m) if m.is_dir() => {
+                collect_jsonl(p, &mut files, &mut seen, &mut unreadable, &mut skipped)
+            }
+            Ok(_) => {
+                if first_visit(&mut seen, p) {
+                    files.push(p.to_path_buf());
+                } else {
+                    skipped.push((p.to_path_buf(), "already read by another path".into()));
+                }
+            }
         }
     }
     let mut v = Verifier::default();
@@ -374,24 +417,53 @@ pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
             unreadable.push((path, e.to_string()));
         }
     }
-    v.finish(unreadable)
+    v.finish(unreadable, skipped)
 }
 
-fn collect_jsonl(dir: &Path, out: &mut Vec<PathBuf>, unreadable: &mut Vec<(PathBuf, String)>) {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            unreadable.push((dir.to_path_buf(), e.to_string()));
-            return;
+/// True the first time a real file (by canonical path) is met.
+fn first_visit(seen: &mut std::collections::HashSet<PathBuf>, p: &Path) -> bool {
+    let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    seen.insert(real)
+}
+
+fn collect_jsonl(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    seen: &mut std::collections::HashSet<PathBuf>,
+    unreadable: &mut Vec<(PathBuf, String)>,
+    skipped: &mut Vec<(PathBuf, String)>,
+) {
+    let walk = walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .sort_by_file_name();
+    for entry in walk {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                let path = e.path().unwrap_or(dir).to_path_buf();
+                if e.loop_ancestor().is_some() {
+                    skipped.push((path, "symlink loop".into()));
+                } else if e.depth() > 0 && path.extension().is_none_or(|x| x != "jsonl") {
+                    skipped.push((path, format!("cannot search: {e}")));
+                } else {
+                    let reason = e
+                        .io_error()
+                        .map_or_else(|| e.to_string(), ToString::to_string);
+                    unreadable.push((path, reason));
+                }
+                continue;
+            }
+        };
+        let path = entry.path();
+        if entry.file_type().is_dir() || path.extension().is_none_or(|x| x != "jsonl") {
+            continue;
         }
-    };
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for p in paths {
-        if p.is_dir() {
-            collect_jsonl(&p, out, unreadable);
-        } else if p.extension().is_some_and(|x| x == "jsonl") {
-            out.push(p);
+        if !entry.file_type().is_file() {
+            skipped.push((path.to_path_buf(), "not a regular file".into()));
+        } else if first_visit(seen, path) {
+            out.push(path.to_path_buf());
+        } else {
+            skipped.push((path.to_path_buf(), "already read by another path".into()));
         }
     }
 }

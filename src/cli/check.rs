@@ -2,13 +2,16 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::policy::{CompiledPolicies, Policy, PolicyError, load_policy_file, policy_files};
+use crate::policy::{CompiledPolicies, Phase, Policy, PolicyError, load_policy_file, policy_files};
 
 /// The long help of `toolgate check`. The `Check` variant in `cli/mod.rs` must name it too: the
 /// variant's doc comment would otherwise replace it with its one-line summary.
 pub const LONG_ABOUT: &str = "Validate policy files.\n\nEach PATH is a policy file or a folder; a folder is checked file by file (every `*.json` \
 except `*.tests.json`). Prints one line per file: `ok: N rules`, or each error with its JSON path. \
-Warns about rules that can never be evaluated (disabled, mode off, or no `tool` in the selector). \
+Warns about rules that can never be evaluated (disabled, mode off, or no `tool` in the selector), \
+and about block/hitl rules that fail open: their condition can be unknown (missing data such as a \
+`timeGate` without the end user's timezone, an absent `toolArg`, a failing signal) while \
+`onMissing`/`onMissingDefault` resolves unknown to allow. \
 Rule ids must be unique across all the files given, as they are when loaded into one engine.\n\n\
 Exit status: 0 when every file is valid, 1 otherwise.";
 
@@ -146,7 +149,84 @@ fn warnings(p: &Policy) -> Vec<String> {
                 "rules[{i}] \"{}\": mode is off, so never evaluated",
                 r.id
             ));
+        } else if let Some(w) = fails_open(p, r) {
+            out.push(format!("rules[{i}] \"{}\": {w}", r.id));
         }
     }
     out
+}
+
+/// A block/hitl rule whose condition can be unknown (missing data) while unknown resolves to
+/// allow by the policy's default (the rule has no `onMissing` of its own): the rule then does
+/// not trigger, so it fails open. The semantics stay (design §3); the warning names the source
+/// and the fix. An explicit `onMissing` (on the rule or the condition) is a decision and
+/// silences the warning.
+fn fails_open(p: &Policy, r: &crate::policy::Rule) -> Option<String> {
+    use crate::policy::EffectType;
+    let effect = r.effect.kind;
+    if effect == EffectType::Allow
+        || r.on_missing.is_some()
+        || p.meta.on_missing_default != EffectType::Allow
+    {
+        return None;
+    }
+    let source = unknown_source(&r.condition, r.selector.phase, p.meta.timezone.is_some())?;
+    let effect = effect.as_str();
+    Some(format!(
+        "the {effect} rule fails open on missing data: {source} can make the condition unknown, \
+         and the policy's onMissingDefault is allow, so the rule does not trigger then; add \
+         \"onMissing\": \"{effect}\" to the rule to fail closed (or \"onMissing\": \"allow\" to \
+         say that allowing is intended)"
+    ))
+}
+
+/// The first part of a condition that can be unknown (missing data), if any.
+fn unknown_source(c: &crate::policy::Condition, phase: Phase, org_tz: bool) -> Option<String> {
+    use crate::policy::{Aggregate, Condition, TimeScope, TimezoneSource};
+    match c {
+        Condition::ToolArg {
+            path,
+            on_missing: None,
+            ..
+        } => Some(format!("toolArg \"{path}\" (absent or of another type)")),
+        Condition::ExecutionTime {
+            scope: TimeScope::Tool,
+            on_missing: None,
+            ..
+        } if phase == Phase::Before => {
+            Some("executionTime of the tool (unknown before the call)".into())
+        }
+        Condition::MetricWindow {
+            aggregate: aggregate @ (Aggregate::Avg | Aggregate::Min | Aggregate::Max),
+            on_missing: None,
+            ..
+        } => Some(format!(
+            "metricWindow {} (an empty window)",
+            format!("{aggregate:?}").to_lowercase()
+        )),
+        Condition::TimeGate {
+            timezone: TimezoneSource::EnduserTag { tag, fallback_org },
+            on_missing: None,
+            ..
+        } if !(*fallback_org && org_tz) => Some(format!(
+            "timeGate (end-user tag \"{tag}\" absent or invalid, {})",
+            if *fallback_org {
+                "and the policy sets no timezone to fall back to"
+            } else {
+                "no fallback"
+            }
+        )),
+        Condition::Signal {
+            key,
+            on_missing: None,
+            ..
+        } => Some(format!(
+            "signal \"{key}\" (provider absent, failing or timing out)"
+        )),
+        Condition::And(cs) | Condition::Or(cs) => {
+            cs.iter().find_map(|c| unknown_source(c, phase, org_tz))
+        }
+        Condition::Not(inner) => unknown_source(inner, phase, org_tz),
+        _ => None,
+    }
 }

@@ -158,8 +158,40 @@ pub fn run(args: ReplayArgs) -> ExitCode {
 struct Printer {
     format: Format,
     colour: bool,
-    rows: Vec<ReplayRow>,
+    /// Table format: only what the table prints (never the whole decisions, whose
+    /// `evaluated` lists grow with the number of rules).
+    rows: Vec<TableRow>,
     out: std::io::Stdout,
+}
+
+/// One row of the table: its cells and the effect (for colour and the summary).
+struct TableRow {
+    cells: [String; 9],
+    effect: String,
+    before: bool,
+}
+
+impl TableRow {
+    fn new(r: &ReplayRow) -> Self {
+        TableRow {
+            cells: [
+                r.line.to_string(),
+                r.run_id.clone(),
+                r.call_id.clone(),
+                r.phase.trim_start_matches("tool.").to_string(),
+                r.tool.clone(),
+                match &r.shadow_effect {
+                    Some(s) => format!("{} (shadow: {s})", r.effect),
+                    None => r.effect.clone(),
+                },
+                r.code.clone(),
+                r.rule_id.clone().unwrap_or_else(|| "-".into()),
+                r.reason.clone().unwrap_or_default(),
+            ],
+            effect: r.effect.clone(),
+            before: r.phase == "tool.before",
+        }
+    }
 }
 
 impl Printer {
@@ -179,7 +211,7 @@ impl Printer {
                 let line = serde_json::to_string(row).unwrap_or_default();
                 let _ = writeln!(self.out, "{line}");
             }
-            Format::Table => self.rows.push(row.clone()),
+            Format::Table => self.rows.push(TableRow::new(row)),
         }
     }
 
@@ -188,18 +220,15 @@ impl Printer {
     }
 
     fn finish(&mut self, bad: usize) {
-        let before: Vec<&ReplayRow> = self
-            .rows
-            .iter()
-            .filter(|r| r.phase == "tool.before")
-            .collect();
         if self.format == Format::Table {
             print_table(&mut self.out, &self.rows, self.colour);
-            let count = |e: &str| before.iter().filter(|r| r.effect == e).count();
-            let after = self.rows.len() - before.len();
+            let before = self.rows.iter().filter(|r| r.before);
+            let count = |e: &str| before.clone().filter(|r| r.effect == e).count();
+            let calls = before.clone().count();
+            let after = self.rows.len() - calls;
             let mut summary = format!(
                 "{} calls: {} allowed, {} blocked, {} hitl",
-                before.len(),
+                calls,
                 count("allow"),
                 count("block"),
                 count("hitl")
@@ -216,32 +245,13 @@ impl Printer {
     }
 }
 
-fn print_table(out: &mut impl Write, rows: &[ReplayRow], colour: bool) {
+fn print_table(out: &mut impl Write, rows: &[TableRow], colour: bool) {
     let header = [
         "LINE", "RUN", "CALL", "PHASE", "TOOL", "EFFECT", "CODE", "RULE", "REASON",
     ];
-    let cells: Vec<[String; 9]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.line.to_string(),
-                r.run_id.clone(),
-                r.call_id.clone(),
-                r.phase.trim_start_matches("tool.").to_string(),
-                r.tool.clone(),
-                match &r.shadow_effect {
-                    Some(s) => format!("{} (shadow: {s})", r.effect),
-                    None => r.effect.clone(),
-                },
-                r.code.clone(),
-                r.rule_id.clone().unwrap_or_else(|| "-".into()),
-                r.reason.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
     let mut widths = header.map(str::len);
-    for c in &cells {
-        for (i, s) in c.iter().enumerate() {
+    for r in rows {
+        for (i, s) in r.cells.iter().enumerate() {
             widths[i] = widths[i].max(s.chars().count());
         }
     }
@@ -268,12 +278,53 @@ fn print_table(out: &mut impl Write, rows: &[ReplayRow], colour: bool) {
     };
     let h: Vec<String> = header.iter().map(|s| s.to_string()).collect();
     let _ = writeln!(out, "{}", line(&h, None));
-    for (r, c) in rows.iter().zip(&cells) {
+    for r in rows {
         let code = colour.then_some(match r.effect.as_str() {
             "allow" => "32",
             "block" => "31",
             _ => "33",
         });
-        let _ = writeln!(out, "{}", line(c, code));
+        let _ = writeln!(out, "{}", line(&r.cells, code));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::{Decision, DecisionCode};
+    use crate::policy::{EffectType, Phase};
+
+    #[test]
+    fn the_table_keeps_only_what_it_prints() {
+        let rule: Arc<str> = Arc::from("rule-with-a-long-evaluated-list");
+        let mut d = Decision::simple(
+            Phase::Before,
+            EffectType::Block,
+            DecisionCode::BlockedRule,
+            None,
+        );
+        d.rule_id = Some(rule.clone());
+        let row = ReplayRow {
+            line: 2,
+            run_id: "r1".into(),
+            call_id: "c1".into(),
+            phase: "tool.before".into(),
+            tool: "t".into(),
+            effect: "block".into(),
+            code: "BLOCKED_RULE".into(),
+            rule_id: Some(rule.to_string()),
+            reason: None,
+            shadow_effect: None,
+            abort_run: false,
+            decision: Some(d),
+        };
+        let mut p = Printer::new(Format::Table);
+        p.row(&row);
+        drop(row);
+        assert_eq!(Arc::strong_count(&rule), 1, "the decision was kept");
+        assert_eq!(p.rows.len(), 1);
+        assert_eq!(p.rows[0].cells[7], "rule-with-a-long-evaluated-list");
     }
 }

@@ -39,7 +39,7 @@ pub enum ReviewAction {
         #[arg(long)]
         json: bool,
     },
-    /// Approve a pending review (by id or a unique prefix of at least 6 characters).
+    /// Approve a pending review (by id or a unique prefix of at least 8 characters).
     Approve {
         /// Review id.
         id: String,
@@ -62,8 +62,14 @@ pub fn run(args: ReviewArgs) -> ExitCode {
     let now = chrono::Utc::now();
     let (id, status) = match args.action {
         ReviewAction::List { all, json } => {
-            let reviews: Vec<_> = store
-                .list()
+            let reviews = match store.try_list() {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let reviews: Vec<_> = reviews
                 .into_iter()
                 .filter(|r| all || r.status == ReviewStatus::Pending)
                 .collect();

@@ -135,7 +135,7 @@ pub fn run(args: TestArgs) -> ExitCode {
 async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read: {e}"))?;
     let tf: TestFile =
-        serde_json::from_str(&text).map_err(|e| format!("not a policy test file: {e}"))?;
+        crate::json::from_str_strict(&text).map_err(|e| format!("not a policy test file: {e}"))?;
     let policy_path = file.parent().unwrap_or(Path::new(".")).join(&tf.policy);
     let policy = load_policy_file(&policy_path).map_err(|e| e.to_string())?;
     let org_tz = match &tf.org_timezone {

@@ -7,7 +7,9 @@ use crate::audit::verify_paths;
 /// The long help of `toolgate verify`.
 pub const LONG_ABOUT: &str = "Verify the hash chains of audit trail files and report where any chain breaks.\n\n\
 Reads JSONL audit files (folders are searched recursively for `*.jsonl`), groups events by run across \
-all files and checks every run's chain: each event's hash matches its content, `seq` runs 0, 1, 2, ... \
+all files and checks every run's chain (each real file is read once, symlink loops are skipped, \
+FIFOs and devices met in folders are skipped with a note, and a line over 16 MiB is a break that \
+ends the reading of its file): each event's hash matches its content, `seq` runs 0, 1, 2, ... \
 without gaps, every `prevHash` is the previous event's `hash`, and a run's events appear in order. \
 Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
 intact files as `FILE: ok: N events, R runs`.\n\n\
@@ -28,6 +30,9 @@ pub fn run(args: VerifyArgs) -> ExitCode {
     let report = verify_paths(&args.paths);
     for (path, err) in &report.unreadable {
         eprintln!("{}: cannot read: {err}", path.display());
+    }
+    for (path, why) in &report.skipped {
+        eprintln!("{}: skipped: {why}", path.display());
     }
     let mut by_file: std::collections::HashMap<&std::path::Path, Vec<String>> =
         std::collections::HashMap::new();

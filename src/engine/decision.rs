@@ -143,6 +143,9 @@ pub struct Decision {
     pub reason: Option<Arc<str>>,
     /// The deciding rule.
     pub rule_id: Option<Arc<str>>,
+    /// The deciding rule's Handlebar `policyId`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_id: Option<Arc<str>>,
     /// Every rule in play, in evaluation order.
     pub evaluated: Vec<EvaluatedRule>,
     /// Signals asked for.
@@ -183,6 +186,7 @@ impl Decision {
             code,
             reason,
             rule_id: None,
+            policy_id: None,
             evaluated: Vec::new(),
             signals: Vec::new(),
             hitl: None,

@@ -431,6 +431,7 @@ pub(crate) fn base_decision(
         rule.and_then(|r| r.reason.clone()),
     );
     d.rule_id = rule.map(|r| r.id.clone());
+    d.policy_id = rule.and_then(|r| r.policy_id.clone());
     d.shadow = verdict.shadow_effect.is_some();
     d.shadow_effect = verdict.shadow_effect;
     d

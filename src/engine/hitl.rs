@@ -84,6 +84,19 @@ pub enum ReviewError {
         /// Its status.
         status: ReviewStatus,
     },
+    /// An id prefix matches more than one review.
+    #[error("review id prefix {prefix} is ambiguous; it matches {}", candidates.join(", "))]
+    Ambiguous {
+        /// The prefix given.
+        prefix: String,
+        /// The ids it matches.
+        candidates: Vec<String>,
+    },
+    /// An id prefix is too short to name a review.
+    #[error(
+        "no review with id {0} (a prefix of an id must have at least {MIN_ID_PREFIX} characters)"
+    )]
+    PrefixTooShort(String),
     /// The store could not be read or written.
     #[error("review store {path}: {message}")]
     Io {
@@ -93,6 +106,9 @@ pub enum ReviewError {
         message: String,
     },
 }
+
+/// The shortest id prefix [`FileReviewStore::decide`] accepts in place of a whole id.
+pub const MIN_ID_PREFIX: usize = 8;
 
 /// Where reviews live.
 pub trait ReviewStore: Send + Sync + 'static {
@@ -171,7 +187,9 @@ impl ReviewStore for MemoryReviewStore {
 }
 
 /// Reviews in a JSON file, shared between processes (e.g. `toolgate review` and a running
-/// agent). Every change rewrites the file atomically (write to a temp file, rename).
+/// agent). Every change is a read-modify-write under an advisory lock on a sidecar file
+/// (`FILE.lock`), written to a temp file unique to the writer and renamed over the store, so
+/// parallel processes never lose each other's changes and readers always see a whole file.
 #[derive(Debug)]
 pub struct FileReviewStore {
     path: PathBuf,
@@ -192,25 +210,71 @@ impl FileReviewStore {
         &self.path
     }
 
+    /// All reviews, or the error that makes the file unreadable (unlike
+    /// [`ReviewStore::list`], which logs the error and returns nothing).
+    pub fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
+        self.read()
+    }
+
     fn read(&self) -> Result<Vec<Review>, ReviewError> {
         match std::fs::read_to_string(&self.path) {
             Ok(s) if s.trim().is_empty() => Ok(Vec::new()),
-            Ok(s) => {
-                serde_json::from_str(&s).map_err(|e| self.io(format!("not a review file: {e}")))
-            }
+            Ok(s) => crate::json::from_str_strict(&s)
+                .map_err(|e| self.io(format!("not a review file: {e}"))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(self.io(e.to_string())),
         }
     }
 
-    fn write(&self, reviews: &[Review]) -> Result<(), ReviewError> {
-        let tmp = self.path.with_extension("tmp");
-        let text = serde_json::to_string_pretty(reviews).map_err(|e| self.io(e.to_string()))?;
+    /// Runs `change` on the reviews while holding the store's lock across processes, and
+    /// writes the result back when `change` says so.
+    fn modify<T>(
+        &self,
+        change: impl FnOnce(&mut Vec<Review>) -> Result<(T, bool), ReviewError>,
+    ) -> Result<T, ReviewError> {
+        let _g = self.lock.lock();
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| self.io(e.to_string()))?;
         }
-        std::fs::write(&tmp, text).map_err(|e| self.io(e.to_string()))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| self.io(e.to_string()))
+        let lock_path = sidecar(&self.path, ".lock");
+        let lock_file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| {
+                self.io(format!(
+                    "cannot open lock file {}: {e}",
+                    lock_path.display()
+                ))
+            })?;
+        fs4::fs_std::FileExt::lock_exclusive(&lock_file)
+            .map_err(|e| self.io(format!("cannot lock {}: {e}", lock_path.display())))?;
+        let mut all = self.read()?;
+        let (out, changed) = change(&mut all)?;
+        if changed {
+            self.write(&all)?;
+        }
+        // Dropping the file releases the lock.
+        drop(lock_file);
+        Ok(out)
+    }
+
+    fn write(&self, reviews: &[Review]) -> Result<(), ReviewError> {
+        let tmp = sidecar(
+            &self.path,
+            &format!(
+                ".{}.{}.tmp",
+                std::process::id(),
+                uuid::Uuid::now_v7().simple()
+            ),
+        );
+        let text = serde_json::to_string_pretty(reviews).map_err(|e| self.io(e.to_string()))?;
+        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &self.path));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            self.io(e.to_string())
+        })
     }
 
     fn io(&self, message: String) -> ReviewError {
@@ -221,9 +285,35 @@ impl FileReviewStore {
     }
 }
 
+/// `path` with `suffix` appended to its file name.
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// The index of the review `id` names: the whole id, or a unique prefix of at least
+/// [`MIN_ID_PREFIX`] characters.
+fn resolve(all: &[Review], id: &str) -> Result<usize, ReviewError> {
+    if let Some(i) = all.iter().position(|r| r.id == id) {
+        return Ok(i);
+    }
+    let matches: Vec<usize> = (0..all.len())
+        .filter(|&i| !id.is_empty() && all[i].id.starts_with(id))
+        .collect();
+    match matches.as_slice() {
+        [] => Err(ReviewError::NotFound(id.to_string())),
+        _ if id.chars().count() < MIN_ID_PREFIX => Err(ReviewError::PrefixTooShort(id.to_string())),
+        [i] => Ok(*i),
+        many => Err(ReviewError::Ambiguous {
+            prefix: id.to_string(),
+            candidates: many.iter().map(|&i| all[i].id.clone()).collect(),
+        }),
+    }
+}
+
 impl ReviewStore for FileReviewStore {
     fn get(&self, fingerprint: &str) -> Option<Review> {
-        let _g = self.lock.lock();
         match self.read() {
             Ok(v) => v.into_iter().rev().find(|r| r.fingerprint == fingerprint),
             Err(e) => {
@@ -234,31 +324,33 @@ impl ReviewStore for FileReviewStore {
     }
 
     fn insert_if_absent(&self, review: Review) -> Review {
-        let _g = self.lock.lock();
-        let mut all = match self.read() {
-            Ok(v) => v,
+        let result =
+            self.modify(|all| {
+                if let Some(r) = all.iter().rev().find(|r| {
+                    r.fingerprint == review.fingerprint && r.status != ReviewStatus::Expired
+                }) {
+                    return Ok((r.clone(), false));
+                }
+                all.push(review.clone());
+                Ok((review.clone(), true))
+            });
+        match result {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!("{e}");
-                return review;
+                review
             }
-        };
-        if let Some(r) = all
-            .iter()
-            .rev()
-            .find(|r| r.fingerprint == review.fingerprint && r.status != ReviewStatus::Expired)
-        {
-            return r.clone();
         }
-        all.push(review.clone());
-        if let Err(e) = self.write(&all) {
-            tracing::warn!("{e}");
-        }
-        review
     }
 
     fn list(&self) -> Vec<Review> {
-        let _g = self.lock.lock();
-        self.read().unwrap_or_default()
+        match self.read() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("{e}");
+                Vec::new()
+            }
+        }
     }
 
     fn decide(
@@ -267,22 +359,18 @@ impl ReviewStore for FileReviewStore {
         status: ReviewStatus,
         at: DateTime<Utc>,
     ) -> Result<Review, ReviewError> {
-        let _g = self.lock.lock();
-        let mut all = self.read()?;
-        let r = all
-            .iter_mut()
-            .find(|r| r.id == id || (id.len() >= 6 && r.id.starts_with(id)))
-            .ok_or_else(|| ReviewError::NotFound(id.to_string()))?;
-        if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
-            return Err(ReviewError::AlreadyDecided {
-                id: r.id.clone(),
-                status: r.status,
-            });
-        }
-        r.status = status;
-        r.decided_at = Some(at);
-        let out = r.clone();
-        self.write(&all)?;
-        Ok(out)
+        self.modify(|all| {
+            let i = resolve(all, id)?;
+            let r = &mut all[i];
+            if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
+                return Err(ReviewError::AlreadyDecided {
+                    id: r.id.clone(),
+                    status: r.status,
+                });
+            }
+            r.status = status;
+            r.decided_at = Some(at);
+            Ok((r.clone(), true))
+        })
     }
 }

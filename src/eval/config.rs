@@ -383,7 +383,7 @@ pub fn validate_criteria(criteria: &[EvaluationCriteria], path: &str) -> Result<
 impl EvaluationRunConfig {
     /// Parses a config from JSON text.
     pub fn from_json(text: &str) -> Result<Self, EvalError> {
-        serde_json::from_str(text).map_err(|source| EvalError::Json {
+        crate::json::from_str_strict(text).map_err(|source| EvalError::Json {
             context: "evaluation run config".into(),
             source,
         })

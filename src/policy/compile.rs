@@ -75,6 +75,8 @@ pub(crate) struct PhaseIndex {
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
     pub(crate) id: Arc<str>,
+    /// The rule's Handlebar `policyId`, if any.
+    pub(crate) policy_id: Option<Arc<str>>,
     pub(crate) policy: u32,
     pub(crate) tags_all: Vec<String>,
     pub(crate) tags_any: Vec<String>,
@@ -755,6 +757,7 @@ impl CompiledPolicies {
             }
             rules.push(CompiledRule {
                 id: Arc::from(rule.id.as_str()),
+                policy_id: rule.policy_id.as_deref().map(Arc::from),
                 policy: pi as u32,
                 tags_all: tool.tags_all.as_deref().map(lower).unwrap_or_default(),
                 tags_any: tool.tags_any.as_deref().map(lower).unwrap_or_default(),

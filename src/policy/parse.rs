@@ -34,17 +34,27 @@ pub fn parse_policy(text: &str, file: Option<&Path>) -> Result<Policy, PolicyErr
             "the file is empty; expected a JSON policy",
         ));
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        let msg = if e.to_string().contains("recursion limit") {
-            format!(
-                "nesting too deep (line {}, column {}): conditions may nest at most {MAX_CONDITION_DEPTH} levels",
-                e.line(),
-                e.column()
-            )
-        } else {
-            format!("not valid JSON: {e}")
+    let value: Value = crate::json::parse_strict(text).map_err(|e| {
+        let (path, msg) = match e.kind {
+            crate::json::JsonErrorKind::TooDeep => (
+                String::new(),
+                format!(
+                    "nesting too deep (line {}, column {}): JSON may nest at most {} levels, and conditions may nest at most {MAX_CONDITION_DEPTH} levels",
+                    e.line,
+                    e.column,
+                    crate::json::MAX_JSON_DEPTH
+                ),
+            ),
+            crate::json::JsonErrorKind::DuplicateKey => (
+                e.path.clone(),
+                format!(
+                    "duplicate key (line {}, column {}); each key may appear once",
+                    e.line, e.column
+                ),
+            ),
+            crate::json::JsonErrorKind::Syntax => (String::new(), format!("not valid JSON: {e}")),
         };
-        PolicyErrors::single(file_buf.clone(), "", msg)
+        PolicyErrors::single(file_buf.clone(), path, msg)
     })?;
     parse_policy_value(&value, file)
 }
@@ -563,9 +573,18 @@ impl Parser {
                 "effect",
                 "onMissing",
                 "mode",
+                "policyId",
+                "createdAt",
+                "updatedAt",
             ],
         )?;
         let name = self.non_empty_str(&o, "name");
+        // Handlebar platform fields: `policyId` is kept (null means none); the `createdAt` and
+        // `updatedAt` timestamps are accepted whatever their form and ignored.
+        let policy_id = match o.map.get("policyId") {
+            Some(Value::Null) => Some(None),
+            _ => self.opt_str(&o, "policyId"),
+        };
         let id = match o.map.get("id") {
             Some(_) => self.non_empty_str(&o, "id"),
             None => name.as_deref().map(slug).and_then(|s| {
@@ -605,6 +624,7 @@ impl Parser {
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let mode = self.opt_enum(&o, "mode", MODES);
         Some(Rule {
+            policy_id: policy_id?,
             id: id?,
             name: name?,
             description: description?,

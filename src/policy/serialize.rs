@@ -64,6 +64,7 @@ impl Rule {
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("id".into(), self.id.clone().into());
+        put_opt(&mut m, "policyId", self.policy_id.clone());
         m.insert("name".into(), self.name.clone().into());
         put_opt(&mut m, "description", self.description.clone());
         m.insert("priority".into(), self.priority.into());

@@ -146,6 +146,10 @@ pub struct Rule {
     pub on_missing: Option<EffectType>,
     /// Per-rule override of the policy's mode.
     pub mode: Option<Mode>,
+    /// The Handlebar platform's policy id (`policyId`), kept as given and carried in the
+    /// audit events of the decisions this rule decides. (Handlebar's `createdAt`/`updatedAt`
+    /// are accepted and ignored.)
+    pub policy_id: Option<String>,
 }
 
 /// Which calls a rule is in play for.
