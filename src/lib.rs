@@ -12,6 +12,8 @@
 pub mod audit;
 pub mod engine;
 pub mod eval;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod policy;
 pub mod state;
 pub mod trace;

@@ -24,6 +24,7 @@ mod evaluate;
 mod evaluations;
 mod guard;
 mod hitl;
+mod observe;
 mod run;
 mod signals;
 mod subjects;
@@ -39,6 +40,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
 pub use guard::{Guarded, Refusal};
 pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
+pub use observe::DecisionObserver;
 pub use run::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
 pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
@@ -105,6 +107,7 @@ pub(crate) struct EngineInner {
     pub(crate) register_lock: parking_lot::Mutex<()>,
     pub(crate) audit: Option<AuditState>,
     pub(crate) evals: EngineEvals,
+    pub(crate) observers: observe::Observers,
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.
@@ -137,6 +140,7 @@ pub struct EngineBuilder {
     flush_timeout: Duration,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
+    observers: Vec<Arc<dyn DecisionObserver>>,
 }
 
 impl Default for EngineBuilder {
@@ -156,6 +160,7 @@ impl Default for EngineBuilder {
             flush_timeout: Duration::from_secs(5),
             tool_evals: Vec::new(),
             run_eval: None,
+            observers: Vec::new(),
         }
     }
 }
@@ -319,6 +324,7 @@ impl EngineBuilder {
                 register_lock: parking_lot::Mutex::new(()),
                 audit,
                 evals,
+                observers: self.observers.into(),
             }),
         })
     }

@@ -256,6 +256,9 @@ impl Run {
             audit,
         });
         let run = Run { engine, shared };
+        for o in run.engine.observers.iter() {
+            o.on_run_start(&run.shared.context);
+        }
         let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
         run.emit(
             EventKind::RunStarted,
@@ -319,6 +322,9 @@ impl Run {
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
         decision.latency_ns = started.elapsed().as_nanos() as u64;
+        for o in self.engine.observers.iter() {
+            o.on_decision(&self.shared.context, &call, &decision);
+        }
         if self.engine.audit_enabled() {
             let body = json!({
                 "phase": "tool.before",
@@ -493,8 +499,8 @@ impl Run {
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
         let pending = self.shared.pending.lock().remove(call_id)?;
         let now = self.engine.clock.now();
-        let fut = std::panic::AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
-        match futures::FutureExt::catch_unwind(fut).await {
+        let fut = std::panic::AssertUnwindSafe(self.after_allowed(call_id, pending, &outcome, now));
+        let decision = match futures::FutureExt::catch_unwind(fut).await {
             Ok(d) => d,
             Err(_) => Some(self.failure(
                 Phase::After,
@@ -502,14 +508,18 @@ impl Run {
                 now,
                 "internal error while recording the result",
             )),
+        };
+        for o in self.engine.observers.iter() {
+            o.on_result(&self.shared.context, call_id, &outcome, decision.as_ref());
         }
+        decision
     }
 
     async fn after_allowed(
         &self,
         call_id: &str,
         pending: PendingCall,
-        outcome: ToolOutcome,
+        outcome: &ToolOutcome,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Option<Decision> {
         let started = Instant::now();
@@ -627,7 +637,7 @@ impl Run {
             };
             let (evaluation, slow) = self
                 .engine
-                .evaluate_tool_output(&self.shared, &pending.name, &pending.args, &outcome)
+                .evaluate_tool_output(&self.shared, &pending.name, &pending.args, outcome)
                 .await;
             self.engine.emit_with_evaluation(
                 &self.shared,
@@ -707,6 +717,9 @@ impl Run {
             return;
         }
         self.forget_run_state();
+        for o in self.engine.observers.iter() {
+            o.on_run_end(&self.shared.context, status);
+        }
         let now = self.engine.clock.now();
         let t = &self.shared.totals;
         let totals = json!({
