@@ -32,6 +32,7 @@
 
 mod export;
 mod observer;
+mod spans;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,6 +52,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 pub use export::FailureHook;
 use export::{BlockingHttp, FailureReport, Reported};
 use observer::OtelObserver;
+use spans::Telemetry;
 
 use crate::engine::{DecisionObserver, EngineBuilder};
 
@@ -192,11 +194,11 @@ impl OtelBuilder {
             .build();
         let tracer = tracer_provider.tracer_with_scope(scope.clone());
         let meter = meter_provider.meter_with_scope(scope);
-        let observer = Arc::new(OtelObserver::new(tracer, &meter));
+        let telemetry = Arc::new(Telemetry::new(tracer, &meter));
         Ok(Otel {
             tracer_provider,
             meter_provider,
-            observer,
+            telemetry,
             report,
         })
     }
@@ -208,7 +210,7 @@ impl OtelBuilder {
 pub struct Otel {
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
-    observer: Arc<OtelObserver>,
+    telemetry: Arc<Telemetry>,
     report: Arc<FailureReport>,
 }
 
@@ -233,7 +235,7 @@ impl Otel {
 
     /// The observer to register with an engine (what [`EngineBuilder::otel`] does).
     pub fn observer(&self) -> Arc<dyn DecisionObserver> {
-        self.observer.clone()
+        Arc::new(OtelObserver(self.telemetry.clone()))
     }
 
     /// The tracer provider, e.g. for a `tracing-opentelemetry` layer of your own spans.
@@ -257,7 +259,7 @@ impl Otel {
     /// Ends the spans still open (calls without a result, runs not ended), exports everything
     /// and stops the export threads. Blocking, like [`flush`](Self::flush).
     pub fn shutdown(&self) -> Result<(), OtelError> {
-        self.observer.end_all();
+        self.telemetry.end_all();
         let t = self.tracer_provider.shutdown();
         let m = self.meter_provider.shutdown();
         t.and(m).map_err(|e| OtelError::Shutdown(e.to_string()))
