@@ -63,3 +63,33 @@ pub(crate) async fn finish(handle: Handle, cmd: &str) {
     #[cfg(not(feature = "otel"))]
     let _ = (handle, cmd);
 }
+
+/// Serves a collector; with export on, the events it accepts also become spans and metrics.
+#[cfg(feature = "http")]
+pub(crate) async fn serve_collector(
+    collector: crate::audit::collector::Collector,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handle: &Handle,
+    max_body_bytes: usize,
+) -> Result<(), String> {
+    match handle {
+        #[cfg(feature = "otel")]
+        Some(o) => {
+            let export = std::sync::Arc::new(crate::otel::AuditExport::new(o));
+            let router = crate::otel::collector_layer(collector.router(), export, max_body_bytes);
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "otel"))]
+        Some(never) => match *never {},
+        None => {
+            let _ = max_body_bytes;
+            crate::audit::collector::serve_collector(collector, listener, shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    }
+}

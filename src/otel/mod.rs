@@ -30,6 +30,9 @@
 //! # });
 //! ```
 
+mod audit;
+#[cfg(feature = "http")]
+mod collect;
 mod export;
 mod observer;
 mod spans;
@@ -49,6 +52,9 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 
+pub use audit::AuditExport;
+#[cfg(feature = "http")]
+pub use collect::collector_layer;
 pub use export::FailureHook;
 use export::{BlockingHttp, FailureReport, Reported};
 use observer::OtelObserver;
