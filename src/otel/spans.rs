@@ -15,6 +15,31 @@ const DURATION_BUCKETS: [f64; 16] = [
     0.1, 1.0,
 ];
 
+/// Phases, effects and codes: attribute values that need no allocation.
+const KNOWN: [&str; 13] = [
+    "tool.before",
+    "tool.after",
+    "allow",
+    "block",
+    "hitl",
+    "ALLOWED",
+    "ALLOWED_HITL_APPROVED",
+    "BLOCKED_RULE",
+    "BLOCKED_HITL_REQUESTED",
+    "BLOCKED_HITL_PENDING",
+    "BLOCKED_HITL_DENIED",
+    "BLOCKED_RUN_ABORTED",
+    "BLOCKED_FAILURE",
+];
+
+/// `s` as an attribute value, borrowed from [`KNOWN`] when it is one of those.
+fn known(s: &str) -> opentelemetry::Value {
+    match KNOWN.iter().find(|k| **k == s) {
+        Some(k) => opentelemetry::Value::from(*k),
+        None => opentelemetry::Value::from(s.to_string()),
+    }
+}
+
 /// A decision as the telemetry needs it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DecisionView<'a> {
@@ -39,26 +64,36 @@ impl DecisionView<'_> {
         })
     }
 
-    fn attributes(&self, prefix: &str, out: &mut Vec<KeyValue>) {
-        out.push(KeyValue::new(
-            format!("{prefix}effect"),
-            self.effect.to_string(),
-        ));
-        out.push(KeyValue::new(
-            format!("{prefix}code"),
-            self.code.to_string(),
-        ));
+    /// The span attributes of the decision: `toolgate.*`, or `toolgate.after.*` for the
+    /// after phase's decision on the same span.
+    fn attributes(&self, after: bool, out: &mut Vec<KeyValue>) {
+        let keys: [&'static str; 5] = if after {
+            [
+                "toolgate.after.effect",
+                "toolgate.after.code",
+                "toolgate.after.rule_id",
+                "toolgate.after.reason",
+                "toolgate.after.shadow_effect",
+            ]
+        } else {
+            [
+                "toolgate.effect",
+                "toolgate.code",
+                "toolgate.rule_id",
+                "toolgate.reason",
+                "toolgate.shadow_effect",
+            ]
+        };
+        out.push(KeyValue::new(keys[0], known(self.effect)));
+        out.push(KeyValue::new(keys[1], known(self.code)));
         if let Some(rule) = self.rule_id {
-            out.push(KeyValue::new(format!("{prefix}rule_id"), rule.to_string()));
+            out.push(KeyValue::new(keys[2], rule.to_string()));
         }
         if let Some(reason) = self.reason {
-            out.push(KeyValue::new(format!("{prefix}reason"), reason.to_string()));
+            out.push(KeyValue::new(keys[3], reason.to_string()));
         }
         if let Some(shadow) = self.shadow_effect {
-            out.push(KeyValue::new(
-                format!("{prefix}shadow_effect"),
-                shadow.to_string(),
-            ));
+            out.push(KeyValue::new(keys[4], known(shadow)));
         }
     }
 }
@@ -124,15 +159,21 @@ impl Telemetry {
 
     /// Counts a decision in the metrics.
     pub(crate) fn record(&self, d: &DecisionView<'_>) {
-        let mut attrs = Vec::with_capacity(4);
-        attrs.push(KeyValue::new("toolgate.phase", d.phase.to_string()));
-        attrs.push(KeyValue::new("toolgate.effect", d.effect.to_string()));
-        attrs.push(KeyValue::new("toolgate.code", d.code.to_string()));
-        if let Some(rule) = d.rule_id {
-            attrs.push(KeyValue::new("toolgate.rule_id", rule.to_string()));
+        let phase = KeyValue::new("toolgate.phase", known(d.phase));
+        let effect = KeyValue::new("toolgate.effect", known(d.effect));
+        let code = KeyValue::new("toolgate.code", known(d.code));
+        match d.rule_id {
+            Some(rule) => {
+                let rule = KeyValue::new("toolgate.rule_id", rule.to_string());
+                self.decisions
+                    .add(1, &[phase.clone(), effect.clone(), code, rule]);
+            }
+            None => self
+                .decisions
+                .add(1, &[phase.clone(), effect.clone(), code]),
         }
-        self.decisions.add(1, &attrs);
-        self.duration.record(d.latency.as_secs_f64(), &attrs);
+        self.duration
+            .record(d.latency.as_secs_f64(), &[phase, effect]);
     }
 
     /// A run started: its tool spans get `parent` when given, else a run span opened now.
@@ -190,7 +231,7 @@ impl Telemetry {
         attrs.push(KeyValue::new("gen_ai.tool.call.id", call.id.to_string()));
         attrs.push(KeyValue::new("toolgate.run_id", run.run_id.to_string()));
         attrs.push(KeyValue::new("toolgate.agent_id", run.agent_id.to_string()));
-        d.attributes("toolgate.", &mut attrs);
+        d.attributes(false, &mut attrs);
         let mut span = self
             .tracer
             .span_builder(format!("execute_tool {}", call.tool))
@@ -230,7 +271,7 @@ impl Telemetry {
         }
         if let Some(d) = after {
             let mut attrs = Vec::new();
-            d.attributes("toolgate.after.", &mut attrs);
+            d.attributes(true, &mut attrs);
             span.set_attributes(attrs);
         }
         match (after.filter(|d| d.refused()), result.error) {
