@@ -86,3 +86,33 @@ async fn observers_see_every_decision_result_and_run_end_once() {
         ]
     );
 }
+
+struct Panics;
+
+impl DecisionObserver for Panics {
+    fn on_decision(&self, _run: &RunContext, _call: &ToolCall, _d: &Decision) {
+        panic!("observer bug");
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_observer_does_not_change_the_decision() {
+    let log = Arc::new(Log::default());
+    let engine = GovernanceEngine::builder()
+        .observer(Arc::new(Panics))
+        .observer(log.clone())
+        .build()
+        .unwrap();
+    let run = engine.start_run(RunContext::new("r2", "bot"));
+    let d = run
+        .before_tool(ToolCall::new("c1", "readUser", json!({})))
+        .await;
+    assert!(d.is_allowed());
+    // Observers after the one that panicked are still told.
+    assert!(
+        log.0
+            .lock()
+            .unwrap()
+            .contains(&"decision c1 allow ALLOWED".to_string())
+    );
+}

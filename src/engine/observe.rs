@@ -2,7 +2,8 @@
 //!
 //! An observer is called synchronously on the decision path, once per event, after the decision
 //! is made: it must be quick and must not block (hand work to a queue or a background thread).
-//! With no observer registered the engine does nothing extra.
+//! A panic in an observer is caught and logged; the decision stands. With no observer
+//! registered the engine does nothing extra.
 
 use std::sync::Arc;
 
@@ -56,6 +57,17 @@ pub trait DecisionObserver: Send + Sync + 'static {
 
 /// The observers of an engine (usually none).
 pub(crate) type Observers = Box<[Arc<dyn DecisionObserver>]>;
+
+/// Calls `f` with each observer. An observer that panics is logged and skipped: the decision
+/// stands. With no observer this does nothing.
+#[inline]
+pub(crate) fn each(observers: &Observers, f: impl Fn(&dyn DecisionObserver)) {
+    for o in observers.iter() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(o.as_ref()))).is_err() {
+            tracing::error!("a decision observer panicked; the decision stands");
+        }
+    }
+}
 
 impl EngineBuilder {
     /// Registers an observer of decisions, results and run ends. Observers are called in

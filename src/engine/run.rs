@@ -256,9 +256,9 @@ impl Run {
             audit,
         });
         let run = Run { engine, shared };
-        for o in run.engine.observers.iter() {
-            o.on_run_start(&run.shared.context);
-        }
+        super::observe::each(&run.engine.observers, |o| {
+            o.on_run_start(&run.shared.context)
+        });
         let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
         run.emit(
             EventKind::RunStarted,
@@ -322,9 +322,9 @@ impl Run {
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
         decision.latency_ns = started.elapsed().as_nanos() as u64;
-        for o in self.engine.observers.iter() {
-            o.on_decision(&self.shared.context, &call, &decision);
-        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_decision(&self.shared.context, &call, &decision)
+        });
         if self.engine.audit_enabled() {
             let body = json!({
                 "phase": "tool.before",
@@ -509,9 +509,9 @@ impl Run {
                 "internal error while recording the result",
             )),
         };
-        for o in self.engine.observers.iter() {
-            o.on_result(&self.shared.context, call_id, &outcome, decision.as_ref());
-        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_result(&self.shared.context, call_id, &outcome, decision.as_ref())
+        });
         decision
     }
 
@@ -717,9 +717,9 @@ impl Run {
             return;
         }
         self.forget_run_state();
-        for o in self.engine.observers.iter() {
-            o.on_run_end(&self.shared.context, status);
-        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.shared.context, status)
+        });
         let now = self.engine.clock.now();
         let t = &self.shared.totals;
         let totals = json!({
