@@ -12,9 +12,11 @@
 //! attached to the task, or the current `tracing` span through `tracing-opentelemetry`); when
 //! there is none, a span `invoke_agent <agent>` that toolgate opens for the run.
 //!
-//! Spans and metrics are exported from background threads (a batch span processor with a
-//! bounded queue and a periodic metric reader): a decision only queues its span, never waits
-//! for the network. When the queue is full, spans are dropped.
+//! On the decision path toolgate only copies what it needs (ids, names, the decision's codes)
+//! into a bounded queue; a worker thread builds the spans and records the metrics, and the
+//! SDK's threads export them (a batch span processor with a bounded queue and a periodic
+//! metric reader). A decision never waits for the network or for a lock held by export; when
+//! a queue is full, data is dropped and counted ([`Otel::dropped`]).
 //!
 //! ```no_run
 //! use toolgate::engine::{GovernanceEngine, RunContext};
@@ -57,7 +59,7 @@ pub use audit::AuditExport;
 pub use collect::collector_layer;
 pub use export::FailureHook;
 use export::{BlockingHttp, FailureReport, Reported};
-use observer::OtelObserver;
+use observer::Worker;
 use spans::Telemetry;
 
 use crate::engine::{DecisionObserver, EngineBuilder};
@@ -201,10 +203,12 @@ impl OtelBuilder {
         let tracer = tracer_provider.tracer_with_scope(scope.clone());
         let meter = meter_provider.meter_with_scope(scope);
         let telemetry = Arc::new(Telemetry::new(tracer, &meter));
+        let worker = Arc::new(Worker::start(telemetry.clone()).map_err(OtelError::Setup)?);
         Ok(Otel {
             tracer_provider,
             meter_provider,
             telemetry,
+            worker,
             report,
         })
     }
@@ -217,6 +221,7 @@ pub struct Otel {
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
     telemetry: Arc<Telemetry>,
+    worker: Arc<Worker>,
     report: Arc<FailureReport>,
 }
 
@@ -224,6 +229,7 @@ impl std::fmt::Debug for Otel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Otel")
             .field("export_failures", &self.report.count())
+            .field("dropped", &self.worker.dropped())
             .finish()
     }
 }
@@ -241,12 +247,18 @@ impl Otel {
 
     /// The observer to register with an engine (what [`EngineBuilder::otel`] does).
     pub fn observer(&self) -> Arc<dyn DecisionObserver> {
-        Arc::new(OtelObserver(self.telemetry.clone()))
+        Arc::new(self.worker.observer())
     }
 
     /// The tracer provider, e.g. for a `tracing-opentelemetry` layer of your own spans.
     pub fn tracer_provider(&self) -> &SdkTracerProvider {
         &self.tracer_provider
+    }
+
+    /// Decisions and results not exported because toolgate's own queue was full (the
+    /// worker that builds spans could not keep up).
+    pub fn dropped(&self) -> u64 {
+        self.worker.dropped()
     }
 
     /// How many exports have failed so far.
@@ -257,6 +269,7 @@ impl Otel {
     /// Exports what is queued now. Blocking: call it off the async threads
     /// (`tokio::task::spawn_blocking`) or after the runtime.
     pub fn flush(&self) -> Result<(), OtelError> {
+        self.worker.drain();
         let t = self.tracer_provider.force_flush();
         let m = self.meter_provider.force_flush();
         t.and(m).map_err(|e| OtelError::Shutdown(e.to_string()))
@@ -265,6 +278,7 @@ impl Otel {
     /// Ends the spans still open (calls without a result, runs not ended), exports everything
     /// and stops the export threads. Blocking, like [`flush`](Self::flush).
     pub fn shutdown(&self) -> Result<(), OtelError> {
+        self.worker.drain();
         self.telemetry.end_all();
         let t = self.tracer_provider.shutdown();
         let m = self.meter_provider.shutdown();
