@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::Context;
@@ -189,6 +189,7 @@ impl Worker {
     /// Starts the worker thread feeding `telemetry`.
     pub(crate) fn start(telemetry: Arc<Telemetry>) -> Result<Worker, String> {
         let (tx, rx) = sync_channel(QUEUE);
+        // Polled every POLL: the queue must hold the events of that long.
         std::thread::Builder::new()
             .name("toolgate-otel".into())
             .spawn(move || work(&telemetry, rx))
@@ -221,44 +222,56 @@ impl Worker {
     }
 }
 
+/// How often the worker looks at its queue. It polls rather than blocking in `recv`, so that a
+/// decision never pays for waking it (a futex wake-up costs more than the decision itself).
+const POLL: Duration = Duration::from_millis(10);
+
 fn work(t: &Telemetry, rx: Receiver<Event>) {
-    while let Ok(e) = rx.recv() {
-        match e {
-            Event::RunStart { run, parent, at } => t.start_run(run.view(), parent, at),
-            Event::Decision {
-                run,
-                call_id,
-                tool,
-                decision,
-                parent,
-                end,
-            } => {
-                let start = end.checked_sub(decision.latency).unwrap_or(end);
-                let call = CallView {
-                    id: &call_id,
-                    tool: &tool,
-                };
-                t.decision(run.view(), call, &decision.view(), parent, start, end);
-            }
-            Event::Result {
-                run_id,
-                call_id,
-                duration,
-                error,
-                after,
-                at,
-            } => {
-                let result = ResultView {
-                    duration_ms: Some(duration.as_secs_f64() * 1000.0),
-                    error: error.as_deref(),
-                };
-                let after = after.as_ref().map(OwnedDecision::view);
-                t.result(&run_id, &call_id, result, after.as_ref(), at);
-            }
-            Event::RunEnd { run_id, status, at } => t.end_run(&run_id, Some(&status), at),
-            Event::Flush(ack) => {
-                let _ = ack.send(());
-            }
+    loop {
+        match rx.try_recv() {
+            Ok(e) => handle(t, e),
+            Err(TryRecvError::Empty) => std::thread::sleep(POLL),
+            Err(TryRecvError::Disconnected) => return,
+        }
+    }
+}
+
+fn handle(t: &Telemetry, e: Event) {
+    match e {
+        Event::RunStart { run, parent, at } => t.start_run(run.view(), parent, at),
+        Event::Decision {
+            run,
+            call_id,
+            tool,
+            decision,
+            parent,
+            end,
+        } => {
+            let start = end.checked_sub(decision.latency).unwrap_or(end);
+            let call = CallView {
+                id: &call_id,
+                tool: &tool,
+            };
+            t.decision(run.view(), call, &decision.view(), parent, start, end);
+        }
+        Event::Result {
+            run_id,
+            call_id,
+            duration,
+            error,
+            after,
+            at,
+        } => {
+            let result = ResultView {
+                duration_ms: Some(duration.as_secs_f64() * 1000.0),
+                error: error.as_deref(),
+            };
+            let after = after.as_ref().map(OwnedDecision::view);
+            t.result(&run_id, &call_id, result, after.as_ref(), at);
+        }
+        Event::RunEnd { run_id, status, at } => t.end_run(&run_id, Some(&status), at),
+        Event::Flush(ack) => {
+            let _ = ack.send(());
         }
     }
 }
