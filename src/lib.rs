@@ -13,6 +13,8 @@ pub mod audit;
 pub mod engine;
 pub mod eval;
 pub mod json;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod policy;
 pub mod state;
 pub mod trace;

@@ -27,12 +27,16 @@ pub struct CollectArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 16 * 1024 * 1024, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// Export the events received as OpenTelemetry spans and metrics over OTLP/HTTP (endpoint
+    /// and headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
+    #[arg(long)]
+    pub otel: bool,
 }
 
 /// Runs `toolgate collect` until Ctrl-C (or SIGTERM), then finishes the requests in flight.
 #[cfg(feature = "http")]
 pub fn run(args: CollectArgs) -> ExitCode {
-    use crate::audit::collector::{Collector, CollectorConfig, serve_collector};
+    use crate::audit::collector::{Collector, CollectorConfig};
 
     let rt = match super::runtime() {
         Ok(rt) => rt,
@@ -42,6 +46,10 @@ pub fn run(args: CollectArgs) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        let otel = match super::otel::start(args.otel, "collect") {
+            Ok(o) => o,
+            Err(code) => return code,
+        };
         let listener = match tokio::net::TcpListener::bind(&args.listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -78,7 +86,12 @@ pub fn run(args: CollectArgs) -> ExitCode {
                 stats.events, stats.runs
             );
         }
-        match serve_collector(collector, listener, shutdown_signal()).await {
+        let max_body = args.max_body_bytes;
+        let served =
+            super::otel::serve_collector(collector, listener, shutdown_signal(), &otel, max_body)
+                .await;
+        super::otel::finish(otel, "collect").await;
+        match served {
             Ok(()) => {
                 eprintln!("toolgate collect: stopped");
                 ExitCode::SUCCESS

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod check;
 pub mod collect;
 pub mod eval;
+mod otel;
 pub mod replay;
 pub mod review;
 pub mod test;

@@ -50,6 +50,10 @@ pub struct ReplayArgs {
     /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
     #[arg(long, value_name = "FILE")]
     pub reviews: Option<PathBuf>,
+    /// Export each decision as an OpenTelemetry span and metrics over OTLP/HTTP (endpoint and
+    /// headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
+    #[arg(long)]
+    pub otel: bool,
 }
 
 /// Runs `toolgate replay`.
@@ -90,6 +94,10 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        let otel = match super::otel::start(args.otel, "replay") {
+            Ok(o) => o,
+            Err(code) => return code,
+        };
         let mut builder = args
             .policies
             .iter()
@@ -116,6 +124,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         if !audit.sinks.is_empty() {
             builder = builder.audit(audit);
         }
+        builder = super::otel::register(builder, &otel);
         if let Some(file) = &args.reviews {
             builder = builder.review_store(std::sync::Arc::new(
                 crate::engine::FileReviewStore::new(file),
@@ -146,6 +155,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         if let Err(e) = replayer.engine().shutdown().await {
             eprintln!("warning: audit trail: {e}");
         }
+        super::otel::finish(otel, "replay").await;
         printer.finish(bad);
         if bad > 0 {
             ExitCode::FAILURE

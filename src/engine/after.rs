@@ -29,11 +29,19 @@ impl Run {
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
         let pending = self.shared.pending.lock().remove(call_id)?;
         let now = self.engine.clock.now();
+        // Observers see the outcome after the decision; copied only when one is registered.
+        let observed = (!self.engine.observers.is_empty()).then(|| outcome.clone());
         let fut = AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
-        match futures::FutureExt::catch_unwind(fut).await {
+        let decision = match futures::FutureExt::catch_unwind(fut).await {
             Ok(d) => d,
             Err(_) => Some(self.after_failure(call_id, now)),
+        };
+        if let Some(outcome) = &observed {
+            super::observe::each(&self.engine.observers, |o| {
+                o.on_result(&self.shared.context, call_id, outcome, decision.as_ref())
+            });
         }
+        decision
     }
 
     fn after_failure(&self, call_id: &str, now: DateTime<Utc>) -> Decision {

@@ -28,6 +28,7 @@ mod evaluations;
 mod guard;
 mod history;
 mod hitl;
+mod observe;
 mod profile;
 mod run;
 mod sealer;
@@ -46,6 +47,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
 pub use guard::{Guarded, Refusal};
 pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
+pub use observe::DecisionObserver;
 pub use run::Run;
 
 pub(crate) use profile::ToolCache;
@@ -114,6 +116,7 @@ pub(crate) struct EngineInner {
     pub(crate) register_lock: parking_lot::Mutex<()>,
     pub(crate) audit: Option<AuditState>,
     pub(crate) evals: EngineEvals,
+    pub(crate) observers: observe::Observers,
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.
@@ -146,6 +149,7 @@ pub struct EngineBuilder {
     flush_timeout: Duration,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
+    observers: Vec<Arc<dyn DecisionObserver>>,
 }
 
 impl Default for EngineBuilder {
@@ -165,6 +169,7 @@ impl Default for EngineBuilder {
             flush_timeout: Duration::from_secs(5),
             tool_evals: Vec::new(),
             run_eval: None,
+            observers: Vec::new(),
         }
     }
 }
@@ -328,6 +333,7 @@ impl EngineBuilder {
                 register_lock: parking_lot::Mutex::new(()),
                 audit,
                 evals,
+                observers: self.observers.into(),
             }),
         })
     }

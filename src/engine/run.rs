@@ -131,6 +131,9 @@ impl Drop for RunShared {
             return;
         }
         self.engine.state.forget_scope(&self.run_key);
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.context, "dropped")
+        });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
             let body = self.ended_body("dropped", None, now);
@@ -184,6 +187,9 @@ impl Run {
             totals: Totals::default(),
         });
         let run = Run { engine, shared };
+        super::observe::each(&run.engine.observers, |o| {
+            o.on_run_start(&run.shared.context)
+        });
         if run.engine.audit_enabled() {
             let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
             run.emit(
@@ -376,6 +382,9 @@ impl Run {
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
         decision.latency_ns = started.elapsed().as_nanos() as u64;
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_decision(&self.shared.context, &call, &decision)
+        });
         let ToolCall {
             id,
             name,
@@ -534,6 +543,9 @@ impl Run {
             return;
         }
         self.engine.state.forget_scope(&self.shared.run_key);
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.shared.context, status)
+        });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
             let body = self.shared.ended_body(status, final_response, now);
