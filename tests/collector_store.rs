@@ -21,11 +21,7 @@ fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
             let Value::Object(body) = json!({"callId": format!("c{i}"), "n": i}) else {
                 unreachable!()
             };
-            chain.seal(
-                kind,
-                Utc::now(),
-                if i == 0 { Map::new() } else { body },
-            )
+            chain.seal(kind, Utc::now(), if i == 0 { Map::new() } else { body })
         })
         .collect()
 }
@@ -78,7 +74,9 @@ async fn acceptance(store: Arc<dyn EventStore>, verify: impl AsyncFn() -> Result
     assert_eq!(o.accepted, 1, "{o:?}");
     assert_eq!(o.rejected.len(), 2, "{o:?}");
     assert!(
-        reasons(&o).iter().all(|r| r == "id reused with different content"),
+        reasons(&o)
+            .iter()
+            .all(|r| r == "id reused with different content"),
         "{o:?}"
     );
     let o = ingest(s, &[all[5]]).await;
@@ -118,7 +116,10 @@ async fn acceptance(store: Arc<dyn EventStore>, verify: impl AsyncFn() -> Result
     // Tampered content → rejected.
     let mut bad = c[0].to_json();
     bad["id"] = json!(uuid::Uuid::now_v7().to_string());
-    let o = s.ingest(vec![Incoming::from_value(bad).unwrap()]).await.unwrap();
+    let o = s
+        .ingest(vec![Incoming::from_value(bad).unwrap()])
+        .await
+        .unwrap();
     assert_eq!(reasons(&o), vec!["hash does not match the event's content"]);
 
     // Reads: pages with `next`, per-run verify, event queries.
@@ -130,7 +131,11 @@ async fn acceptance(store: Arc<dyn EventStore>, verify: impl AsyncFn() -> Result
         .lines
         .iter()
         .chain(&p2.lines)
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(got, vec![0, 1, 2, 3]);
     assert_eq!(
@@ -150,7 +155,10 @@ async fn acceptance(store: Arc<dyn EventStore>, verify: impl AsyncFn() -> Result
         let page = s.events(&q).await.unwrap();
         started += page.lines.len();
         for l in &page.lines {
-            assert_eq!(serde_json::from_str::<Value>(l).unwrap()["kind"], "run.started");
+            assert_eq!(
+                serde_json::from_str::<Value>(l).unwrap()["kind"],
+                "run.started"
+            );
         }
         match page.next {
             Some(n) => q.after = Some(n),
@@ -171,7 +179,6 @@ async fn acceptance(store: Arc<dyn EventStore>, verify: impl AsyncFn() -> Result
     let o = ingest(s, &[&d[1]]).await;
     assert_eq!(o.rejected.len(), 1, "{o:?}");
     assert!(reasons(&o)[0].contains("does not follow"), "{o:?}");
-
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
