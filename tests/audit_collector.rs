@@ -677,3 +677,48 @@ async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
     );
     p2.kill();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_events_are_moved_aside_and_delivery_goes_on() {
+    // Finding 14: an agentId over 256 bytes used to get a 500 forever, holding up every event
+    // queued behind it.
+    let out = tempfile::tempdir().unwrap();
+    let server = InProcess::start(CollectorConfig::new(out.path()), "127.0.0.1:0").await;
+    let spool = tempfile::tempdir().unwrap();
+    let sink = Arc::new(HttpSink::new(sink_config(&server.url(), spool.path())).unwrap());
+    let bus = bus_with(&sink);
+    let long_agent = "a".repeat(300);
+    let mut bad = RunChain::new("r-bad", long_agent.as_str(), None);
+    let mut good = RunChain::new("r-good", "support", None);
+    for i in 0..10 {
+        bus.emit(seal_step(&mut good, i, 20));
+        if i < 3 {
+            bus.emit(seal_step(&mut bad, i, 3));
+        }
+    }
+    let r = bus.flush(Duration::from_secs(10)).await;
+    assert!(
+        matches!(&r, Err(AuditError::Rejected(m)) if m.contains("id too long")),
+        "{r:?}"
+    );
+    let s = sink.stats();
+    assert_eq!((s.delivered_events, s.rejected_events, s.retries), (10, 3, 0), "{s:?}");
+    let files: Vec<PathBuf> = std::fs::read_dir(spool.path().join("rejected"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(saved["events"].as_array().unwrap().len(), 3);
+    assert_eq!(saved["rejected"].as_array().unwrap().len(), 3);
+    // Delivery goes on.
+    for i in 10..20 {
+        bus.emit(seal_step(&mut good, i, 20));
+    }
+    bus.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(sink.stats().delivered_events, 20);
+    assert_eq!(server.collector.stats().events, 20);
+    assert!(verify_paths(&[out.path()]).is_ok());
+    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    server.stop().await;
+}
