@@ -430,7 +430,9 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
     assert_eq!(saved["status"], 401);
     assert_eq!(saved["events"].as_array().unwrap().len(), 10);
     assert_eq!(server.collector.stats().events, 0);
-    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
     assert_eq!(sink.stats().requests, 1, "nothing more was sent");
 
     // Too large: 413, once; later batches still go through.
@@ -456,7 +458,9 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
         "{s:?}"
     );
     assert_eq!(server.collector.stats().events, 5);
-    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
     server.stop().await;
 }
 
@@ -702,15 +706,20 @@ async fn rejected_events_are_moved_aside_and_delivery_goes_on() {
         "{r:?}"
     );
     let s = sink.stats();
-    assert_eq!((s.delivered_events, s.rejected_events, s.retries), (10, 3, 0), "{s:?}");
-    let files: Vec<PathBuf> = std::fs::read_dir(spool.path().join("rejected"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(files.len(), 1);
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
-    assert_eq!(saved["events"].as_array().unwrap().len(), 3);
-    assert_eq!(saved["rejected"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        (s.delivered_events, s.rejected_events, s.retries),
+        (10, 3, 0),
+        "{s:?}"
+    );
+    let (mut events, mut reasons) = (0, 0);
+    for f in std::fs::read_dir(spool.path().join("rejected")).unwrap() {
+        let saved: Value =
+            serde_json::from_str(&std::fs::read_to_string(f.unwrap().path()).unwrap()).unwrap();
+        assert_eq!(saved["status"], 409);
+        events += saved["events"].as_array().unwrap().len();
+        reasons += saved["rejected"].as_array().unwrap().len();
+    }
+    assert_eq!((events, reasons), (3, 3));
     // Delivery goes on.
     for i in 10..20 {
         bus.emit(seal_step(&mut good, i, 20));
@@ -719,6 +728,8 @@ async fn rejected_events_are_moved_aside_and_delivery_goes_on() {
     assert_eq!(sink.stats().delivered_events, 20);
     assert_eq!(server.collector.stats().events, 20);
     assert!(verify_paths(&[out.path()]).is_ok());
-    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
     server.stop().await;
 }

@@ -326,3 +326,40 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
     assert!(report.is_ok(), "{:?}", report.breaks);
     assert_eq!(report.events, 66);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_to_a_collector_exits_non_zero_when_events_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let c = Collect::start(&store, &[], &[]);
+    let long = "a".repeat(300);
+    let trace = format!(
+        "{}\n{}\n{}\n{}\n",
+        json!({"type":"run.start","runId":"r-long","agentId": long,"at":"2026-01-05T10:00:00Z"}),
+        json!({"type":"run.start","runId":"r-ok","agentId":"support","at":"2026-01-05T10:00:00Z"}),
+        json!({"type":"run.end","runId":"r-long","status":"success","at":"2026-01-05T10:00:01Z"}),
+        json!({"type":"run.end","runId":"r-ok","status":"success","at":"2026-01-05T10:00:01Z"}),
+    );
+    let trace_path = dir.path().join("t.jsonl");
+    std::fs::write(&trace_path, trace).unwrap();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/customer-support.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .current_dir(dir.path())
+        .args(["replay", "--policy"])
+        .arg(&policy)
+        .arg("--trace")
+        .arg(&trace_path)
+        .args(["--collector", &c.url()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("id too long"), "{stderr}");
+    let page: Value = reqwest::get(format!("{}/v1/runs/r-ok", c.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(2), "{page}");
+}

@@ -151,6 +151,8 @@ struct State {
     next_seq: u64,
     urgent: bool,
     rejected_since_flush: Vec<String>,
+    /// Every rejection of the sink's life (the first 20 summaries and a count), for shutdown.
+    rejected_ever: (Vec<String>, usize),
     last_error: Option<String>,
 }
 
@@ -241,6 +243,7 @@ impl HttpSink {
                 next_seq,
                 urgent: false,
                 rejected_since_flush: Vec::new(),
+                rejected_ever: (Vec::new(), 0),
                 last_error: None,
             }),
             wake: Notify::new(),
@@ -282,14 +285,22 @@ impl HttpSink {
         spill(shared, &mut st, &[]).await
     }
 
-    /// Waits until everything is delivered (or rejected).
-    async fn wait_delivered(&self) -> Result<(), AuditError> {
+    /// Waits until everything is delivered (or rejected); errs with the rejections since the
+    /// last flush, or (`lifetime`) of the sink's whole life.
+    async fn wait_delivered(&self, lifetime: bool) -> Result<(), AuditError> {
         let mut progress = self.shared.progress.subscribe();
         loop {
             {
                 let mut st = self.shared.state.lock().await;
                 if st.is_idle() {
-                    let rejected = std::mem::take(&mut st.rejected_since_flush);
+                    let mut rejected = std::mem::take(&mut st.rejected_since_flush);
+                    if lifetime {
+                        let (list, count) = &st.rejected_ever;
+                        rejected = list.clone();
+                        if *count > list.len() {
+                            rejected.push(format!("and {} more", count - list.len()));
+                        }
+                    }
                     return if rejected.is_empty() {
                         Ok(())
                     } else {
@@ -345,11 +356,12 @@ impl AuditSink for HttpSink {
     /// since the last flush. Cancel it (e.g. with a timeout) to stop waiting: undelivered
     /// events stay queued or spooled.
     async fn flush(&self) -> Result<(), AuditError> {
-        self.wait_delivered().await
+        self.wait_delivered(false).await
     }
 
     /// Spools whatever is in memory (so nothing is lost if the wait below is cut short), then
-    /// waits for delivery and stops the sending task — also when cancelled.
+    /// waits for delivery and stops the sending task — also when cancelled. Errs with
+    /// [`AuditError::Rejected`] if the collector rejected events at any time in the sink's life.
     async fn shutdown(&self) -> Result<(), AuditError> {
         let _stop = StopOnDrop(&self.shared);
         let has_memory = {
@@ -359,7 +371,7 @@ impl AuditSink for HttpSink {
         if has_memory {
             self.spool_memory().await?;
         }
-        self.wait_delivered().await
+        self.wait_delivered(true).await
     }
 }
 
@@ -596,7 +608,7 @@ async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
         endpoint = %shared.endpoint,
         "audit batch rejected by collector ({summary}), not retried; {where_}"
     );
-    shared.state.lock().await.rejected_since_flush.push(summary);
+    note_rejection(shared, summary).await;
 }
 
 /// Saves the events a 409 rejected one by one (with their reasons) to `rejected/`; returns how
@@ -663,8 +675,18 @@ async fn reject_some(
         endpoint = %shared.endpoint,
         "audit collector {summary}; the rest of the batch is stored; {where_}"
     );
-    shared.state.lock().await.rejected_since_flush.push(summary);
+    note_rejection(shared, summary).await;
     total.saturating_sub(n)
+}
+
+async fn note_rejection(shared: &Shared, summary: String) {
+    let mut st = shared.state.lock().await;
+    let (list, count) = &mut st.rejected_ever;
+    *count += 1;
+    if list.len() < 20 {
+        list.push(summary.clone());
+    }
+    st.rejected_since_flush.push(summary);
 }
 
 /// Sleeps `d` unless stopped first; returns false when stopped.
