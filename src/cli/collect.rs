@@ -63,6 +63,7 @@ pub struct CollectArgs {
     pub shutdown_grace_secs: u64,
 }
 
+#[cfg(feature = "http")]
 fn read_token(path: &std::path::Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;

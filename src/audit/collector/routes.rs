@@ -191,14 +191,11 @@ pub(super) struct RunParams {
     limit: Option<usize>,
 }
 
-fn page_size(limit: Option<usize>) -> Result<usize, Response> {
+fn page_size(limit: Option<usize>) -> Result<usize, String> {
     match limit {
         None => Ok(DEFAULT_PAGE),
         Some(n) if (1..=DEFAULT_PAGE).contains(&n) => Ok(n),
-        Some(n) => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("limit {n}: must be 1..={DEFAULT_PAGE}"),
-        )),
+        Some(n) => Err(format!("limit {n}: must be 1..={DEFAULT_PAGE}")),
     }
 }
 
@@ -221,7 +218,7 @@ pub(super) async fn get_run(
     };
     let limit = match page_size(p.limit) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     match c
         .shared
@@ -291,16 +288,11 @@ pub(super) struct EventParams {
 fn time_param(
     name: &str,
     v: Option<String>,
-) -> Result<Option<chrono::DateTime<chrono::Utc>>, Response> {
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
     v.map(|t| {
         chrono::DateTime::parse_from_rfc3339(&t)
             .map(|d| d.with_timezone(&chrono::Utc))
-            .map_err(|e| {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    format!("{name} {t:?} is not RFC 3339: {e}"),
-                )
-            })
+            .map_err(|e| format!("{name} {t:?} is not RFC 3339: {e}"))
     })
     .transpose()
 }
@@ -327,7 +319,9 @@ pub(super) async fn get_events(
         page_size(p.limit),
     ) {
         (Ok(s), Ok(u), Ok(l)) => (s, u, l),
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+        (Err(m), _, _) | (_, Err(m), _) | (_, _, Err(m)) => {
+            return error(StatusCode::BAD_REQUEST, m);
+        }
     };
     let q = EventQuery {
         agent_id: p.agent_id,

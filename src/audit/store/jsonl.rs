@@ -29,6 +29,9 @@ use super::{
 };
 use crate::audit::{AuditError, EventKind};
 
+/// Where a stored line is: file, offset, length.
+type LineLoc = (PathBuf, u64, u32);
+
 /// Most records one `GET /v1/events` page scans.
 const MAX_SCAN: usize = 200_000;
 /// Most files kept open for appending.
@@ -417,7 +420,7 @@ impl Inner {
         run_id: &str,
         after_seq: Option<u64>,
         limit: usize,
-    ) -> Result<(String, Vec<(PathBuf, u64, u32)>, Option<u64>), StoreError> {
+    ) -> Result<(String, Vec<LineLoc>, Option<u64>), StoreError> {
         let run = match agent {
             Some(a) => self
                 .run_id(a, run_id)
@@ -467,7 +470,7 @@ fn sync_dir(dir: &Path) -> Result<(), AuditError> {
         .map_err(|e| AuditError::io(dir, e))
 }
 
-fn read_lines(locs: Vec<(PathBuf, u64, u32)>) -> Result<Vec<String>, AuditError> {
+fn read_lines(locs: Vec<LineLoc>) -> Result<Vec<String>, AuditError> {
     let mut files: HashMap<PathBuf, File> = HashMap::new();
     let mut out = Vec::with_capacity(locs.len());
     for (path, offset, len) in locs {
