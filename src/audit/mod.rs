@@ -23,6 +23,7 @@ mod config;
 mod event;
 mod redact;
 pub mod sinks;
+pub mod store;
 pub mod verify;
 
 pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};
@@ -63,6 +64,9 @@ pub enum AuditError {
     /// HTTP transport or collector failure.
     #[error("audit http: {0}")]
     Http(String),
+    /// The collector rejected events (they were moved to the sink's `rejected/` folder).
+    #[error("audit: collector rejected events: {0}")]
+    Rejected(String),
     /// A sink failed.
     #[error("audit sink: {0}")]
     Sink(String),

@@ -71,25 +71,26 @@ pub(crate) async fn serve_collector(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
     handle: &Handle,
-    max_body_bytes: usize,
 ) -> Result<(), String> {
+    let config = collector.config().clone();
     match handle {
         #[cfg(feature = "otel")]
         Some(o) => {
             let export = std::sync::Arc::new(crate::otel::AuditExport::new(o));
-            let router = crate::otel::collector_layer(collector.router(), export, max_body_bytes);
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
+            let router = crate::otel::collector_layer(
+                collector.router(),
+                export,
+                config.max_body_bytes,
+                config.token.clone(),
+            );
+            crate::audit::collector::serve_router(router, &config, listener, shutdown)
                 .await
                 .map_err(|e| e.to_string())
         }
         #[cfg(not(feature = "otel"))]
         Some(never) => match *never {},
-        None => {
-            let _ = max_body_bytes;
-            crate::audit::collector::serve_collector(collector, listener, shutdown)
-                .await
-                .map_err(|e| e.to_string())
-        }
+        None => crate::audit::collector::serve_router(collector.router(), &config, listener, shutdown)
+            .await
+            .map_err(|e| e.to_string()),
     }
 }
