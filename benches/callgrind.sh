@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind not installed; skipped"; exit 0; }
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(10 1000)
-bin=$(cargo bench --bench support_calls --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+# The lean core (no integrations) is all the driver needs: a much smaller release build.
+bin=$(cargo bench --no-default-features --bench support_calls --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
 [ -x "$bin" ] || { echo "callgrind.sh: could not build the driver" >&2; exit 1; }
 runs=50
 out=$(mktemp -d)
