@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod check;
 pub mod collect;
 pub mod eval;
+pub mod keygen;
 pub mod replay;
 pub mod review;
 pub mod test;
@@ -49,6 +50,9 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Run evaluations over JSONL inputs, or summarize stored results (`eval stats`).
     Eval(eval::EvalArgs),
+    /// Make an Ed25519 key pair for signing audit trails (KEY and KEY.pub).
+    #[command(long_about = keygen::LONG_ABOUT)]
+    Keygen(keygen::KeygenArgs),
 }
 
 /// Entry point of the binary: parses arguments and runs the subcommand.
@@ -63,6 +67,7 @@ pub fn main() -> ExitCode {
         Command::Collect(a) => collect::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Keygen(a) => keygen::run(a),
     }
 }
 

@@ -47,6 +47,9 @@ pub struct ReplayArgs {
     /// Bearer token for the collector.
     #[arg(long, value_name = "TOKEN", requires = "collector")]
     pub token: Option<String>,
+    /// Sign the audit trail's runs with this Ed25519 private key (see `toolgate keygen`).
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
     /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
     #[arg(long, value_name = "FILE")]
     pub reviews: Option<PathBuf>,
@@ -113,6 +116,11 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             eprintln!("error: --collector needs toolgate built with the `http` feature");
             return ExitCode::from(2);
         }
+        if args.signing_key.is_some() && audit.sinks.is_empty() {
+            eprintln!("error: --signing-key needs --audit or --collector (a trail to sign)");
+            return ExitCode::from(2);
+        }
+        audit.signing_key = args.signing_key.clone();
         if !audit.sinks.is_empty() {
             builder = builder.audit(audit);
         }
