@@ -15,6 +15,7 @@ pub mod eval;
 pub mod policy;
 pub mod state;
 pub mod trace;
+pub mod whatif;
 
 #[doc(hidden)]
 pub mod cli;

@@ -13,6 +13,7 @@ pub mod replay;
 pub mod review;
 pub mod test;
 pub mod verify;
+pub mod whatif;
 
 /// toolgate — governs what AI agents do with their tools.
 ///
