@@ -16,7 +16,9 @@
 //! # });
 //! ```
 
+mod after;
 mod audit_hook;
+mod blocking;
 mod call;
 mod clock;
 mod conditions;
@@ -24,6 +26,7 @@ mod decision;
 mod evaluate;
 mod evaluations;
 mod guard;
+mod history;
 mod hitl;
 mod profile;
 mod run;

@@ -10,7 +10,8 @@
 //! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
 //! decisions costs one wake-up, not one per event. `flush` (on `Run::end`, engine flush and
 //! shutdown) drains the queue on the caller's thread first, so nothing queued is lost; so does
-//! dropping the engine.
+//! dropping the engine. Past [`HELP_AT`] queued events the caller drains the queue itself, so a
+//! producer faster than the sealer is slowed down rather than growing memory or losing events.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +31,14 @@ use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
 const WAKE_AT: usize = 4096;
 /// How long the sealer lets a batch fill after the first event arrives.
 const LINGER: Duration = Duration::from_millis(1);
+/// Queue length past which callers seal the queue themselves: when events arrive faster than
+/// the sealer thread keeps up (it shares the cores), the queue stays bounded and nothing is
+/// dropped; the callers slow down instead.
+const HELP_AT: usize = 32_768;
 
 /// An event body as captured on the caller's thread.
+// Not boxed: the queue holds bodies by value, and a box would cost the caller an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Body {
     /// Built as JSON already (rare events: run start and end, results, errors).
     Json(Map<String, Value>),
@@ -108,6 +115,12 @@ impl Shared {
     }
 }
 
+enum Wake {
+    No,
+    Sealer,
+    Help,
+}
+
 /// The engine's sealer: a queue and the thread that drains it.
 pub(crate) struct Sealer {
     shared: Arc<Shared>,
@@ -154,10 +167,18 @@ impl Sealer {
                 id,
                 body,
             });
-            q.len() == 1 || q.len() == WAKE_AT
+            match q.len() {
+                1 | WAKE_AT => Wake::Sealer,
+                n if n >= HELP_AT => Wake::Help,
+                _ => Wake::No,
+            }
         };
-        if wake {
-            self.shared.wake.notify_one();
+        match wake {
+            Wake::Sealer => {
+                self.shared.wake.notify_one();
+            }
+            Wake::Help => self.shared.drain(),
+            Wake::No => {}
         }
         id
     }

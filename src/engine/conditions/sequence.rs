@@ -5,7 +5,7 @@
 //! condition is a few bit tests whatever the length of the history.
 use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
-use crate::engine::run::bit;
+use crate::engine::history::bit;
 
 pub(crate) fn eval(must: &[u32], must_not: &[u32], ctx: &mut DecisionCtx<'_>) -> Tri {
     let mut history = ctx.run.history.lock();
