@@ -251,8 +251,8 @@ async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_ve
 
     let stats = server.collector.stats();
     assert_eq!(
-        (stats.events, stats.runs, stats.duplicates, stats.breaks),
-        (10_000, 100, 0, 0)
+        (stats.events, stats.duplicates, stats.rejected),
+        (10_000, 0, 0)
     );
     assert_eq!(count_lines(out.path()), 10_000);
     assert_eq!(sink.stats().delivered_events, 10_000);
@@ -278,7 +278,11 @@ async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_ve
         .map(|e| e["seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, (0..100).collect::<Vec<_>>());
-    assert_eq!(run["chain"]["ok"], true);
+    let (_, check) = get_json(&format!("{}/v1/runs/run-42/verify", server.url())).await;
+    assert_eq!(
+        (&check["ok"], &check["events"]),
+        (&json!(true), &json!(100))
+    );
 
     bus.shutdown(Duration::from_secs(5)).await.unwrap();
     server.stop().await;
@@ -365,7 +369,10 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
     let (status, run) = get_json(&format!("{url}/v1/runs/run-7")).await;
     assert_eq!(status, 200);
     assert_eq!(run["events"].as_array().unwrap().len(), 100);
-    assert_eq!(run["chain"]["ok"], true);
+    assert_eq!(
+        get_json(&format!("{url}/v1/runs/run-7/verify")).await.1["ok"],
+        true
+    );
     let stored: Vec<AuditEvent> = run["events"]
         .as_array()
         .unwrap()
@@ -374,7 +381,10 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
         .collect();
     let (status, answer) = post_body(&url, None, events_body(&stored)).await;
     assert_eq!(status, 200);
-    assert_eq!(answer, json!({"accepted": 0, "duplicates": 100}));
+    assert_eq!(
+        answer,
+        json!({"accepted": 0, "duplicates": 100, "rejected": []})
+    );
     assert_eq!(count_lines(out.path()), 3_000);
 
     bus.shutdown(Duration::from_secs(5)).await.unwrap();
@@ -420,7 +430,9 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
     assert_eq!(saved["status"], 401);
     assert_eq!(saved["events"].as_array().unwrap().len(), 10);
     assert_eq!(server.collector.stats().events, 0);
-    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
     assert_eq!(sink.stats().requests, 1, "nothing more was sent");
 
     // Too large: 413, once; later batches still go through.
@@ -446,7 +458,9 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
         "{s:?}"
     );
     assert_eq!(server.collector.stats().events, 5);
-    bus.shutdown(Duration::from_secs(5)).await.unwrap();
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
     server.stop().await;
 }
 
@@ -492,16 +506,16 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     // Accepted, then deduplicated (also within one batch).
     assert_eq!(
         post_body(&url, tok, events_body(&events[..6])).await,
-        (200, json!({"accepted": 6, "duplicates": 0}))
+        (200, json!({"accepted": 6, "duplicates": 0, "rejected": []}))
     );
     assert_eq!(
         post_body(&url, tok, events_body(&events)).await,
-        (200, json!({"accepted": 4, "duplicates": 6}))
+        (200, json!({"accepted": 4, "duplicates": 6, "rejected": []}))
     );
     let twice = [events[9].clone(), events[9].clone()];
     assert_eq!(
         post_body(&url, tok, events_body(&twice)).await,
-        (200, json!({"accepted": 0, "duplicates": 2}))
+        (200, json!({"accepted": 0, "duplicates": 2, "rejected": []}))
     );
     assert_eq!(count_lines(out.path()), 10);
 
@@ -516,7 +530,7 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     assert_eq!(get(format!("{url}/v1/runs/nope")).await.0, 404);
     let (s, run) = get(format!("{url}/v1/runs/r1")).await;
     assert_eq!(s, 200);
-    assert_eq!(run["chain"]["ok"], true);
+    assert_eq!(get(format!("{url}/v1/runs/r1/verify")).await.1["ok"], true);
     // As stored: canonical JSON (so `2.0` reads back as `2`; the hash is the same).
     let got: Vec<String> = run["events"]
         .as_array()
@@ -527,32 +541,38 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     let want: Vec<String> = events.iter().map(AuditEvent::to_canonical_json).collect();
     assert_eq!(got, want);
 
-    // A tampered event is stored (it is evidence) but flagged as it arrives.
+    // A tampered event is rejected (the store only holds chains that verify); the rest of
+    // its batch is stored, and the real event can still fill the gap.
     let mut chain = RunChain::new("r2", "support", None);
     let good: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
     let mut tampered: Vec<Value> = good.iter().map(AuditEvent::to_json).collect();
     tampered[2]["output"]["hits"] = json!(999);
-    let (s, _) = post_body(&url, tok, json!({"events": tampered}).to_string()).await;
-    assert_eq!(s, 200);
-    let (_, run) = get(format!("{url}/v1/runs/r2")).await;
-    assert_eq!(run["chain"]["ok"], false);
-    assert_eq!(run["chain"]["breaks"][0]["seq"], 2);
-    assert_eq!(server.collector.run_breaks("r2").unwrap().len(), 1);
-    // Out-of-order arrival is not a break; a gap shows as pending.
+    let (s, answer) = post_body(&url, tok, json!({"events": tampered}).to_string()).await;
+    assert_eq!(s, 409);
+    assert_eq!(answer["accepted"], 3);
+    assert_eq!(answer["rejected"][0]["id"], good[2].id().to_string());
+    assert_eq!(
+        answer["rejected"][0]["reason"],
+        "hash does not match the event's content"
+    );
+    let (_, check) = get(format!("{url}/v1/runs/r2/verify")).await;
+    assert_eq!(check["ok"], false);
+    assert_eq!(check["breaks"][0]["message"], "missing seq 2..2");
+    assert_eq!(
+        post_body(&url, tok, events_body(&good[2..3])).await,
+        (200, json!({"accepted": 1, "duplicates": 0, "rejected": []}))
+    );
+    assert_eq!(get(format!("{url}/v1/runs/r2/verify")).await.1["ok"], true);
+    // Out-of-order arrival is not a break; a gap shows until it is filled.
     let mut chain = RunChain::new("r3", "support", None);
     let r3: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
     post_body(&url, tok, events_body(&[r3[2].clone(), r3[0].clone()])).await;
-    let (_, run) = get(format!("{url}/v1/runs/r3")).await;
-    assert_eq!(
-        (
-            run["chain"]["ok"].clone(),
-            run["chain"]["waitingForSeq"].clone()
-        ),
-        (json!(false), json!(1))
-    );
+    let (_, check) = get(format!("{url}/v1/runs/r3/verify")).await;
+    assert_eq!(check["ok"], false);
     post_body(&url, tok, events_body(&[r3[1].clone(), r3[3].clone()])).await;
-    let (_, run) = get(format!("{url}/v1/runs/r3")).await;
-    assert_eq!(run["chain"]["ok"], true, "{run}");
+    let (_, check) = get(format!("{url}/v1/runs/r3/verify")).await;
+    assert_eq!(check["ok"], true, "{check}");
+    assert!(verify_paths(&[out.path()]).is_ok());
 
     server.stop().await;
 }
@@ -634,7 +654,10 @@ async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
     let events: Vec<AuditEvent> = (0..20).map(|i| seal_step(&mut chain, i, 20)).collect();
     assert_eq!(
         post_body(&url, None, events_body(&events)).await,
-        (200, json!({"accepted": 20, "duplicates": 0}))
+        (
+            200,
+            json!({"accepted": 20, "duplicates": 0, "rejected": []})
+        )
     );
     // Ctrl-C.
     let pid = p.child.id().to_string();
@@ -657,4 +680,56 @@ async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
         (json!(20), json!(1))
     );
     p2.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_events_are_moved_aside_and_delivery_goes_on() {
+    // Finding 14: an agentId over 256 bytes used to get a 500 forever, holding up every event
+    // queued behind it.
+    let out = tempfile::tempdir().unwrap();
+    let server = InProcess::start(CollectorConfig::new(out.path()), "127.0.0.1:0").await;
+    let spool = tempfile::tempdir().unwrap();
+    let sink = Arc::new(HttpSink::new(sink_config(&server.url(), spool.path())).unwrap());
+    let bus = bus_with(&sink);
+    let long_agent = "a".repeat(300);
+    let mut bad = RunChain::new("r-bad", long_agent.as_str(), None);
+    let mut good = RunChain::new("r-good", "support", None);
+    for i in 0..10 {
+        bus.emit(seal_step(&mut good, i, 20));
+        if i < 3 {
+            bus.emit(seal_step(&mut bad, i, 3));
+        }
+    }
+    let r = bus.flush(Duration::from_secs(10)).await;
+    assert!(
+        matches!(&r, Err(AuditError::Rejected(m)) if m.contains("id too long")),
+        "{r:?}"
+    );
+    let s = sink.stats();
+    assert_eq!(
+        (s.delivered_events, s.rejected_events, s.retries),
+        (10, 3, 0),
+        "{s:?}"
+    );
+    let (mut events, mut reasons) = (0, 0);
+    for f in std::fs::read_dir(spool.path().join("rejected")).unwrap() {
+        let saved: Value =
+            serde_json::from_str(&std::fs::read_to_string(f.unwrap().path()).unwrap()).unwrap();
+        assert_eq!(saved["status"], 409);
+        events += saved["events"].as_array().unwrap().len();
+        reasons += saved["rejected"].as_array().unwrap().len();
+    }
+    assert_eq!((events, reasons), (3, 3));
+    // Delivery goes on.
+    for i in 10..20 {
+        bus.emit(seal_step(&mut good, i, 20));
+    }
+    bus.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(sink.stats().delivered_events, 20);
+    assert_eq!(server.collector.stats().events, 20);
+    assert!(verify_paths(&[out.path()]).is_ok());
+    // Shutdown reports every rejection of the sink's life.
+    let r = bus.shutdown(Duration::from_secs(5)).await;
+    assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
+    server.stop().await;
 }

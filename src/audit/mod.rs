@@ -24,6 +24,7 @@ mod event;
 mod redact;
 pub mod sign;
 pub mod sinks;
+pub mod store;
 pub mod verify;
 
 pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};
@@ -68,6 +69,9 @@ pub enum AuditError {
     /// HTTP transport or collector failure.
     #[error("audit http: {0}")]
     Http(String),
+    /// The collector rejected events (they were moved to the sink's `rejected/` folder).
+    #[error("audit: collector rejected events: {0}")]
+    Rejected(String),
     /// A sink failed.
     #[error("audit sink: {0}")]
     Sink(String),

@@ -176,11 +176,14 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             }
         }
         replayer.finish().await;
+        let mut rejected = false;
         if let Err(e) = replayer.engine().shutdown().await {
-            eprintln!("warning: audit trail: {e}");
+            rejected = matches!(e, crate::audit::AuditError::Rejected(_));
+            let level = if rejected { "error" } else { "warning" };
+            eprintln!("{level}: audit trail: {e}");
         }
         printer.finish(bad);
-        if bad > 0 {
+        if bad > 0 || rejected {
             ExitCode::FAILURE
         } else {
             ExitCode::SUCCESS

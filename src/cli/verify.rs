@@ -18,7 +18,8 @@ Exit status: 0 when every chain is intact, 1 on any break, 2 when an input canno
 /// Arguments of `toolgate verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// Audit trail files (JSONL) or directories (searched recursively for `*.jsonl`).
+    /// Audit trail files (JSONL) or directories (searched recursively for `*.jsonl`), or one
+    /// PostgreSQL collector store (`postgres://...`).
     #[arg(required = true, value_name = "FILE|DIR")]
     pub paths: Vec<PathBuf>,
     /// Require every run to be signed by this Ed25519 public key (PEM, `toolgate keygen` writes KEY.pub).
@@ -30,6 +31,20 @@ pub struct VerifyArgs {
 /// `FILE:LINE run RUN seq S: problem` for every break. Exit code 0 when every chain is intact,
 /// 1 on any break, 2 when an input cannot be read.
 pub fn run(args: VerifyArgs) -> ExitCode {
+    if let Some(url) = args.paths.iter().find_map(|p| {
+        p.to_str()
+            .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+    }) {
+        if args.paths.len() > 1 {
+            eprintln!("a postgres:// store is verified on its own");
+            return ExitCode::from(2);
+        }
+        if args.public_key.is_some() {
+            eprintln!("error: --public-key is not supported with a postgres:// store yet");
+            return ExitCode::from(2);
+        }
+        return verify_postgres(url);
+    }
     let report = match &args.public_key {
         None => verify_paths(&args.paths),
         Some(file) => match RunVerifier::from_file(file) {
@@ -86,4 +101,49 @@ pub fn run(args: VerifyArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `toolgate verify postgres://...`: every run of a database store, from its stored lines.
+#[cfg(feature = "postgres")]
+fn verify_postgres(url: &str) -> ExitCode {
+    let shown = crate::audit::collector::redact_url(url);
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(crate::audit::store::postgres::verify_postgres(url)) {
+        Err(e) => {
+            eprintln!("{shown}: cannot read: {e}");
+            ExitCode::from(2)
+        }
+        Ok(r) => {
+            for (agent, run, b) in &r.breaks {
+                match b.seq {
+                    Some(s) => println!("{shown} agent {agent} run {run} seq {s}: {}", b.message),
+                    None => println!("{shown} agent {agent} run {run}: {}", b.message),
+                }
+            }
+            if r.breaks.is_empty() {
+                println!("{shown}: ok: {} events, {} runs", r.events, r.runs);
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "{} chain break(s) in {} events of {} runs",
+                    r.breaks.len(),
+                    r.events,
+                    r.runs
+                );
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn verify_postgres(_url: &str) -> ExitCode {
+    eprintln!("toolgate verify: built without the `postgres` feature");
+    ExitCode::from(2)
 }

@@ -16,8 +16,13 @@
 //!    to the spool at every failed retry once a batch is full or `batchIntervalMs` old.
 //!    Spooled files left by an earlier process are sent first when the sink starts.
 //! 4. If the in-memory queue is full, its contents are spilled to the spool: nothing is dropped.
-//! 5. Any other 4xx is not retried: the batch is logged and written to `spool/rejected/` with
+//! 5. A 409 whose answer lists `rejected` events (an id reused, a fork, an id too long; see
+//!    design §9) means the other events of the batch are stored: only the rejected events are
+//!    written to `spool/rejected/` with the collector's reasons, and delivery goes on.
+//! 6. Any other 4xx is not retried: the batch is logged and written to `spool/rejected/` with
 //!    the collector's answer, for inspection.
+//!
+//! A flush or shutdown after rejections errs with [`AuditError::Rejected`].
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -116,6 +121,9 @@ pub struct HttpSinkStats {
     pub spooled_batches: u64,
     /// Batches rejected with a 4xx and moved to `rejected/`.
     pub rejected_batches: u64,
+    /// Events rejected (in whole rejected batches, or one by one in a 409) and moved to
+    /// `rejected/`.
+    pub rejected_events: u64,
     /// Failed attempts that were retried.
     pub retries: u64,
 }
@@ -126,6 +134,7 @@ struct Counters {
     delivered_events: AtomicU64,
     spooled_batches: AtomicU64,
     rejected_batches: AtomicU64,
+    rejected_events: AtomicU64,
     retries: AtomicU64,
 }
 
@@ -142,6 +151,8 @@ struct State {
     next_seq: u64,
     urgent: bool,
     rejected_since_flush: Vec<String>,
+    /// Every rejection of the sink's life (the first 20 summaries and a count), for shutdown.
+    rejected_ever: (Vec<String>, usize),
     last_error: Option<String>,
 }
 
@@ -186,6 +197,11 @@ enum Outcome {
         status: u16,
         body: String,
     },
+    /// Some events were stored, these (id, reason) were rejected.
+    Partial {
+        rejected: Vec<(String, String)>,
+        body: String,
+    },
 }
 
 impl HttpSink {
@@ -227,6 +243,7 @@ impl HttpSink {
                 next_seq,
                 urgent: false,
                 rejected_since_flush: Vec::new(),
+                rejected_ever: (Vec::new(), 0),
                 last_error: None,
             }),
             wake: Notify::new(),
@@ -251,6 +268,7 @@ impl HttpSink {
             delivered_events: c.delivered_events.load(Ordering::Relaxed),
             spooled_batches: c.spooled_batches.load(Ordering::Relaxed),
             rejected_batches: c.rejected_batches.load(Ordering::Relaxed),
+            rejected_events: c.rejected_events.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
         }
     }
@@ -267,22 +285,26 @@ impl HttpSink {
         spill(shared, &mut st, &[]).await
     }
 
-    /// Waits until everything is delivered (or rejected).
-    async fn wait_delivered(&self) -> Result<(), AuditError> {
+    /// Waits until everything is delivered (or rejected); errs with the rejections since the
+    /// last flush, or (`lifetime`) of the sink's whole life.
+    async fn wait_delivered(&self, lifetime: bool) -> Result<(), AuditError> {
         let mut progress = self.shared.progress.subscribe();
         loop {
             {
                 let mut st = self.shared.state.lock().await;
                 if st.is_idle() {
-                    let rejected = std::mem::take(&mut st.rejected_since_flush);
+                    let mut rejected = std::mem::take(&mut st.rejected_since_flush);
+                    if lifetime {
+                        let (list, count) = &st.rejected_ever;
+                        rejected = list.clone();
+                        if *count > list.len() {
+                            rejected.push(format!("and {} more", count - list.len()));
+                        }
+                    }
                     return if rejected.is_empty() {
                         Ok(())
                     } else {
-                        Err(AuditError::Http(format!(
-                            "collector rejected {} batch(es): {}",
-                            rejected.len(),
-                            rejected.join("; ")
-                        )))
+                        Err(AuditError::Rejected(rejected.join("; ")))
                     };
                 }
                 st.urgent = true;
@@ -334,11 +356,12 @@ impl AuditSink for HttpSink {
     /// since the last flush. Cancel it (e.g. with a timeout) to stop waiting: undelivered
     /// events stay queued or spooled.
     async fn flush(&self) -> Result<(), AuditError> {
-        self.wait_delivered().await
+        self.wait_delivered(false).await
     }
 
     /// Spools whatever is in memory (so nothing is lost if the wait below is cut short), then
-    /// waits for delivery and stops the sending task — also when cancelled.
+    /// waits for delivery and stops the sending task — also when cancelled. Errs with
+    /// [`AuditError::Rejected`] if the collector rejected events at any time in the sink's life.
     async fn shutdown(&self) -> Result<(), AuditError> {
         let _stop = StopOnDrop(&self.shared);
         let has_memory = {
@@ -348,7 +371,7 @@ impl AuditSink for HttpSink {
         if has_memory {
             self.spool_memory().await?;
         }
-        self.wait_delivered().await
+        self.wait_delivered(true).await
     }
 }
 
@@ -496,9 +519,36 @@ async fn post(shared: &Shared, body: Vec<u8>) -> Outcome {
     }
 }
 
+/// The `(id, reason)` list of a 409 answer `{"accepted","duplicates","rejected":[...]}`.
+fn rejected_list(text: &str) -> Option<Vec<(String, String)>> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("accepted")?.as_u64()?;
+    let list = v.get("rejected")?.as_array()?;
+    let out: Vec<(String, String)> = list
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.get("id")?.as_str()?.to_string(),
+                r.get("reason")
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("")
+                    .to_string(),
+            ))
+        })
+        .collect();
+    (!out.is_empty() && out.len() == list.len()).then_some(out)
+}
+
 fn classify(status: u16, text: String, retry_after: Option<Duration>) -> Outcome {
     match status {
         200..=299 => Outcome::Delivered,
+        409 => match rejected_list(&text) {
+            Some(rejected) => Outcome::Partial {
+                rejected,
+                body: text,
+            },
+            None => Outcome::Rejected { status, body: text },
+        },
         408 | 429 | 500..=599 => Outcome::Retry {
             error: format!("HTTP {status}: {}", truncate(&text, 300)),
             after: retry_after,
@@ -519,6 +569,10 @@ async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
         .counters
         .rejected_batches
         .fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .rejected_events
+        .fetch_add(count_events(&body), Ordering::Relaxed);
     let summary = format!("HTTP {status}: {}", truncate(&answer, 300));
     let dir = shared.config.spool_dir.join("rejected");
     let name = format!(
@@ -554,7 +608,85 @@ async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: String) {
         endpoint = %shared.endpoint,
         "audit batch rejected by collector ({summary}), not retried; {where_}"
     );
-    shared.state.lock().await.rejected_since_flush.push(summary);
+    note_rejection(shared, summary).await;
+}
+
+/// Saves the events a 409 rejected one by one (with their reasons) to `rejected/`; returns how
+/// many events of the batch were stored.
+async fn reject_some(
+    shared: &Shared,
+    body: &[u8],
+    rejected: &[(String, String)],
+    answer: String,
+) -> u64 {
+    let events: Vec<serde_json::Value> = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("events").and_then(|e| e.as_array()).cloned())
+        .unwrap_or_default();
+    let total = events.len() as u64;
+    let picked: Vec<serde_json::Value> = events
+        .into_iter()
+        .filter(|e| {
+            e.get("id")
+                .and_then(|i| i.as_str())
+                .is_some_and(|id| rejected.iter().any(|(r, _)| r == id))
+        })
+        .collect();
+    let n = rejected.len() as u64;
+    shared
+        .counters
+        .rejected_events
+        .fetch_add(n, Ordering::Relaxed);
+    let reasons: Vec<serde_json::Value> = rejected
+        .iter()
+        .map(|(id, reason)| serde_json::json!({"id": id, "reason": reason}))
+        .collect();
+    let summary = format!(
+        "{n} event(s) rejected: {}",
+        rejected
+            .iter()
+            .take(3)
+            .map(|(id, reason)| format!("{id}: {reason}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let dir = shared.config.spool_dir.join("rejected");
+    let name = format!(
+        "{}-{}.json",
+        chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
+        uuid::Uuid::now_v7().simple()
+    );
+    let record = serde_json::json!({
+        "status": 409, "response": answer, "rejected": reasons, "events": picked
+    });
+    let path = dir.join(&name);
+    let shown = path.display().to_string();
+    let written = tokio::task::spawn_blocking(move || -> Result<(), AuditError> {
+        std::fs::create_dir_all(&dir).map_err(|e| AuditError::io(&dir, e))?;
+        write_synced(&path, record.to_string().as_bytes())
+    })
+    .await;
+    let where_ = match written {
+        Ok(Ok(())) => format!("saved as {shown}"),
+        Ok(Err(e)) => format!("could not be saved: {e}"),
+        Err(e) => format!("could not be saved: {e}"),
+    };
+    tracing::error!(
+        endpoint = %shared.endpoint,
+        "audit collector {summary}; the rest of the batch is stored; {where_}"
+    );
+    note_rejection(shared, summary).await;
+    total.saturating_sub(n)
+}
+
+async fn note_rejection(shared: &Shared, summary: String) {
+    let mut st = shared.state.lock().await;
+    let (list, count) = &mut st.rejected_ever;
+    *count += 1;
+    if list.len() < 20 {
+        list.push(summary.clone());
+    }
+    st.rejected_since_flush.push(summary);
 }
 
 /// Sleeps `d` unless stopped first; returns false when stopped.
@@ -667,6 +799,20 @@ async fn sender(shared: Arc<Shared>) {
                         shared.state.lock().await.spool.pop_front();
                         bump(&shared);
                     }
+                    Outcome::Partial {
+                        rejected,
+                        body: answer,
+                    } => {
+                        attempt = 0;
+                        let stored = reject_some(&shared, &body, &rejected, answer).await;
+                        shared
+                            .counters
+                            .delivered_events
+                            .fetch_add(stored, Ordering::Relaxed);
+                        let _ = tokio::fs::remove_file(&path).await;
+                        shared.state.lock().await.spool.pop_front();
+                        bump(&shared);
+                    }
                     Outcome::Retry { error, after } => {
                         {
                             // Still down: move what has piled up in memory to disk.
@@ -712,6 +858,19 @@ async fn sender(shared: Arc<Shared>) {
                         attempt = 0;
                         shared.state.lock().await.inflight = None;
                         reject(&shared, body, status, answer).await;
+                        bump(&shared);
+                    }
+                    Outcome::Partial {
+                        rejected,
+                        body: answer,
+                    } => {
+                        attempt = 0;
+                        let stored = reject_some(&shared, &body, &rejected, answer).await;
+                        shared
+                            .counters
+                            .delivered_events
+                            .fetch_add(stored, Ordering::Relaxed);
+                        shared.state.lock().await.inflight = None;
                         bump(&shared);
                     }
                     Outcome::Retry { error, after } => {
@@ -801,6 +960,17 @@ mod tests {
         assert!(matches!(
             classify(401, String::new(), None),
             Outcome::Rejected { .. }
+        ));
+        let partial = r#"{"accepted":1,"duplicates":0,"rejected":[{"id":"a","reason":"fork"}]}"#;
+        match classify(409, partial.into(), None) {
+            Outcome::Partial { rejected, .. } => {
+                assert_eq!(rejected, vec![("a".to_string(), "fork".to_string())]);
+            }
+            _ => panic!("a 409 with a rejected list is a partial delivery"),
+        }
+        assert!(matches!(
+            classify(409, "{}".into(), None),
+            Outcome::Rejected { status: 409, .. }
         ));
     }
 

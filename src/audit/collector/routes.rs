@@ -1,0 +1,367 @@
+//! The collector's HTTP handlers.
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Collector;
+use crate::audit::EventKind;
+use crate::audit::store::{DEFAULT_PAGE, EventQuery, Incoming, StoreError};
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let mut resp = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json!({"error": message.into()}).to_string(),
+    )
+        .into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    resp
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// A server fault: logged in full, answered without details (no paths, no SQL).
+fn fault(what: &str, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!("collector: {what}: {e}");
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("{what}; see the collector's log"),
+    )
+}
+
+fn store_error(e: StoreError) -> Response {
+    match e {
+        StoreError::NotFound(m) => error(StatusCode::NOT_FOUND, m),
+        StoreError::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
+        StoreError::Fault(e) => fault("cannot read the store", &e),
+    }
+}
+
+fn unauthorized() -> Response {
+    error(StatusCode::UNAUTHORIZED, "missing or invalid bearer token")
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+pub(super) async fn post_events(
+    State(c): State<Collector>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    // Auth and headers first: nothing of an unauthenticated body is read.
+    if !c.authorized(&headers) {
+        return unauthorized();
+    }
+    if !is_json(&headers) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let cfg = &c.shared.config;
+    let max = cfg.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body larger than {max} bytes"),
+        );
+    }
+    let read = tokio::time::timeout(cfg.body_timeout, Limited::new(body, max).collect()).await;
+    let body = match read {
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("body not received within {:?}", cfg.body_timeout),
+            );
+        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body larger than {max} bytes"),
+            );
+        }
+        Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("cannot read body: {e}")),
+        Ok(Ok(b)) => b.to_bytes(),
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")),
+    };
+    let events = match value {
+        Value::Object(mut m) => match m.remove("events") {
+            Some(Value::Array(a)) if m.is_empty() => a,
+            Some(Value::Array(_)) => {
+                let extra: Vec<&String> = m.keys().collect();
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown fields in body: {extra:?}"),
+                );
+            }
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "body must be {\"events\": [...]} with an array",
+                );
+            }
+        },
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "body must be {\"events\": [...]} with an array",
+            );
+        }
+    };
+    if events.len() > cfg.max_batch_events {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} events in one batch; at most {} are accepted",
+                events.len(),
+                cfg.max_batch_events
+            ),
+        );
+    }
+    let parsed = tokio::task::spawn_blocking(move || {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| Incoming::from_value(v).map_err(|e| format!("events[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    let batch = match parsed {
+        Ok(Ok(b)) => b,
+        Ok(Err(m)) => return error(StatusCode::BAD_REQUEST, m),
+        Err(e) => return fault("cannot parse events", &e),
+    };
+    match c.shared.store.ingest(batch).await {
+        Ok(outcome) => {
+            c.count(&outcome);
+            for r in &outcome.rejected {
+                tracing::warn!(id = %r.id, "collector rejected an event: {}", r.reason);
+            }
+            let status = if outcome.rejected.is_empty() {
+                StatusCode::OK
+            } else {
+                StatusCode::CONFLICT
+            };
+            json_response(status, outcome.to_json().to_string())
+        }
+        Err(e) => fault("cannot store events", &e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RunParams {
+    agent_id: Option<String>,
+    after_seq: Option<u64>,
+    limit: Option<usize>,
+}
+
+fn page_size(limit: Option<usize>) -> Result<usize, Response> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=DEFAULT_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("limit {n}: must be 1..={DEFAULT_PAGE}"),
+        )),
+    }
+}
+
+fn bad_query(e: QueryRejection) -> Response {
+    error(StatusCode::BAD_REQUEST, e.body_text())
+}
+
+pub(super) async fn get_run(
+    State(c): State<Collector>,
+    headers: HeaderMap,
+    UrlPath(run_id): UrlPath<String>,
+    params: Result<Query<RunParams>, QueryRejection>,
+) -> Response {
+    if !c.authorized(&headers) {
+        return unauthorized();
+    }
+    let Query(p) = match params {
+        Ok(p) => p,
+        Err(e) => return bad_query(e),
+    };
+    let limit = match page_size(p.limit) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    match c
+        .shared
+        .store
+        .run_page(p.agent_id.as_deref(), &run_id, p.after_seq, limit)
+        .await
+    {
+        Ok(page) => json_response(
+            StatusCode::OK,
+            format!(
+                "{{\"runId\":{},\"agentId\":{},\"events\":[{}],\"next\":{}}}",
+                Value::String(run_id),
+                Value::String(page.agent_id),
+                page.lines.join(","),
+                json!(page.next)
+            ),
+        ),
+        Err(e) => store_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct VerifyParams {
+    agent_id: Option<String>,
+}
+
+pub(super) async fn verify_run(
+    State(c): State<Collector>,
+    headers: HeaderMap,
+    UrlPath(run_id): UrlPath<String>,
+    params: Result<Query<VerifyParams>, QueryRejection>,
+) -> Response {
+    if !c.authorized(&headers) {
+        return unauthorized();
+    }
+    let Query(p) = match params {
+        Ok(p) => p,
+        Err(e) => return bad_query(e),
+    };
+    match c
+        .shared
+        .store
+        .verify_run(p.agent_id.as_deref(), &run_id)
+        .await
+    {
+        Ok(check) => {
+            let mut v = check.to_json();
+            v["runId"] = Value::String(run_id);
+            json_response(StatusCode::OK, v.to_string())
+        }
+        Err(e) => store_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct EventParams {
+    agent_id: Option<String>,
+    kind: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+fn time_param(
+    name: &str,
+    v: Option<String>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, Response> {
+    v.map(|t| {
+        chrono::DateTime::parse_from_rfc3339(&t)
+            .map(|d| d.with_timezone(&chrono::Utc))
+            .map_err(|e| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("{name} {t:?} is not RFC 3339: {e}"),
+                )
+            })
+    })
+    .transpose()
+}
+
+pub(super) async fn get_events(
+    State(c): State<Collector>,
+    headers: HeaderMap,
+    params: Result<Query<EventParams>, QueryRejection>,
+) -> Response {
+    if !c.authorized(&headers) {
+        return unauthorized();
+    }
+    let Query(p) = match params {
+        Ok(p) => p,
+        Err(e) => return bad_query(e),
+    };
+    let kind = match p.kind.map(|k| k.parse::<EventKind>()).transpose() {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let (since, until, limit) = match (
+        time_param("since", p.since),
+        time_param("until", p.until),
+        page_size(p.limit),
+    ) {
+        (Ok(s), Ok(u), Ok(l)) => (s, u, l),
+        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    };
+    let q = EventQuery {
+        agent_id: p.agent_id,
+        kind,
+        since,
+        until,
+        after: p.after,
+        limit,
+    };
+    match c.shared.store.events(&q).await {
+        Ok(page) => json_response(
+            StatusCode::OK,
+            format!(
+                "{{\"events\":[{}],\"next\":{}}}",
+                page.lines.join(","),
+                json!(page.next)
+            ),
+        ),
+        Err(e) => store_error(e),
+    }
+}
+
+pub(super) async fn healthz(State(c): State<Collector>) -> Response {
+    match c.shared.store.stats().await {
+        Ok(s) => json_response(
+            StatusCode::OK,
+            json!({"status": "ok", "events": s.events, "runs": s.runs}).to_string(),
+        ),
+        Err(e) => {
+            tracing::error!("collector: store unhealthy: {e}");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store unavailable; see the collector's log",
+            )
+        }
+    }
+}

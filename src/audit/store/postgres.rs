@@ -1,0 +1,467 @@
+//! The PostgreSQL store (`toolgate collect --store postgres://...`): any number of collectors
+//! may share one database.
+//!
+//! * Table `toolgate_events`: `id` (primary key), `(agent_id, run_id, seq)` unique, the exact
+//!   canonical line, and `pos` (a sequence, the `GET /v1/events` cursor). The schema is migrated
+//!   on start (`toolgate_migrations`, under an advisory lock so replicas starting together do
+//!   not race). Pick a schema with the URL, e.g. `?options=-c%20search_path%3Daudit`.
+//! * A batch is one transaction: it takes an advisory lock per (agent, run) it touches (in a
+//!   fixed order), reads the stored neighbours, applies the shared acceptance rules
+//!   ([`super::decide`]), inserts the accepted events, and commits; the answer follows the
+//!   commit. The constraints still stop a duplicate or fork that slipped past (e.g. one id posted
+//!   to two runs at once); the transaction is then retried and sees the committed row.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+use super::{
+    EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage, Slot, Snapshot,
+    StoreError, StoreStats, decide, neighbour_seqs,
+};
+use crate::audit::AuditError;
+
+const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE toolgate_events (
+        pos BIGSERIAL NOT NULL UNIQUE,
+        id UUID PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        ts TIMESTAMPTZ NOT NULL,
+        hash TEXT NOT NULL,
+        prev_hash TEXT,
+        line TEXT NOT NULL,
+        received_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        CONSTRAINT toolgate_events_run_seq UNIQUE (agent_id, run_id, seq)
+    );
+    CREATE INDEX toolgate_events_run ON toolgate_events (run_id);
+    CREATE INDEX toolgate_events_ts ON toolgate_events (ts);",
+)];
+
+/// An arbitrary constant: the advisory lock taken while migrating.
+const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465;
+/// Attempts of one batch when a concurrent writer got in first.
+const ATTEMPTS: usize = 5;
+
+fn db_error(what: &str, e: impl std::fmt::Display) -> AuditError {
+    AuditError::Sink(format!("postgres: {what}: {e}"))
+}
+
+/// The PostgreSQL store (module docs).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects (a pool of up to 16 connections) and migrates the schema.
+    pub async fn connect(url: &str) -> Result<PgStore, AuditError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .build()
+            .map_err(|e| db_error("pool", e))?;
+        let store = PgStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, AuditError> {
+        self.pool.get().await.map_err(|e| db_error("connect", e))
+    }
+
+    async fn migrate(&self) -> Result<(), AuditError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS toolgate_migrations (
+                version INT PRIMARY KEY,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(|e| db_error("migrate", e))?;
+        let done: Vec<i32> = tx
+            .query("SELECT version FROM toolgate_migrations", &[])
+            .await
+            .map_err(|e| db_error("migrate", e))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for (version, sql) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            tx.batch_execute(sql)
+                .await
+                .map_err(|e| db_error(&format!("migration {version}"), e))?;
+            tx.execute(
+                "INSERT INTO toolgate_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .map_err(|e| db_error("migrate", e))?;
+        }
+        tx.commit().await.map_err(|e| db_error("migrate", e))
+    }
+
+    async fn try_ingest(&self, batch: &[Incoming]) -> Result<IngestOutcome, TxError> {
+        let mut client = self.pool.get().await.map_err(TxError::Pool)?;
+        let tx = client.transaction().await?;
+        let neighbours = neighbour_seqs(batch);
+        let mut keys: Vec<String> = neighbours
+            .keys()
+            .map(|(a, r)| format!("{a}\u{1f}{r}"))
+            .collect();
+        keys.sort();
+        tx.execute(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(k, n)",
+            &[&keys],
+        )
+        .await?;
+        let ids: Vec<Uuid> = batch.iter().map(|i| i.id).collect();
+        let mut snap = Snapshot::default();
+        for row in tx
+            .query(
+                "SELECT id, hash FROM toolgate_events WHERE id = ANY($1)",
+                &[&ids],
+            )
+            .await?
+        {
+            snap.ids.insert(row.get(0), row.get(1));
+        }
+        let (mut qa, mut qr, mut qs) = (Vec::new(), Vec::new(), Vec::new());
+        for ((a, r), seqs) in &neighbours {
+            for s in seqs {
+                if let Ok(s) = i64::try_from(*s) {
+                    qa.push(a.as_str());
+                    qr.push(r.as_str());
+                    qs.push(s);
+                }
+            }
+        }
+        for row in tx
+            .query(
+                "SELECT e.agent_id, e.run_id, e.seq, e.id, e.hash, e.prev_hash \
+                 FROM toolgate_events e \
+                 JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS k(a, r, s) \
+                 ON e.agent_id = k.a AND e.run_id = k.r AND e.seq = k.s",
+                &[&qa, &qr, &qs],
+            )
+            .await?
+        {
+            let seq: i64 = row.get(2);
+            snap.slots.insert(
+                (row.get(0), row.get(1), seq as u64),
+                Slot {
+                    id: row.get(3),
+                    hash: row.get(4),
+                    prev_hash: row.get(5),
+                },
+            );
+        }
+        let plan = decide(batch.to_vec(), &snap);
+        if !plan.accept.is_empty() {
+            let a = &plan.accept;
+            let ids: Vec<Uuid> = a.iter().map(|i| i.id).collect();
+            let agents: Vec<&str> = a.iter().map(|i| i.agent_id.as_str()).collect();
+            let runs: Vec<&str> = a.iter().map(|i| i.run_id.as_str()).collect();
+            let seqs: Vec<i64> = a.iter().map(|i| i.seq as i64).collect();
+            let kinds: Vec<&str> = a.iter().map(|i| i.kind.as_str()).collect();
+            let ts: Vec<chrono::DateTime<chrono::Utc>> = a.iter().map(|i| i.ts).collect();
+            let hashes: Vec<&str> = a.iter().map(|i| i.hash.as_str()).collect();
+            let prevs: Vec<Option<&str>> = a.iter().map(|i| i.prev_hash.as_deref()).collect();
+            let lines: Vec<&str> = a.iter().map(|i| i.line.as_str()).collect();
+            tx.execute(
+                "INSERT INTO toolgate_events \
+                 (id, agent_id, run_id, seq, kind, ts, hash, prev_hash, line) \
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], \
+                 $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])",
+                &[
+                    &ids, &agents, &runs, &seqs, &kinds, &ts, &hashes, &prevs, &lines,
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(IngestOutcome {
+            accepted: plan.accept.len(),
+            duplicates: plan.duplicates,
+            rejected: plan.rejected,
+        })
+    }
+
+    async fn resolve_agent(&self, agent: Option<&str>, run_id: &str) -> Result<String, StoreError> {
+        if let Some(a) = agent {
+            return Ok(a.to_string());
+        }
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT DISTINCT agent_id FROM toolgate_events WHERE run_id = $1 LIMIT 5",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_error("read", e))?;
+        match rows.as_slice() {
+            [] => Err(StoreError::NotFound(format!("no run {run_id:?}"))),
+            [one] => Ok(one.get(0)),
+            many => {
+                let agents: Vec<String> = many.iter().map(|r| r.get(0)).collect();
+                Err(StoreError::BadRequest(format!(
+                    "run {run_id:?} is used by agents {agents:?}: pass agentId"
+                )))
+            }
+        }
+    }
+}
+
+/// Why one attempt at a batch failed.
+#[derive(Debug, thiserror::Error)]
+enum TxError {
+    #[error("{0}")]
+    Pool(deadpool_postgres::PoolError),
+    #[error("{0}")]
+    Db(#[from] tokio_postgres::Error),
+}
+
+fn retryable(e: &TxError) -> bool {
+    let TxError::Db(e) = e else {
+        return false;
+    };
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION
+            || *c == SqlState::T_R_SERIALIZATION_FAILURE
+            || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+#[async_trait::async_trait]
+impl EventStore for PgStore {
+    async fn ingest(&self, batch: Vec<Incoming>) -> Result<IngestOutcome, AuditError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_ingest(&batch).await {
+                Ok(o) => return Ok(o),
+                Err(e) if retryable(&e) && attempt < ATTEMPTS => {
+                    tracing::debug!("postgres: batch raced another writer ({e}); retrying");
+                }
+                Err(e) => return Err(db_error("store batch", e)),
+            }
+        }
+    }
+
+    async fn run_page(
+        &self,
+        agent: Option<&str>,
+        run_id: &str,
+        after_seq: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let agent_id = self.resolve_agent(agent, run_id).await?;
+        let after = after_seq.map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX));
+        let limit = limit.max(1);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT seq, line FROM toolgate_events \
+                 WHERE agent_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+                &[&agent_id, &run_id, &after, &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(|e| db_error("read", e))?;
+        if rows.is_empty() && after_seq.is_none() {
+            return Err(StoreError::NotFound(format!(
+                "no run {run_id:?} of agent {agent_id:?}"
+            )));
+        }
+        let more = rows.len() > limit;
+        let mut lines = Vec::with_capacity(rows.len().min(limit));
+        let mut last = None;
+        for row in rows.iter().take(limit) {
+            let seq: i64 = row.get(0);
+            last = Some(seq as u64);
+            lines.push(row.get::<_, String>(1));
+        }
+        Ok(RunPage {
+            agent_id,
+            lines,
+            next: if more { last } else { None },
+        })
+    }
+
+    async fn events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
+        let after: i64 = match &q.after {
+            None => 0,
+            Some(c) => c
+                .parse()
+                .map_err(|_| StoreError::BadRequest(format!("bad cursor {c:?}")))?,
+        };
+        let limit = q.limit.max(1);
+        let kind = q.kind.map(|k| k.as_str());
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT pos, line FROM toolgate_events WHERE pos > $1 \
+                 AND ($2::text IS NULL OR agent_id = $2) AND ($3::text IS NULL OR kind = $3) \
+                 AND ($4::timestamptz IS NULL OR ts >= $4) AND ($5::timestamptz IS NULL OR ts < $5) \
+                 ORDER BY pos LIMIT $6",
+                &[&after, &q.agent_id, &kind, &q.since, &q.until, &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(|e| db_error("read", e))?;
+        let more = rows.len() > limit;
+        let mut lines = Vec::with_capacity(rows.len().min(limit));
+        let mut last = None;
+        for row in rows.iter().take(limit) {
+            last = Some(row.get::<_, i64>(0));
+            lines.push(row.get::<_, String>(1));
+        }
+        Ok(EventPage {
+            lines,
+            next: if more {
+                last.map(|p| p.to_string())
+            } else {
+                None
+            },
+        })
+    }
+
+    async fn stats(&self) -> Result<StoreStats, AuditError> {
+        let client = self.client().await?;
+        client
+            .query_one("SELECT 1", &[])
+            .await
+            .map_err(|e| db_error("health", e))?;
+        Ok(StoreStats::default())
+    }
+}
+
+/// The result of [`verify_postgres`].
+#[derive(Debug, Default)]
+pub struct PgVerifyReport {
+    /// Events read.
+    pub events: u64,
+    /// Runs read.
+    pub runs: u64,
+    /// `(agentId, runId, break)` for every break.
+    pub breaks: Vec<(String, String, super::RunBreak)>,
+}
+
+/// Verifies every run of a PostgreSQL store from the stored lines (byte for byte as received,
+/// canonical), reading it in pages of 1,000 through a cursor: memory does not grow with the
+/// store.
+pub async fn verify_postgres(url: &str) -> Result<PgVerifyReport, AuditError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
+    let (mut client, conn) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| db_error("connect", e))?;
+    let conn_task = tokio::spawn(conn);
+    let result = async {
+        let tx = client
+            .build_transaction()
+            .read_only(true)
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .start()
+            .await
+            .map_err(|e| db_error("verify", e))?;
+        let portal = tx
+            .bind(
+                "SELECT agent_id, run_id, line FROM toolgate_events \
+                 ORDER BY agent_id, run_id, seq",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error("verify", e))?;
+        let mut report = PgVerifyReport::default();
+        let mut current: Option<(String, String, RunCheck)> = None;
+        let flush = |cur: Option<(String, String, RunCheck)>, report: &mut PgVerifyReport| {
+            if let Some((a, r, check)) = cur {
+                report.runs += 1;
+                report.events += check.events;
+                for b in check.breaks {
+                    report.breaks.push((a.clone(), r.clone(), b));
+                }
+            }
+        };
+        loop {
+            let rows = tx
+                .query_portal(&portal, 1_000)
+                .await
+                .map_err(|e| db_error("verify", e))?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in rows {
+                let agent: String = row.get(0);
+                let run: String = row.get(1);
+                let line: String = row.get(2);
+                let same = current
+                    .as_ref()
+                    .is_some_and(|(a, r, _)| *a == agent && *r == run);
+                if !same {
+                    flush(current.take(), &mut report);
+                    current = Some((agent, run, RunCheck::default()));
+                }
+                if let Some((_, _, check)) = current.as_mut() {
+                    check.push_line(&line);
+                }
+            }
+        }
+        flush(current.take(), &mut report);
+        Ok::<_, AuditError>(report)
+    }
+    .await;
+    drop(client);
+    let _ = conn_task.await;
+    result
+}
+
+/// Counts rows per (agent, run) — for tests and tools.
+pub async fn count_runs(url: &str) -> Result<HashMap<(String, String), u64>, AuditError> {
+    let store = PgStore::connect(url).await?;
+    let client = store.client().await?;
+    let rows = client
+        .query(
+            "SELECT agent_id, run_id, count(*) FROM toolgate_events GROUP BY 1, 2",
+            &[],
+        )
+        .await
+        .map_err(|e| db_error("read", e))?;
+    Ok(rows
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as u64))
+        .collect())
+}
