@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::audit::store::{DEFAULT_PAGE, EventQuery, EventStore, StoreError};
 use crate::audit::{AuditEvent, EventKind};
 use crate::engine::{Enduser, EngineBuilder, EngineError, RunContext, SubjectRef};
 use crate::trace::{Replayer, TraceLine, TraceTool};
@@ -192,6 +193,38 @@ pub fn read_audit_paths<P: AsRef<Path>>(
     Ok((events, bad))
 }
 
+/// Reads the audit events `filter` selects from a collector store (e.g. the PostgreSQL store
+/// of `toolgate collect --store postgres://...`), page by page. Stored lines that are not
+/// audit events are counted, not fatal.
+pub async fn read_store(
+    store: &dyn EventStore,
+    filter: &WhatIfFilter,
+) -> Result<(Vec<AuditEvent>, usize), StoreError> {
+    let mut query = EventQuery {
+        agent_id: filter.agent.clone(),
+        kind: None,
+        since: filter.since,
+        until: None,
+        after: None,
+        limit: DEFAULT_PAGE,
+    };
+    let mut events = Vec::new();
+    let mut bad = 0usize;
+    loop {
+        let page = store.events(&query).await?;
+        for line in &page.lines {
+            match serde_json::from_str::<AuditEvent>(line) {
+                Ok(e) => events.push(e),
+                Err(_) => bad += 1,
+            }
+        }
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return Ok((events, bad)),
+        }
+    }
+}
+
 fn collect_jsonl(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::Error)> {
     let meta = std::fs::metadata(p).map_err(|e| (p.to_path_buf(), e))?;
     if !meta.is_dir() {
@@ -241,8 +274,11 @@ pub fn rebuild_trace(
             reason: reason.to_string(),
         };
         let Some(first) = evs.get(&0) else {
-            out.skipped
-                .push(skip("its run.started (seq 0) is not in the trail"));
+            // With --since, a run that started earlier is cut: leave it out quietly.
+            if filter.since.is_none() {
+                out.skipped
+                    .push(skip("its run.started (seq 0) is not in the trail"));
+            }
             continue;
         };
         if first.kind() != EventKind::RunStarted {

@@ -326,3 +326,72 @@ fn a_run_without_its_start_is_reported_and_left_out() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.trim(), "6 calls: none would change");
 }
+
+#[cfg(feature = "postgres")]
+mod pg {
+    use super::*;
+    use toolgate::audit::store::postgres::PgStore;
+    use toolgate::audit::store::{EventStore, Incoming};
+
+    /// A fresh schema on the test server, as a store URL; `None` (skip) when the variable is
+    /// unset; a panic when it is set and the server cannot be reached.
+    async fn fresh_schema(tag: &str) -> Option<String> {
+        let Ok(base) = std::env::var("TOOLGATE_TEST_POSTGRES_URL") else {
+            eprintln!("TOOLGATE_TEST_POSTGRES_URL is not set: skipping the PostgreSQL test");
+            return None;
+        };
+        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("TOOLGATE_TEST_POSTGRES_URL={base}: {e}"));
+        tokio::spawn(conn);
+        let schema = format!("tg_whatif_{tag}_{}", uuid::Uuid::now_v7().simple());
+        client
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        Some(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_if_reads_a_postgres_store_like_a_folder() {
+        let Some(url) = fresh_schema("store").await else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let audit = recorded(dir.path());
+        let policy = refunds_over_40(dir.path());
+        let store = PgStore::connect(&url).await.unwrap();
+        let text = std::fs::read_to_string(audit.join("2026-01-05.jsonl")).unwrap();
+        let batch: Vec<Incoming> = text
+            .lines()
+            .map(|l| Incoming::from_line(l).unwrap())
+            .collect();
+        let outcome = store.ingest(batch).await.unwrap();
+        assert_eq!(outcome.accepted, 23, "{outcome:?}");
+
+        let (code, stdout) = tokio::task::spawn_blocking(move || {
+            let out = toolgate()
+                .arg("replay")
+                .arg("--policy")
+                .arg(&policy)
+                .arg("--from-audit")
+                .arg(&url)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, Some(0), "{stdout}");
+        assert_eq!(
+            stdout.lines().last(),
+            Some("10 calls: 6 would change: 3 block→allow, 2 allow→block, 1 hitl→block"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("allow → block"), "{stdout}");
+    }
+}

@@ -11,13 +11,6 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         eprintln!("error: give --trace FILE or --from-audit DIR");
         return ExitCode::from(2);
     };
-    if source.starts_with("postgres://") || source.starts_with("postgresql://") {
-        eprintln!(
-            "error: --from-audit: reading a Postgres store is not supported by this build; \
-             give a folder of JSONL audit files"
-        );
-        return ExitCode::from(2);
-    }
     let org_tz = match args
         .org_timezone
         .as_deref()
@@ -42,16 +35,6 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (events, bad) = match read_audit_paths(&[source]) {
-        Ok(r) => r,
-        Err((path, e)) => {
-            eprintln!("error: --from-audit: {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
-    };
-    if bad > 0 {
-        eprintln!("warning: {bad} line(s) of the audit trail are not audit events; skipped");
-    }
     let filter = WhatIfFilter {
         agent: args.agent.clone(),
         since,
@@ -63,6 +46,21 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let read = if source.starts_with("postgres://") || source.starts_with("postgresql://") {
+        rt.block_on(read_postgres(source, &filter))
+    } else {
+        read_audit_paths(&[source]).map_err(|(path, e)| format!("{}: {e}", path.display()))
+    };
+    let (events, bad) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: --from-audit: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if bad > 0 {
+        eprintln!("warning: {bad} stored line(s) are not audit events; skipped");
+    }
     let builder = args
         .policies
         .iter()
@@ -160,4 +158,26 @@ fn print_table(out: &mut impl Write, calls: &[&WhatIfCall]) {
     for row in &cells {
         let _ = writeln!(out, "{}", line(row));
     }
+}
+
+#[cfg(feature = "postgres")]
+async fn read_postgres(
+    url: &str,
+    filter: &WhatIfFilter,
+) -> Result<(Vec<crate::audit::AuditEvent>, usize), String> {
+    let shown = crate::audit::collector::redact_url(url);
+    let store = crate::audit::store::postgres::PgStore::connect(url)
+        .await
+        .map_err(|e| format!("{shown}: {e}"))?;
+    crate::whatif::read_store(&store, filter)
+        .await
+        .map_err(|e| format!("{shown}: {e}"))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn read_postgres(
+    _url: &str,
+    _filter: &WhatIfFilter,
+) -> Result<(Vec<crate::audit::AuditEvent>, usize), String> {
+    Err("toolgate was built without the `postgres` feature".to_string())
 }
