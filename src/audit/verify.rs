@@ -11,8 +11,7 @@
 //!   at the event after it;
 //! * within one file, a run's events must appear in `seq` order (else lines were reordered);
 //! * each line of a file must be byte for byte the canonical JSON of its content ("not
-//!   canonical": whitespace, key order, escapes, number forms, duplicate keys; see
-//!   [`strict`]).
+//!   canonical": whitespace, key order, escapes, number forms, duplicate keys).
 //!
 //! With a public key ([`verify_paths_signed`], [`verify_events_signed`]) every run must also
 //! be signed: each `run.ended` / `checkpoint` event (and any event carrying `signature`) must
