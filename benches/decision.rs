@@ -376,7 +376,7 @@ fn audited_file(w: &Workload, rt: &Runtime) {
                 sinks: vec![toolgate::audit::SinkConfig::File(
                     toolgate::audit::FileSinkConfig::in_dir(&dir),
                 )],
-                redaction: Default::default(),
+                ..Default::default()
             })
             .build()
             .expect("the support policy compiles")

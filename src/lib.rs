@@ -18,6 +18,7 @@ pub mod otel;
 pub mod policy;
 pub mod state;
 pub mod trace;
+pub mod whatif;
 
 #[doc(hidden)]
 pub mod cli;

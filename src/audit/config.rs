@@ -35,6 +35,10 @@ pub struct AuditConfig {
     /// What to redact from event bodies before sealing.
     #[serde(default)]
     pub redaction: RedactionConfig,
+    /// Sign runs with this Ed25519 private key file (PKCS#8 PEM, see `toolgate keygen`):
+    /// `run.ended` and periodic `checkpoint` events carry `signature` and `keyId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<std::path::PathBuf>,
 }
 
 impl AuditConfig {

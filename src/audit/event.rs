@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -11,6 +12,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::AuditError;
+use super::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
 
 /// The value of the `schema` field of every event this version writes.
 pub const SCHEMA: &str = "toolgate.audit.v1";
@@ -53,11 +55,14 @@ pub enum EventKind {
     /// `evaluation.result`: an evaluation that arrived after the event it belongs to.
     #[serde(rename = "evaluation.result")]
     EvaluationResult,
+    /// `checkpoint`: a signed point written every so many events or seconds of a signed run.
+    #[serde(rename = "checkpoint")]
+    Checkpoint,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -65,6 +70,7 @@ impl EventKind {
         EventKind::RunEnded,
         EventKind::Error,
         EventKind::EvaluationResult,
+        EventKind::Checkpoint,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -77,6 +83,7 @@ impl EventKind {
             EventKind::RunEnded => "run.ended",
             EventKind::Error => "error",
             EventKind::EvaluationResult => "evaluation.result",
+            EventKind::Checkpoint => "checkpoint",
         }
     }
 }
@@ -374,7 +381,24 @@ pub struct RunChain {
     enduser_id: Option<String>,
     next_seq: u64,
     last_hash: Option<String>,
+    signing: Option<Signing>,
 }
+
+/// A signed chain's key and its progress since the last signed event.
+#[derive(Debug, Clone)]
+struct Signing {
+    signer: Arc<RunSigner>,
+    /// Events sealed since the last signed one.
+    since_signed: u64,
+    /// When the last signed event (or the run's first event) was sealed.
+    last_signed_at: Option<DateTime<Utc>>,
+}
+
+/// A signed run gets a `checkpoint` event after this many events without a signed one.
+pub const CHECKPOINT_EVERY_EVENTS: u64 = 1000;
+/// A signed run gets a `checkpoint` event with the first event sealed this long (seconds)
+/// after its last signed one (or its start).
+pub const CHECKPOINT_EVERY_SECS: i64 = 60;
 
 impl RunChain {
     /// Starts the chain of a new run (the first sealed event gets `seq` 0 and `prevHash` null).
@@ -389,6 +413,36 @@ impl RunChain {
             enduser_id,
             next_seq: 0,
             last_hash: None,
+            signing: None,
+        }
+    }
+
+    /// Signs this chain's `run.ended` and `checkpoint` events with `signer` (see
+    /// [`super::sign`]); `None` leaves it unsigned.
+    pub fn with_signer(mut self, signer: Option<Arc<RunSigner>>) -> RunChain {
+        self.signing = signer.map(|signer| Signing {
+            signer,
+            since_signed: 0,
+            last_signed_at: None,
+        });
+        self
+    }
+
+    /// Seals a signed `checkpoint` event if the chain is signed and one is due: at least
+    /// [`CHECKPOINT_EVERY_EVENTS`] events, or [`CHECKPOINT_EVERY_SECS`] seconds by `ts`, since
+    /// the last signed event (or the run's start). Call it after sealing each event.
+    pub fn checkpoint_if_due(&mut self, ts: DateTime<Utc>) -> Option<AuditEvent> {
+        let s = self.signing.as_ref()?;
+        if s.since_signed == 0 {
+            return None;
+        }
+        let by_time = s
+            .last_signed_at
+            .is_some_and(|t| (ts - t).num_seconds() >= CHECKPOINT_EVERY_SECS);
+        if s.since_signed >= CHECKPOINT_EVERY_EVENTS || by_time {
+            Some(self.seal(EventKind::Checkpoint, ts, Map::new()))
+        } else {
+            None
         }
     }
 
@@ -400,6 +454,7 @@ impl RunChain {
             enduser_id: last.enduser_id.clone(),
             next_seq: last.seq.saturating_add(1),
             last_hash: Some(last.hash.clone()),
+            signing: None,
         }
     }
 
@@ -474,7 +529,31 @@ impl RunChain {
             hash: String::new(),
             body,
         };
+        // Only the chain writes `signature` and `keyId`.
+        event.body.remove(SIGNATURE_FIELD);
+        event.body.remove(KEY_ID_FIELD);
         event.hash = event.compute_hash();
+        if let Some(signing) = &mut self.signing {
+            if signing.last_signed_at.is_none() {
+                signing.last_signed_at = Some(ts);
+            }
+            if matches!(kind, EventKind::RunEnded | EventKind::Checkpoint) {
+                // The hash computed so far, without the two fields, is the signing hash.
+                let signature = signing.signer.sign_hash(&event.hash);
+                event
+                    .body
+                    .insert(SIGNATURE_FIELD.into(), Value::String(signature));
+                event.body.insert(
+                    KEY_ID_FIELD.into(),
+                    Value::String(signing.signer.key_id().to_string()),
+                );
+                event.hash = event.compute_hash();
+                signing.since_signed = 0;
+                signing.last_signed_at = Some(ts);
+            } else {
+                signing.since_signed += 1;
+            }
+        }
         self.next_seq += 1;
         self.last_hash = Some(event.hash.clone());
         event
@@ -649,19 +728,20 @@ pub fn expected_hash(event: &Value) -> Option<String> {
     let map = event.as_object()?;
     let mut text = String::with_capacity(512);
     // Same as canonical_json over the map minus "hash", without cloning it.
-    let mut entries: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| *k != "hash").collect();
-    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    text.push('{');
-    for (i, (k, item)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        write_string(k, &mut text);
-        text.push(':');
-        write_canonical(item, &mut text);
-    }
-    text.push('}');
+    write_canonical_members(map.iter().filter(|(k, _)| *k != "hash"), &mut text);
     Some(sha256_hex(&text))
+}
+
+/// Writes the canonical JSON object made of `members` (sorted here by key bytes).
+pub(crate) fn write_canonical_members<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut String,
+) {
+    let mut entries: Vec<(&String, &Value)> = members.collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push('{');
+    write_members(entries.into_iter(), out);
+    out.push('}');
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod collector;
 mod config;
 mod event;
 mod redact;
+pub mod sign;
 pub mod sinks;
 pub mod store;
 pub mod verify;
@@ -29,16 +30,20 @@ pub mod verify;
 pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};
 pub use config::{AuditConfig, SinkConfig};
 pub use event::{
-    AuditEvent, ENVELOPE_KEYS, EventKind, RunChain, SCHEMA, canonical_json, expected_hash,
-    sha256_hex,
+    AuditEvent, CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECS, ENVELOPE_KEYS, EventKind, RunChain,
+    SCHEMA, canonical_json, expected_hash, sha256_hex,
 };
 pub use redact::{RedactAction, RedactionConfig, RedactionRule, Redactor};
+pub use sign::{RunSigner, RunVerifier, SignatureError};
 pub use sinks::console::{ConsoleFormat, ConsoleSink};
 pub use sinks::file::{DEFAULT_AUDIT_DIR, FileSink, FileSinkConfig};
 #[cfg(feature = "http")]
 pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
 pub use sinks::memory::MemorySink;
-pub use verify::{BreakKind, ChainBreak, FileSummary, VerifyReport, verify_events, verify_paths};
+pub use verify::{
+    BreakKind, ChainBreak, FileSummary, VerifyReport, verify_events, verify_events_signed,
+    verify_paths, verify_paths_signed,
+};
 
 /// Errors of the audit module.
 #[derive(Debug, thiserror::Error)]

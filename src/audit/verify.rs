@@ -9,7 +9,15 @@
 //! * each event's `prevHash` must equal the `hash` of the event before it (null for seq 0) —
 //!   this catches an edited event whose hash was recomputed ("forged"): the break is reported
 //!   at the event after it;
-//! * within one file, a run's events must appear in `seq` order (else lines were reordered).
+//! * within one file, a run's events must appear in `seq` order (else lines were reordered);
+//! * each line of a file must be byte for byte the canonical JSON of its content ("not
+//!   canonical": whitespace, key order, escapes, number forms, duplicate keys).
+//!
+//! With a public key ([`verify_paths_signed`], [`verify_events_signed`]) every run must also
+//! be signed: each `run.ended` / `checkpoint` event (and any event carrying `signature`) must
+//! bear a good signature by that key (see [`super::sign`]), a run with none is "unsigned", and
+//! events after a run's last good signature are reported. Without a key, a run's tail can be
+//! rewritten and re-hashed unnoticed; with it, it cannot.
 //!
 //! The chain cannot show that events were cut off the *end* of a run; keep the last hash
 //! somewhere else (e.g. a collector) to detect that.
@@ -22,7 +30,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::sign::{RunVerifier, SIGNATURE_FIELD, SignatureError};
 use super::{AuditEvent, expected_hash};
+
+mod strict;
 
 /// What is wrong at a [`ChainBreak`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,6 +50,14 @@ pub enum BreakKind {
     DuplicateSeq,
     /// The event appears after an event of the same run with a higher `seq`.
     OutOfOrder,
+    /// The line is not byte for byte the canonical JSON of its content.
+    NotCanonical,
+    /// Verifying with a public key: the run has no signed event.
+    UnsignedRun,
+    /// Verifying with a public key: a signature that does not check out.
+    BadSignature,
+    /// Verifying with a public key: events after the run's last good signature.
+    AfterLastSigned,
 }
 
 /// One place where a chain breaks.
@@ -122,6 +141,9 @@ struct Entry {
     hash: String,
     prev_hash: Option<String>,
     hash_ok: bool,
+    /// With a key: the result of checking the event's signature, if it is a signed point
+    /// (`run.ended`, `checkpoint`, or any event carrying `signature`).
+    signature: Option<Result<(), SignatureError>>,
 }
 
 #[derive(Default)]
@@ -132,6 +154,7 @@ struct Verifier {
     file_events: HashMap<usize, usize>,
     file_runs: HashMap<usize, std::collections::HashSet<String>>,
     events: usize,
+    key: Option<RunVerifier>,
 }
 
 impl Verifier {
@@ -162,6 +185,18 @@ impl Verifier {
 
     fn add_value(&mut self, file: Option<usize>, line: usize, value: Value) {
         let computed = expected_hash(&value);
+        let signature = match (&self.key, value.as_object()) {
+            (Some(key), Some(map))
+                if map.contains_key(SIGNATURE_FIELD)
+                    || matches!(
+                        map.get("kind").and_then(Value::as_str),
+                        Some("run.ended" | "checkpoint")
+                    ) =>
+            {
+                Some(key.verify_event(map))
+            }
+            _ => None,
+        };
         let event = match AuditEvent::from_value(value) {
             Ok(e) => e,
             Err(e) => {
@@ -184,6 +219,7 @@ impl Verifier {
             hash: event.hash().to_string(),
             prev_hash: event.prev_hash().map(str::to_owned),
             hash_ok: computed.as_deref() == Some(event.hash()),
+            signature,
         };
         self.runs
             .entry(event.run_id().to_string())
@@ -220,7 +256,22 @@ impl Verifier {
                 continue;
             }
             match serde_json::from_slice::<Value>(&buf) {
-                Ok(v) => self.add_value(Some(file), line, v),
+                Ok(v) => {
+                    let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                    if let Some(msg) = strict::not_canonical(text, &v) {
+                        let run = v.get("runId").and_then(Value::as_str).map(str::to_owned);
+                        let seq = v.get("seq").and_then(Value::as_u64);
+                        self.push_break(
+                            Some(file),
+                            line,
+                            run.as_deref(),
+                            seq,
+                            BreakKind::NotCanonical,
+                            msg,
+                        );
+                    }
+                    self.add_value(Some(file), line, v)
+                }
                 Err(e) => self.push_break(
                     Some(file),
                     line,
@@ -319,8 +370,66 @@ impl Verifier {
                 expected = e.seq + 1;
                 prev = Some(i);
             }
+            if self.key.is_some() {
+                self.check_signatures(&run_id, &entries);
+            }
         }
         n
+    }
+
+    /// With a key: bad signatures, unsigned runs, and events after the last good signature.
+    /// `entries` are sorted by `seq`.
+    fn check_signatures(&mut self, run_id: &str, entries: &[Entry]) {
+        let run = Some(run_id);
+        let mut last_good: Option<usize> = None;
+        let any_signed = entries
+            .iter()
+            .any(|e| matches!(&e.signature, Some(r) if *r != Err(SignatureError::Missing)));
+        for (i, e) in entries.iter().enumerate() {
+            match &e.signature {
+                None => {}
+                Some(Ok(())) => last_good = Some(i),
+                Some(Err(_)) if !any_signed => {}
+                Some(Err(err)) => {
+                    let msg = match err {
+                        SignatureError::Missing => {
+                            "unsigned run.ended/checkpoint: signature or keyId missing".to_string()
+                        }
+                        other => other.to_string(),
+                    };
+                    let (f, l, s) = (e.file, e.line, e.seq);
+                    self.push_break(f, l, run, Some(s), BreakKind::BadSignature, msg);
+                }
+            }
+        }
+        let Some(first) = entries.first() else {
+            return;
+        };
+        if !any_signed {
+            let (f, l, s) = (first.file, first.line, first.seq);
+            self.push_break(
+                f,
+                l,
+                run,
+                Some(s),
+                BreakKind::UnsignedRun,
+                format!("run {run_id} is not signed ({} events)", entries.len()),
+            );
+            return;
+        }
+        let tail_from = last_good.map_or(0, |i| i + 1);
+        if let Some(t) = entries.get(tail_from) {
+            let after = match last_good {
+                Some(i) => format!("the last good signature (seq {})", entries[i].seq),
+                None => "no good signature".to_string(),
+            };
+            let msg = format!(
+                "{} event(s) of run {run_id} after {after}: not covered by a signature",
+                entries.len() - tail_from
+            );
+            let (f, l, s) = (t.file, t.line, t.seq);
+            self.push_break(f, l, run, Some(s), BreakKind::AfterLastSigned, msg);
+        }
     }
 
     fn finish(
@@ -362,7 +471,25 @@ impl Verifier {
 /// Verifies events held in memory (e.g. from a [`super::MemorySink`]). Breaks are located by
 /// position in the input (1-based `line`, no `path`).
 pub fn verify_events<'a>(events: impl IntoIterator<Item = &'a AuditEvent>) -> VerifyReport {
-    let mut v = Verifier::default();
+    verify_events_inner(events, None)
+}
+
+/// [`verify_events`], and every run must be signed by `key` (see the module docs).
+pub fn verify_events_signed<'a>(
+    events: impl IntoIterator<Item = &'a AuditEvent>,
+    key: &RunVerifier,
+) -> VerifyReport {
+    verify_events_inner(events, Some(key.clone()))
+}
+
+fn verify_events_inner<'a>(
+    events: impl IntoIterator<Item = &'a AuditEvent>,
+    key: Option<RunVerifier>,
+) -> VerifyReport {
+    let mut v = Verifier {
+        key,
+        ..Verifier::default()
+    };
     for (i, e) in events.into_iter().enumerate() {
         v.add_value(None, i + 1, e.to_json());
     }
@@ -382,6 +509,15 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// on the command line are read whatever they are, up to the first line longer than
 /// [`MAX_LINE_BYTES`].
 pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
+    verify_paths_inner(paths, None)
+}
+
+/// [`verify_paths`], and every run must be signed by `key` (see the module docs).
+pub fn verify_paths_signed<P: AsRef<Path>>(paths: &[P], key: &RunVerifier) -> VerifyReport {
+    verify_paths_inner(paths, Some(key.clone()))
+}
+
+fn verify_paths_inner<P: AsRef<Path>>(paths: &[P], key: Option<RunVerifier>) -> VerifyReport {
     let mut files = Vec::new();
     let mut unreadable = Vec::new();
     let mut skipped = Vec::new();
@@ -402,7 +538,10 @@ pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
             }
         }
     }
-    let mut v = Verifier::default();
+    let mut v = Verifier {
+        key,
+        ..Verifier::default()
+    };
     for path in files {
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,

@@ -9,10 +9,12 @@ pub mod check;
 pub mod collect;
 pub mod eval;
 mod otel;
+pub mod keygen;
 pub mod replay;
 pub mod review;
 pub mod test;
 pub mod verify;
+pub mod whatif;
 
 /// toolgate — governs what AI agents do with their tools.
 ///
@@ -50,6 +52,9 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Run evaluations over JSONL inputs, or summarize stored results (`eval stats`).
     Eval(eval::EvalArgs),
+    /// Make an Ed25519 key pair for signing audit trails (KEY and KEY.pub).
+    #[command(long_about = keygen::LONG_ABOUT)]
+    Keygen(keygen::KeygenArgs),
 }
 
 /// Entry point of the binary: parses arguments and runs the subcommand.
@@ -64,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Collect(a) => collect::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Keygen(a) => keygen::run(a),
     }
 }
 

@@ -20,6 +20,10 @@ tool call (and per tool result where after-phase rules are in play).\n\n\
 The trace's `at` timestamps drive the engine's clock; `signal`, `review`, `metric` and `llm` lines drive \
 providers, reviews and metrics (see docs/policy-language.md for the format). Bad lines are reported with their line \
 number and skipped; the rest of the trace still runs.\n\n\
+With --from-audit DIR instead of --trace (what-if), the runs recorded in an audit trail are rebuilt (calls, results, \
+LLM metrics, end-user tags, times; signal values from the recorded decisions) and decided again under --policy; \
+it prints the calls whose effect would change (all calls with --all) and a summary such as \
+`1,204 calls: 37 would change: 30 allow→block, 7 block→allow` (see docs/what-if.md).\n\n\
 Exit status: 0 when every line was valid, 1 when a line was bad, 2 when the policies or the trace cannot be read.";
 
 /// Arguments of `toolgate replay`.
@@ -30,8 +34,26 @@ pub struct ReplayArgs {
     #[arg(short, long = "policy", value_name = "PATH", required = true)]
     pub policies: Vec<PathBuf>,
     /// The trace (JSON Lines). `-` reads standard input.
-    #[arg(short, long, value_name = "FILE")]
-    pub trace: PathBuf,
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        required_unless_present = "from_audit"
+    )]
+    pub trace: Option<PathBuf>,
+    /// What-if: decide the runs recorded in this audit trail (a folder of JSONL files) again
+    /// under --policy, and print the calls whose effect would change (see docs/what-if.md).
+    #[arg(long, value_name = "DIR", conflicts_with = "trace")]
+    pub from_audit: Option<String>,
+    /// What-if: only runs of this agent.
+    #[arg(long, value_name = "ID", requires = "from_audit")]
+    pub agent: Option<String>,
+    /// What-if: only runs that started at or after this time (RFC 3339).
+    #[arg(long, value_name = "T", requires = "from_audit")]
+    pub since: Option<String>,
+    /// What-if: print every call, not only those whose effect would change.
+    #[arg(long, requires = "from_audit")]
+    pub all: bool,
     /// The org timezone (IANA name) for timeGate rules with `fallback: "org"`; overrides the policy's.
     #[arg(long, value_name = "TZ")]
     pub org_timezone: Option<String>,
@@ -47,6 +69,9 @@ pub struct ReplayArgs {
     /// Bearer token for the collector.
     #[arg(long, value_name = "TOKEN", requires = "collector")]
     pub token: Option<String>,
+    /// Sign the audit trail's runs with this Ed25519 private key (see `toolgate keygen`).
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
     /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
     #[arg(long, value_name = "FILE")]
     pub reviews: Option<PathBuf>,
@@ -58,6 +83,9 @@ pub struct ReplayArgs {
 
 /// Runs `toolgate replay`.
 pub fn run(args: ReplayArgs) -> ExitCode {
+    let Some(trace) = args.trace.clone() else {
+        return super::whatif::run(args);
+    };
     let org_tz = match args
         .org_timezone
         .as_deref()
@@ -70,7 +98,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let text = if args.trace.as_os_str() == "-" {
+    let text = if trace.as_os_str() == "-" {
         let mut s = String::new();
         if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
             eprintln!("error: cannot read the trace from standard input: {e}");
@@ -78,10 +106,10 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
         s
     } else {
-        match std::fs::read_to_string(&args.trace) {
+        match std::fs::read_to_string(&trace) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("error: cannot read the trace {}: {e}", args.trace.display());
+                eprintln!("error: cannot read the trace {}: {e}", trace.display());
                 return ExitCode::from(2);
             }
         }
@@ -121,6 +149,11 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             eprintln!("error: --collector needs toolgate built with the `http` feature");
             return ExitCode::from(2);
         }
+        if args.signing_key.is_some() && audit.sinks.is_empty() {
+            eprintln!("error: --signing-key needs --audit or --collector (a trail to sign)");
+            return ExitCode::from(2);
+        }
+        audit.signing_key = args.signing_key.clone();
         if !audit.sinks.is_empty() {
             builder = builder.audit(audit);
         }
@@ -146,7 +179,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
                     Err(e) => {
                         bad += 1;
                         printer.flush();
-                        eprintln!("{}: {e}", args.trace.display());
+                        eprintln!("{}: {e}", trace.display());
                     }
                 }
             }

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::audit::verify_paths;
+use crate::audit::{RunVerifier, verify_paths, verify_paths_signed};
 
 /// The long help of `toolgate verify`.
 pub const LONG_ABOUT: &str = "Verify the hash chains of audit trail files and report where any chain breaks.\n\n\
@@ -10,8 +10,10 @@ Reads JSONL audit files (folders are searched recursively for `*.jsonl`), groups
 all files and checks every run's chain (each real file is read once, symlink loops are skipped, \
 FIFOs and devices met in folders are skipped with a note, and a line over 16 MiB is a break that \
 ends the reading of its file): each event's hash matches its content, `seq` runs 0, 1, 2, ... \
-without gaps, every `prevHash` is the previous event's `hash`, and a run's events appear in order. \
-Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
+without gaps, every `prevHash` is the previous event's `hash`, a run's events appear in order, and every \
+line is byte for byte the canonical JSON of its content (else \"not canonical\"). \
+With --public-key, every run must also be signed by that key: unsigned runs, bad signatures and events \
+after a run's last good signature are breaks. Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
 intact files as `FILE: ok: N events, R runs`.\n\n\
 Exit status: 0 when every chain is intact, 1 on any break, 2 when an input cannot be read.";
 
@@ -22,6 +24,9 @@ pub struct VerifyArgs {
     /// PostgreSQL collector store (`postgres://...`).
     #[arg(required = true, value_name = "FILE|DIR")]
     pub paths: Vec<PathBuf>,
+    /// Require every run to be signed by this Ed25519 public key (PEM, `toolgate keygen` writes KEY.pub).
+    #[arg(long, value_name = "FILE")]
+    pub public_key: Option<PathBuf>,
 }
 
 /// Runs `toolgate verify`: prints `FILE: ok: N events, R runs` for every intact file and
@@ -36,9 +41,22 @@ pub fn run(args: VerifyArgs) -> ExitCode {
             eprintln!("a postgres:// store is verified on its own");
             return ExitCode::from(2);
         }
+        if args.public_key.is_some() {
+            eprintln!("error: --public-key is not supported with a postgres:// store yet");
+            return ExitCode::from(2);
+        }
         return verify_postgres(url);
     }
-    let report = verify_paths(&args.paths);
+    let report = match &args.public_key {
+        None => verify_paths(&args.paths),
+        Some(file) => match RunVerifier::from_file(file) {
+            Ok(key) => verify_paths_signed(&args.paths, &key),
+            Err(e) => {
+                eprintln!("error: --public-key: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     for (path, err) in &report.unreadable {
         eprintln!("{}: cannot read: {err}", path.display());
     }

@@ -13,7 +13,7 @@ use super::EngineInner;
 use super::evaluations::{EvalSet, run_to_json};
 use super::run::{RunContext, RunShared, ToolOutcome};
 use super::sealer::{Body, Sealer};
-use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
+use crate::audit::{AuditBus, EventKind, Redactor, RunChain, RunSigner};
 use crate::eval::EvaluationInput;
 
 /// Audit settings of an engine.
@@ -21,13 +21,21 @@ pub(crate) struct AuditState {
     /// Seals queued events in batches and hands them to the bus.
     pub(crate) sealer: Sealer,
     pub(crate) flush_timeout: Duration,
+    /// Signs every run's chain, when set.
+    pub(crate) signer: Option<Arc<RunSigner>>,
 }
 
 impl AuditState {
-    pub(crate) fn new(bus: AuditBus, redactor: Redactor, flush_timeout: Duration) -> AuditState {
+    pub(crate) fn new(
+        bus: AuditBus,
+        redactor: Redactor,
+        flush_timeout: Duration,
+        signer: Option<Arc<RunSigner>>,
+    ) -> AuditState {
         AuditState {
             sealer: Sealer::start(bus, redactor),
             flush_timeout,
+            signer,
         }
     }
 
@@ -54,12 +62,15 @@ impl EngineInner {
 
     pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
         RunAudit {
-            chain: self.audit.as_ref().map(|_| {
-                Arc::new(Mutex::new(RunChain::new(
-                    ctx.run_id.clone(),
-                    ctx.agent_id.clone(),
-                    ctx.enduser.as_ref().map(|u| u.id.clone()),
-                )))
+            chain: self.audit.as_ref().map(|a| {
+                Arc::new(Mutex::new(
+                    RunChain::new(
+                        ctx.run_id.clone(),
+                        ctx.agent_id.clone(),
+                        ctx.enduser.as_ref().map(|u| u.id.clone()),
+                    )
+                    .with_signer(a.signer.clone()),
+                ))
             }),
             background: Mutex::new(Vec::new()),
         }
@@ -127,6 +138,15 @@ impl EngineInner {
                 engine.emit(&run2, EventKind::EvaluationResult, body, now);
             });
             run.audit.background.lock().push(handle);
+        }
+    }
+
+    /// With a signing key, seals a `checkpoint` that signs the events written after the
+    /// run's `run.ended` (slow run evaluations).
+    pub(crate) fn emit_closing_checkpoint(&self, run: &RunShared) {
+        if self.audit.as_ref().is_some_and(|a| a.signer.is_some()) {
+            let now = self.clock.now();
+            self.emit(run, EventKind::Checkpoint, Map::new(), now);
         }
     }
 

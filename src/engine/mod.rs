@@ -55,7 +55,7 @@ pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
 
 use crate::audit::{
-    AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor,
+    AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor, RunSigner,
 };
 use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
@@ -146,6 +146,7 @@ pub struct EngineBuilder {
     reviews: Arc<dyn ReviewStore>,
     audit: Option<AuditConfig>,
     extra_sinks: Vec<Arc<dyn AuditSink>>,
+    signer: Option<Arc<RunSigner>>,
     flush_timeout: Duration,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
@@ -166,6 +167,7 @@ impl Default for EngineBuilder {
             reviews: Arc::new(MemoryReviewStore::new()),
             audit: None,
             extra_sinks: Vec::new(),
+            signer: None,
             flush_timeout: Duration::from_secs(5),
             tool_evals: Vec::new(),
             run_eval: None,
@@ -245,13 +247,19 @@ impl EngineBuilder {
 
     /// Redacts tool args and outputs before events are hashed.
     pub fn redaction(mut self, redaction: RedactionConfig) -> Self {
-        self.audit.get_or_insert_with(|| AuditConfig {
-            sinks: Vec::new(),
-            redaction: RedactionConfig::default(),
-        });
+        self.audit.get_or_insert_with(AuditConfig::default);
         if let Some(a) = self.audit.as_mut() {
             a.redaction = redaction;
         }
+        self
+    }
+
+    /// Signs every run's audit chain with `signer` (turning the audit trail on): `run.ended`
+    /// and periodic `checkpoint` events carry `signature` and `keyId` (see
+    /// [`crate::audit::sign`]). Overrides [`AuditConfig::signing_key`].
+    pub fn signing_key(mut self, signer: RunSigner) -> Self {
+        self.audit.get_or_insert_with(AuditConfig::default);
+        self.signer = Some(Arc::new(signer));
         self
     }
 
@@ -292,10 +300,16 @@ impl EngineBuilder {
                 config.build_sinks()?
             };
             sinks.extend(self.extra_sinks);
+            let signer = match (self.signer, &config.signing_key) {
+                (Some(s), _) => Some(s),
+                (None, Some(path)) => Some(Arc::new(RunSigner::from_file(path)?)),
+                (None, None) => None,
+            };
             Some(AuditState::new(
                 AuditBus::new(sinks, BusConfig::default()),
                 redactor,
                 self.flush_timeout,
+                signer,
             ))
         } else {
             None

@@ -554,6 +554,7 @@ impl Run {
                 .engine
                 .evaluate_run(&self.shared, final_response, status)
                 .await;
+            let late_events = slow.is_some();
             self.engine.emit_with_evaluation(
                 &self.shared,
                 EventKind::RunEnded,
@@ -563,6 +564,10 @@ impl Run {
                 slow,
             );
             self.engine.await_background(&self.shared).await;
+            if late_events {
+                // Slow run evaluations land after the signed `run.ended`: sign them too.
+                self.engine.emit_closing_checkpoint(&self.shared);
+            }
             self.engine.flush_audit().await;
         }
     }

@@ -102,8 +102,15 @@ impl Shared {
         for p in batch.drain(..) {
             let mut body = p.body.into_map();
             self.redactor.redact(p.kind, &mut body);
-            let event = p.chain.lock().seal_with_id(p.kind, p.at, p.id, body);
+            let (event, checkpoint) = {
+                let mut chain = p.chain.lock();
+                let event = chain.seal_with_id(p.kind, p.at, p.id, body);
+                (event, chain.checkpoint_if_due(p.at))
+            };
             self.bus.emit(event);
+            if let Some(c) = checkpoint {
+                self.bus.emit(c);
+            }
         }
     }
 }

@@ -126,6 +126,7 @@ impl ConsoleSink {
                 s(b.get("forEventKind")),
                 s(b.get("forEventId"))
             ),
+            EventKind::Checkpoint => format!("signed by {}", s(b.get("keyId"))),
         };
         format!(
             "{} {}#{} {:<17} {}",
