@@ -374,3 +374,25 @@ async fn console_sink_pretty_and_json() {
         .collect();
     assert_eq!(parsed, events);
 }
+
+/// Runs are scoped by (agentId, runId), as the collector stores them: two agents that happen to
+/// use one run id each have their own, intact chain.
+#[test]
+fn two_agents_may_reuse_a_run_id() {
+    let a = fake_run("r-shared", "agent-a", 2);
+    let b = fake_run("r-shared", "agent-b", 3);
+    let report = verify_events(a.iter().chain(b.iter()));
+    assert!(report.is_ok(), "{:?}", report.breaks);
+    assert_eq!(report.runs, 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trail.jsonl");
+    let text: String = a
+        .iter()
+        .chain(b.iter())
+        .map(|e| format!("{}\n", e.to_canonical_json()))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let report = verify_paths(&[&path]);
+    assert!(report.is_ok(), "{:?}", report.breaks);
+}

@@ -149,7 +149,8 @@ struct Entry {
 #[derive(Default)]
 struct Verifier {
     files: Vec<Arc<PathBuf>>,
-    runs: BTreeMap<String, Vec<Entry>>,
+    /// Events by run, keyed by (agentId, runId): two agents may use one run id.
+    runs: BTreeMap<(String, String), Vec<Entry>>,
     breaks: Vec<(Option<usize>, ChainBreak)>,
     file_events: HashMap<usize, usize>,
     file_runs: HashMap<usize, std::collections::HashSet<String>>,
@@ -210,7 +211,7 @@ impl Verifier {
             self.file_runs
                 .entry(f)
                 .or_default()
-                .insert(event.run_id().to_string());
+                .insert(format!("{}\u{1f}{}", event.agent_id(), event.run_id()));
         }
         let entry = Entry {
             file,
@@ -222,7 +223,7 @@ impl Verifier {
             signature,
         };
         self.runs
-            .entry(event.run_id().to_string())
+            .entry((event.agent_id().to_string(), event.run_id().to_string()))
             .or_default()
             .push(entry);
     }
@@ -294,7 +295,7 @@ impl Verifier {
     fn check_runs(&mut self) -> usize {
         let runs = std::mem::take(&mut self.runs);
         let n = runs.len();
-        for (run_id, mut entries) in runs {
+        for ((_agent_id, run_id), mut entries) in runs {
             let run = Some(run_id.as_str());
             // Edited events and within-file reordering, in the order read.
             let mut last_in_file: HashMap<Option<usize>, u64> = HashMap::new();
