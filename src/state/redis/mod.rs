@@ -372,7 +372,7 @@ impl RedisStateStore {
         Ok(())
     }
 
-    /// Sets a run's pause or abort flag (`flag` is `"paused"` or `"aborted"`).
+    /// Sets or clears a run's pause or abort flag (refreshes the flags' TTL).
     pub async fn set_flag(
         &self,
         run: &keys::RunKeys,
