@@ -7,6 +7,8 @@
 //! end user).
 
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod window;
 
 use std::sync::Arc;

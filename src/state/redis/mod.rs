@@ -1,0 +1,436 @@
+//! Engine state on Redis, shared by every process that points at the same server.
+//!
+//! [`RedisStateStore`] keeps `maxCalls` counters, metric windows, each run's tool history and
+//! its pause/abort flags under `<prefix>:{<agentId>}:…` (one agent's keys share a Redis Cluster
+//! hash slot). Everything one decision reads or reserves goes through **one** Lua script call
+//! ([`RedisStateStore::reserve`]); the outcome of a call goes back in one more
+//! ([`RedisStateStore::commit`]). Time is the caller's clock (milliseconds), never the
+//! server's, and windows are exact: an event at `t` counts at `now` iff `now − w < t ≤ now`.
+//!
+//! Every call has a timeout (default 50 ms); the connection is re-established in the
+//! background after a failure. Passwords in the URL never appear in errors or `Debug` output.
+
+mod keys;
+mod scripts;
+mod url;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+pub use keys::Keys;
+pub use url::redact_url;
+
+use super::WindowStats;
+
+/// How to reach and use a Redis server.
+#[derive(Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port/db`.
+    pub url: String,
+    /// Key prefix (default `toolgate`).
+    pub prefix: String,
+    /// Limit on every store call (default 50 ms).
+    pub timeout: Duration,
+    /// How long run-scoped keys and window entries live after their last use (default 24 h).
+    pub ttl: Duration,
+}
+
+impl RedisConfig {
+    /// Defaults for `url`: prefix `toolgate`, 50 ms timeout, 24 h TTL.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: "toolgate".to_string(),
+            timeout: Duration::from_millis(50),
+            ttl: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+/// A failure of the Redis store (the URL's password is redacted).
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStateError {
+    /// The URL could not be parsed or the server could not be reached.
+    #[error("redis state store {url}: {message}")]
+    Connect {
+        /// The URL, password redacted.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// A call took longer than the configured timeout.
+    #[error("redis state store {url}: {op} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// The URL, password redacted.
+        url: String,
+        /// The operation.
+        op: &'static str,
+        /// The limit.
+        timeout_ms: u128,
+    },
+    /// The server answered with an error or the connection broke.
+    #[error("redis state store {url}: {op}: {message}")]
+    Command {
+        /// The URL, password redacted.
+        url: String,
+        /// The operation.
+        op: &'static str,
+        /// What failed.
+        message: String,
+    },
+    /// The server's answer did not have the expected shape.
+    #[error("redis state store {url}: {op}: unexpected reply: {message}")]
+    Reply {
+        /// The URL, password redacted.
+        url: String,
+        /// The operation.
+        op: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// One `maxCalls` counter in a [`RedisStateStore::reserve`] call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterSpec {
+    /// Key suffix from [`Keys`] (e.g. [`Keys::counter`]).
+    pub key: String,
+    /// The limit.
+    pub max: u64,
+    /// Sliding window in milliseconds; `None` counts for ever.
+    pub window_ms: Option<i64>,
+    /// Whether to take a slot (`false`: only read the count).
+    pub reserve: bool,
+    /// Whether the key is run-scoped (expires `ttl` after its last use).
+    pub expires: bool,
+}
+
+/// One metric window read in a [`RedisStateStore::reserve`] call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Key from [`Keys::window`].
+    pub key: String,
+    /// Window length in milliseconds.
+    pub window_ms: i64,
+}
+
+/// Everything one decision needs from the past, read (and counters reserved) atomically.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReserveRequest {
+    /// The run's history and flags keys ([`Keys::run`]).
+    pub run: Option<keys::RunKeys>,
+    /// Counters, in the caller's order.
+    pub counters: Vec<CounterSpec>,
+    /// Metric windows, in the caller's order.
+    pub windows: Vec<WindowSpec>,
+}
+
+/// A slot taken in a counter; give it back with [`RedisStateStore::release`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisPermit {
+    /// The counter key.
+    pub key: String,
+    /// The window entry (`None` for a counter without window).
+    pub member: Option<String>,
+}
+
+/// The answer to a [`ReserveRequest`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reservation {
+    /// Whether every counter with `reserve` had room; when `false` no slot was taken.
+    pub granted: bool,
+    /// Each counter's count before this call's reservation, in request order.
+    pub counts: Vec<u64>,
+    /// The slots taken (empty unless `granted`).
+    pub permits: Vec<RedisPermit>,
+    /// Each window's aggregates, in request order.
+    pub windows: Vec<WindowStats>,
+    /// The run's tool history, oldest first.
+    pub history: Vec<String>,
+    /// The run was paused.
+    pub paused: bool,
+    /// The run was aborted.
+    pub aborted: bool,
+}
+
+/// The outcome of a call, written in one round trip by [`RedisStateStore::commit`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Commit {
+    /// The run whose history gets `tool`.
+    pub run: Option<keys::RunKeys>,
+    /// The tool to append to the run's history.
+    pub tool: Option<String>,
+    /// Metric events `(window key, window_ms, value)` recorded at `now_ms`.
+    pub metrics: Vec<(String, i64, f64)>,
+    /// Counters counted unconditionally `(key, window_ms, expires)`.
+    pub adds: Vec<(String, Option<i64>, bool)>,
+}
+
+/// Counters, windows, run history and flags on Redis. Cheap to clone (one shared connection).
+#[derive(Clone)]
+pub struct RedisStateStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    config: RedisConfig,
+    keys: Keys,
+    scripts: scripts::Scripts,
+    round_trips: AtomicU64,
+    nonce: AtomicU64,
+}
+
+impl std::fmt::Debug for RedisStateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStateStore")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStateStore {
+    /// Connects (within the timeout, at least 1 s for the first connection).
+    pub async fn connect(config: RedisConfig) -> Result<Self, RedisStateError> {
+        let shown = redact_url(&config.url);
+        let err = |message: String| RedisStateError::Connect {
+            url: shown.clone(),
+            message: url::scrub(&config.url, &message),
+        };
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| err(e.to_string()))?;
+        let first = config.timeout.max(Duration::from_secs(1));
+        let cm_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(first)
+            .set_response_timeout(config.timeout)
+            .set_number_of_retries(2)
+            .set_max_delay(500);
+        let conn =
+            tokio::time::timeout(first, ConnectionManager::new_with_config(client, cm_config))
+                .await
+                .map_err(|_| err(format!("no connection within {} ms", first.as_millis())))?
+                .map_err(|e| err(e.to_string()))?;
+        let keys = Keys::new(&config.prefix);
+        let seed = rand::random::<u64>();
+        Ok(RedisStateStore {
+            inner: Arc::new(Inner {
+                conn,
+                keys,
+                scripts: scripts::Scripts::new(),
+                round_trips: AtomicU64::new(0),
+                nonce: AtomicU64::new(seed),
+                config,
+            }),
+        })
+    }
+
+    /// Key builder for this store's prefix.
+    pub fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// The configuration (print with `{:?}`: the password is redacted).
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// How many requests this store has sent to Redis (each is one round trip).
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn next_member(&self, now_ms: i64) -> String {
+        let n = self.inner.nonce.fetch_add(1, Ordering::Relaxed);
+        format!("{now_ms}:{n:016x}")
+    }
+
+    async fn run<T>(
+        &self,
+        op: &'static str,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisStateError>
+    where
+        T: redis::FromRedisValue,
+    {
+        let cfg = &self.inner.config;
+        let mut conn = self.inner.conn.clone();
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(cfg.timeout, inv.invoke_async::<T>(&mut conn)).await {
+            Err(_) => Err(RedisStateError::Timeout {
+                url: redact_url(&cfg.url),
+                op,
+                timeout_ms: cfg.timeout.as_millis(),
+            }),
+            Ok(Err(e)) => Err(RedisStateError::Command {
+                url: redact_url(&cfg.url),
+                op,
+                message: url::scrub(&cfg.url, &e.to_string()),
+            }),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    fn reply_err(&self, op: &'static str, message: impl Into<String>) -> RedisStateError {
+        RedisStateError::Reply {
+            url: redact_url(&self.inner.config.url),
+            op,
+            message: message.into(),
+        }
+    }
+
+    /// Reads the run's history and flags, every window, and every counter's count, and — only
+    /// if every counter with `reserve` has room — takes a slot in each: one round trip, atomic.
+    pub async fn reserve(
+        &self,
+        req: &ReserveRequest,
+        now_ms: i64,
+    ) -> Result<Reservation, RedisStateError> {
+        let script = &self.inner.scripts.reserve;
+        let mut inv = script.prepare_invoke();
+        let (hist, flags) = match &req.run {
+            Some(r) => (r.history.as_str(), r.flags.as_str()),
+            None => ("", ""),
+        };
+        inv.key(flags).key(hist);
+        inv.arg(now_ms)
+            .arg(self.ttl_ms())
+            .arg(req.counters.len())
+            .arg(req.windows.len())
+            .arg(u8::from(req.run.is_some()));
+        let mut members = Vec::with_capacity(req.counters.len());
+        for c in &req.counters {
+            inv.key(&c.key);
+            let member = c.window_ms.map(|_| self.next_member(now_ms));
+            inv.arg(c.max)
+                .arg(c.window_ms.unwrap_or(-1))
+                .arg(u8::from(c.reserve))
+                .arg(u8::from(c.expires))
+                .arg(member.as_deref().unwrap_or(""));
+            members.push(member);
+        }
+        for w in &req.windows {
+            inv.key(&w.key);
+            inv.arg(w.window_ms);
+        }
+        let raw: redis::Value = self.run("reserve", inv).await?;
+        scripts::parse_reserve(raw, req, members).map_err(|m| self.reply_err("reserve", m))
+    }
+
+    /// Gives back slots taken by [`reserve`](Self::reserve) (the call did not proceed).
+    pub async fn release(&self, permits: &[RedisPermit]) -> Result<(), RedisStateError> {
+        if permits.is_empty() {
+            return Ok(());
+        }
+        let mut inv = self.inner.scripts.release.prepare_invoke();
+        for p in permits {
+            inv.key(&p.key);
+            inv.arg(p.member.as_deref().unwrap_or(""));
+        }
+        let _: i64 = self.run("release", inv).await?;
+        Ok(())
+    }
+
+    /// Writes a call's outcome (history, metric events, unconditional counts) in one round trip.
+    pub async fn commit(&self, c: &Commit, now_ms: i64) -> Result<(), RedisStateError> {
+        let mut inv = self.inner.scripts.commit.prepare_invoke();
+        let hist = c.run.as_ref().map_or("", |r| r.history.as_str());
+        inv.key(hist);
+        inv.arg(now_ms)
+            .arg(self.ttl_ms())
+            .arg(c.tool.as_deref().unwrap_or(""))
+            .arg(u8::from(c.tool.is_some() && c.run.is_some()))
+            .arg(c.metrics.len());
+        for (key, window_ms, value) in &c.metrics {
+            inv.key(key);
+            let member = format!("{}:{}", self.next_member(now_ms), value);
+            inv.arg(*window_ms).arg(member);
+        }
+        for (key, window_ms, expires) in &c.adds {
+            inv.key(key);
+            inv.arg(window_ms.unwrap_or(-1))
+                .arg(u8::from(*expires))
+                .arg(self.next_member(now_ms));
+        }
+        let _: i64 = self.run("commit", inv).await?;
+        Ok(())
+    }
+
+    /// Sets or clears a run's pause or abort flag (refreshes the flags' TTL).
+    pub async fn set_flag(
+        &self,
+        run: &keys::RunKeys,
+        flag: RunFlag,
+        on: bool,
+    ) -> Result<(), RedisStateError> {
+        let mut inv = self.inner.scripts.flag.prepare_invoke();
+        inv.key(&run.flags)
+            .arg(flag.field())
+            .arg(u8::from(on))
+            .arg(self.ttl_ms());
+        let _: i64 = self.run("set_flag", inv).await?;
+        Ok(())
+    }
+
+    /// Forgets a run's history, flags and the given run-scoped counters and windows.
+    pub async fn end_run(
+        &self,
+        run: &keys::RunKeys,
+        scoped: &[String],
+    ) -> Result<(), RedisStateError> {
+        let mut inv = self.inner.scripts.forget.prepare_invoke();
+        inv.key(&run.history).key(&run.flags);
+        for k in scoped {
+            inv.key(k);
+        }
+        let _: i64 = self.run("end_run", inv).await?;
+        Ok(())
+    }
+}
+
+/// A run flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunFlag {
+    /// Calls wait for a resume.
+    Paused,
+    /// Calls are blocked.
+    Aborted,
+}
+
+impl RunFlag {
+    fn field(self) -> &'static str {
+        match self {
+            RunFlag::Paused => "paused",
+            RunFlag::Aborted => "aborted",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_password() {
+        let c = RedisConfig::new("redis://user:s3cret@localhost:6379/0");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("localhost:6379"), "{shown}");
+    }
+}
