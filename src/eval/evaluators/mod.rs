@@ -18,6 +18,7 @@
 mod lexical;
 mod llm;
 mod rule_based;
+mod samples;
 mod sentiment;
 mod statistical;
 pub(crate) mod text;
