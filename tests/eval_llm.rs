@@ -87,7 +87,7 @@ async fn start() -> (String, Arc<Server>) {
         // Accepts the request and never answers.
         .route(
             "/hang/v1/chat/completions",
-            post(|| std::future::pending::<StatusCode>()),
+            post(std::future::pending::<StatusCode>),
         )
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -680,6 +680,27 @@ async fn post_events(
     }
 }
 
+/// Parses and validates a `POST /v1/events` body the way the collector does before storing
+/// anything: `{"events": [...]}` and nothing else, each event a well-formed audit event.
+/// Returns the number of events, or the reason the body is rejected (a 4xx). Used by the
+/// fuzz target `collector_body`.
+pub fn check_events_body(body: &[u8]) -> Result<usize, String> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let events = match value {
+        Value::Object(mut m) => match m.remove("events") {
+            Some(Value::Array(a)) if m.is_empty() => a,
+            _ => return Err("body must be {\"events\": [...]} with an array".into()),
+        },
+        _ => return Err("body must be {\"events\": [...]} with an array".into()),
+    };
+    let n = events.len();
+    for (i, v) in events.into_iter().enumerate() {
+        Incoming::new(v).map_err(|e| format!("events[{i}]: {e}"))?;
+    }
+    Ok(n)
+}
+
 async fn get_run(
     State(c): State<Collector>,
     headers: HeaderMap,
