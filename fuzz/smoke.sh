@@ -15,6 +15,6 @@ for t in "${targets[@]}"; do
   mkdir -p "$scratch/$t" "corpus/$t"
   echo "fuzz smoke: $t (${secs}s)"
   cargo fuzz run -s none "$t" "$scratch/$t" "corpus/$t" -- \
-    -max_total_time="$secs" -jobs=1 -workers=1 -print_final_stats=1
+    -max_total_time="$secs" -print_final_stats=1
 done
 echo "fuzz smoke: all targets ok"
