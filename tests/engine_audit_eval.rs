@@ -201,7 +201,7 @@ async fn slow_evaluators_emit_a_linked_evaluation_result_event() {
             {"type": "ruleBased", "rules": [
                 {"criterionName": "NonEmpty", "config": {"type": "non_empty", "action": "mark_bad"}}]},
             {"type": "llmJudge", "criterionName": "Helpful",
-             "model": {"baseUrl": base, "model": "judge", "apiKeyEnv": "TOOLGATE_TEST_NO_KEY", "retryBackoffMs": 0}}
+             "model": {"baseUrl": base, "model": "judge", "apiKeyEnv": "TOOLGATE_TEST_NO_KEY", "retryBackoffMs": 10}}
         ]
     }))
     .unwrap();

@@ -130,3 +130,69 @@ fn eval_reports_config_errors_and_missing_args() {
         .code(2)
         .stderr(predicate::str::contains("--config"));
 }
+
+#[test]
+fn eval_fails_when_no_input_line_is_valid() {
+    // Regression (issue 8 finding 13): every line invalid → exit 0 before.
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("bad.jsonl");
+    std::fs::write(&inputs, "not json\n{\"response\": \n").unwrap();
+    toolgate()
+        .args(["eval", "--config", CONFIG, "--input"])
+        .arg(&inputs)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("2 line(s) skipped"))
+        .stderr(predicate::str::contains("no input evaluated"));
+}
+
+#[test]
+fn eval_rejects_fail_under_out_of_range() {
+    // Regression (issue 8 finding 13): `--fail-under NaN` was accepted (and then always passed).
+    for bad in ["NaN", "1.5", "-0.1", "inf"] {
+        toolgate()
+            .args(["eval", "--config", CONFIG, "--input", INPUTS])
+            .arg(format!("--fail-under={bad}"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "--fail-under must be a number from 0 to 1",
+            ));
+    }
+}
+
+#[test]
+fn eval_evaluator_fault_shows_and_fails() {
+    // Regression (issue 8 finding 8): a failed evaluator was only counted in the table and
+    // `eval` exited 0. Now each failure is named on stderr and the exit status is 1.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("stat.json");
+    std::fs::write(
+        &cfg,
+        r#"{"criteria": [{"name": "Short", "scale": "numeric"}],
+            "evaluatorConfigs": [{"type": "statistical", "evaluator":
+               {"type": "ruleBased", "rules": [{"criterionName": "Short", "config": {"type": "max_length", "maxLength": 10}}]}}]}"#,
+    )
+    .unwrap();
+    let inputs = dir.path().join("in.jsonl");
+    std::fs::write(
+        &inputs,
+        "{\"response\": \"x\", \"context\": {\"samples\": [\"a\", \"b\"]}}\n{\"response\": \"no samples\"}\n",
+    )
+    .unwrap();
+    toolgate()
+        .args(["eval", "--format", "jsonl", "--config"])
+        .arg(&cfg)
+        .arg("--input")
+        .arg(&inputs)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("runErrors"))
+        .stderr(predicate::str::contains(
+            "in.jsonl:2: evaluator statistical (evaluatorConfigs[0]) failed",
+        ))
+        .stderr(predicate::str::contains("context.samples"))
+        .stderr(predicate::str::contains(
+            "1 evaluator or storage failure(s)",
+        ));
+}

@@ -14,6 +14,7 @@ use toolgate::eval::*;
 
 #[derive(Default)]
 struct Server {
+    chat_attempts: AtomicUsize,
     chat_requests: Mutex<Vec<Value>>,
     auth: Mutex<Vec<Option<String>>>,
     fail_next: AtomicUsize,
@@ -24,6 +25,7 @@ async fn chat(
     headers: axum::http::HeaderMap,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
+    s.chat_attempts.fetch_add(1, Ordering::SeqCst);
     if s.fail_next.load(Ordering::SeqCst) > 0 {
         s.fail_next.fetch_sub(1, Ordering::SeqCst);
         return (
@@ -82,6 +84,11 @@ async fn start() -> (String, Arc<Server>) {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/embeddings", post(embeddings))
+        // Accepts the request and never answers.
+        .route(
+            "/hang/v1/chat/completions",
+            post(std::future::pending::<StatusCode>),
+        )
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -93,7 +100,7 @@ async fn start() -> (String, Arc<Server>) {
 
 fn settings(base: &str, model: &str) -> ModelSettings {
     let mut s = ModelSettings::new(base, model);
-    s.retry_backoff_ms = 0;
+    s.retry_backoff_ms = MIN_RETRY_BACKOFF_MS;
     s.api_key_env = "TOOLGATE_TEST_NO_SUCH_KEY_VAR".into();
     s
 }
@@ -198,7 +205,7 @@ async fn embedding_similarity_cosine_and_threshold() {
     let (base, _server) = start().await;
     let cfg: EmbeddingSimilarityConfig = serde_json::from_value(json!({
         "criterionName": "Semantic", "threshold": 0.75,
-        "model": {"baseUrl": base, "model": "embed-1", "retryBackoffMs": 0}
+        "model": {"baseUrl": base, "model": "embed-1", "retryBackoffMs": 10}
     }))
     .unwrap();
     let client = OpenAiCompatibleClient::from_settings(&cfg.model).unwrap();
@@ -255,4 +262,86 @@ async fn model_evaluators_from_config() {
     assert!((r.overall_score.unwrap() - 0.85).abs() < 1e-9, "{:?}", r);
     let r = run_evaluation(input, &slow).await.unwrap();
     assert!((r.overall_score.unwrap() - 0.775).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn llm_judge_retry_limits_are_validated_with_their_path() {
+    // Regression (issue 8 finding 9): `retries: 4294967295, retryBackoffMs: 0` was accepted
+    // and hammered the endpoint forever.
+    for (model, path) in [
+        (
+            json!({"retries": 4294967295u64}),
+            "evaluatorConfigs[0].model.retries",
+        ),
+        (json!({"retries": 11}), "evaluatorConfigs[0].model.retries"),
+        (
+            json!({"retryBackoffMs": 0}),
+            "evaluatorConfigs[0].model.retryBackoffMs",
+        ),
+        (
+            json!({"deadlineMs": 0}),
+            "evaluatorConfigs[0].model.deadlineMs",
+        ),
+        (
+            json!({"timeoutMs": 0}),
+            "evaluatorConfigs[0].model.timeoutMs",
+        ),
+    ] {
+        let mut m = json!({"baseUrl": "http://127.0.0.1:9/v1", "model": "judge-1"});
+        if let (Some(o), Some(extra)) = (m.as_object_mut(), model.as_object()) {
+            o.extend(extra.clone());
+        }
+        let text = json!({
+            "criteria": [{"name": "Q", "scale": "likert5"}],
+            "evaluatorConfigs": [{"type": "llmJudge", "criterionName": "Q", "model": m}]
+        })
+        .to_string();
+        let err = EvaluationRunConfig::from_json(&text)
+            .and_then(|c| c.validate().map(|_| c))
+            .expect_err("out-of-range model settings");
+        assert!(err.to_string().contains(path), "{model}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn llm_judge_retries_are_capped_and_the_deadline_ends_a_request() {
+    let (base, server) = start().await;
+    // Settings built in code bypass validation: the client still stops after MAX_RETRIES.
+    let mut s = settings(&base, "judge-1");
+    s.retries = u32::MAX;
+    s.retry_backoff_ms = 0;
+    let judge = LlmJudgeEvaluator::new(
+        "Q",
+        Arc::new(OpenAiCompatibleClient::from_settings(&s).unwrap()),
+    )
+    .with_template("{{response}}");
+    let criteria = [crit("Q", "likert5", "")];
+    server.fail_next.store(1_000, Ordering::SeqCst);
+    let r = judge
+        .evaluate(&EvaluationInput::new("fine"), &criteria)
+        .await
+        .unwrap();
+    let err = r[0].error.as_ref().unwrap();
+    assert!(err.contains("11 attempt(s)"), "{err}");
+    assert_eq!(
+        server.chat_attempts.load(Ordering::SeqCst),
+        MAX_RETRIES as usize + 1
+    );
+
+    // An endpoint that never answers: the overall deadline ends the request, long before the
+    // per-attempt timeout.
+    let mut s = settings(&base.replace("/v1", "/hang/v1"), "judge-1");
+    s.timeout_ms = 600_000;
+    s.deadline_ms = 300;
+    let judge = LlmJudgeEvaluator::new(
+        "Q",
+        Arc::new(OpenAiCompatibleClient::from_settings(&s).unwrap()),
+    )
+    .with_template("{{response}}");
+    let r = judge
+        .evaluate(&EvaluationInput::new("fine"), &criteria)
+        .await
+        .unwrap();
+    let err = r[0].error.as_ref().unwrap();
+    assert!(err.contains("deadline of 300 ms"), "{err}");
 }

@@ -483,3 +483,57 @@ async fn rule_based_via_run_config() {
         .unwrap();
     assert_eq!(r.overall_score, Some(0.0));
 }
+
+#[tokio::test]
+async fn max_tokens_is_linear_and_exact_on_long_text() {
+    // Regression (issue 8 finding 8): a long text is counted chunk by chunk. Words are never
+    // cut, so the count is exact: "hello world" then " hello world" × 9 999 = 20 000 tokens
+    // (cl100k_base: "hello", " world", " hello" are one token each).
+    let text = format!("hello world{}", " hello world".repeat(9_999));
+    assert!(text.len() > 100_000);
+    assert!(token_chunks(&text).all(|c| c.len() <= 4096));
+    assert_eq!(token_chunks(&text).collect::<String>(), text);
+    if cfg!(feature = "tokenizer") {
+        assert_eq!(
+            count_tokens(&text, TokenEncoding::Cl100kBase),
+            (20_000, "cl100k_base")
+        );
+    }
+}
+
+#[tokio::test]
+async fn max_tokens_on_long_unbroken_runs() {
+    // Regression (issue 8 finding 8): one unbroken run of 400k characters took the tokenizer
+    // 84 s in a release build (quadratic BPE merge of one piece; 1M characters panicked).
+    // Now it is cut into pieces of at most 256 bytes: linear, no error.
+    let text = "a".repeat(400_000);
+    let r = rule_on(
+        json!({"type": "max_tokens", "maxTokens": 1000}),
+        EvaluationInput::new(text.as_str()),
+    )
+    .await;
+    assert!(r.error.is_none(), "unexpected error {:?}", r.error);
+    assert_eq!(r.score, Score::Bool(false));
+    let tokens = r.metadata.unwrap()["rules"][0]["details"]["tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(tokens > 1000 && tokens <= 400_000, "{tokens} tokens");
+    // A run of whitespace is one piece too.
+    let spaces = format!("a{}b", " ".repeat(200_000));
+    assert!(token_chunks(&spaces).all(|c| c.len() <= 4096));
+    let (n, _) = count_tokens(&spaces, TokenEncoding::O200kBase);
+    assert!(n > 2 && n <= 200_002, "{n} tokens");
+}
+
+#[tokio::test]
+async fn max_tokens_over_the_size_cap_is_an_error_result() {
+    let text = "word ".repeat(MAX_TOKEN_TEXT_BYTES / 5 + 1);
+    let r = rule_on(
+        json!({"type": "max_tokens", "maxTokens": 1000}),
+        EvaluationInput::new(text.as_str()),
+    )
+    .await;
+    let err = r.error.expect("an error result");
+    assert!(err.contains("too long to count tokens"), "{err}");
+    assert!(err.contains(&MAX_TOKEN_TEXT_BYTES.to_string()), "{err}");
+}

@@ -357,3 +357,60 @@ async fn trace_comparison_hand_computed() {
         0.5,
     );
 }
+
+/// Records the serialized size of every input it is given; scores 1.
+struct SizeRecorder(std::sync::Mutex<Vec<usize>>, std::sync::atomic::AtomicBool);
+
+#[async_trait::async_trait]
+impl Evaluator for SizeRecorder {
+    fn evaluator_type(&self) -> &str {
+        "sizeRecorder"
+    }
+    async fn evaluate(
+        &self,
+        input: &EvaluationInput,
+        criteria: &[EvaluationCriteria],
+    ) -> Result<Vec<EvaluationResult>, EvalError> {
+        let size = serde_json::to_string(input).map(|s| s.len()).unwrap_or(0);
+        self.0.lock().unwrap().push(size);
+        if input.field_value("context.keep").is_ok() {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(criteria
+            .iter()
+            .map(|c| EvaluationResult::new(&c.name, "sizeRecorder", Score::Number(1.0), "ok"))
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn statistical_samples_do_not_carry_every_other_sample() {
+    // Regression (issue 8 finding 7): each sample's input was a copy of the whole input,
+    // samples included, so memory grew with n². Now each sample sees the input minus the
+    // samples plus its own sample: the sizes the inner evaluator sees add up to about the
+    // input's size.
+    let recorder = Arc::new(SizeRecorder(
+        std::sync::Mutex::new(Vec::new()),
+        std::sync::atomic::AtomicBool::new(false),
+    ));
+    let stat = StatisticalEvaluator::new(recorder.clone(), 0.5);
+    let samples: Vec<Value> = (0..300)
+        .map(|i| json!({"response": format!("{i}:{}", "x".repeat(1000))}))
+        .collect();
+    let input = EvaluationInput::new("").with_context(json!({"samples": samples, "keep": 1}));
+    let input_size = serde_json::to_string(&input).unwrap().len();
+    let results = stat
+        .evaluate(&input, &[crit("Any", "numeric")])
+        .await
+        .unwrap();
+    assert_eq!(results[0].metadata.as_ref().unwrap()["runs"], json!(300));
+    let seen = recorder.0.lock().unwrap();
+    assert_eq!(seen.len(), 300);
+    let total: usize = seen.iter().sum();
+    assert!(
+        total < 2 * input_size,
+        "inner evaluator saw {total} bytes for a {input_size}-byte input"
+    );
+    // The rest of the context is still there.
+    assert!(recorder.1.load(std::sync::atomic::Ordering::SeqCst));
+}

@@ -8,6 +8,7 @@ use futures::StreamExt;
 
 use crate::eval::{
     AggregatedEvaluationResult, EvaluationInput, EvaluationRunConfig, EvaluationRunner,
+    RunErrorKind,
 };
 
 /// Output format of `toolgate eval`.
@@ -23,7 +24,7 @@ pub enum EvalFormat {
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 #[command(
-    after_help = "Example:\n  toolgate eval --config examples/eval/config.json --input examples/eval/inputs.jsonl --out results.jsonl\n  toolgate eval stats results.jsonl"
+    after_help = "Exit status: 0 ok; 1 when no input line could be evaluated, an evaluator or the storage failed on an input (listed on stderr), or the mean is below --fail-under; 2 for usage and config errors.\n\nExample:\n  toolgate eval --config examples/eval/config.json --input examples/eval/inputs.jsonl --out results.jsonl\n  toolgate eval stats results.jsonl"
 )]
 pub struct EvalArgs {
     #[command(subcommand)]
@@ -41,7 +42,7 @@ pub struct EvalArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = EvalFormat::Table)]
     pub format: EvalFormat,
-    /// Exit with status 1 when the mean overall score is below this value (for CI).
+    /// Exit with status 1 when the mean overall score is below this value, from 0 to 1 (for CI).
     #[arg(long, value_name = "X")]
     pub fail_under: Option<f64>,
     /// A result passes when its normalized score is at least this (for the pass rates).
@@ -96,6 +97,12 @@ pub fn run(args: EvalArgs) -> ExitCode {
         eprintln!("toolgate eval: --pass-threshold must be a number");
         return ExitCode::from(2);
     }
+    if let Some(x) = args.fail_under
+        && !(0.0..=1.0).contains(&x)
+    {
+        eprintln!("toolgate eval: --fail-under must be a number from 0 to 1, got {x}");
+        return ExitCode::from(2);
+    }
     let config = match std::fs::read_to_string(config_path)
         .map_err(|e| format!("reading {}: {e}", config_path.display()))
         .and_then(|t| {
@@ -146,13 +153,36 @@ pub fn run(args: EvalArgs) -> ExitCode {
         .await
     });
     let mut results = Vec::new();
+    let mut skipped = bad.len();
+    let mut faults = 0;
     for (line, r) in outcomes {
         match r {
-            Ok(r) => results.push((line, r)),
-            Err(e) => eprintln!(
-                "toolgate eval: {}:{line}: skipped: {e}",
-                input_path.display()
-            ),
+            Ok(r) => {
+                for e in &r.run_errors {
+                    faults += 1;
+                    let which = e
+                        .evaluator_index
+                        .map_or_else(String::new, |i| format!(" (evaluatorConfigs[{i}])"));
+                    eprintln!(
+                        "toolgate eval: {}:{line}: {} {}{which} failed: {}",
+                        input_path.display(),
+                        match e.kind {
+                            RunErrorKind::Evaluator => "evaluator",
+                            RunErrorKind::Storage => "storage",
+                        },
+                        e.source,
+                        e.error
+                    );
+                }
+                results.push((line, r));
+            }
+            Err(e) => {
+                skipped += 1;
+                eprintln!(
+                    "toolgate eval: {}:{line}: skipped: {e}",
+                    input_path.display()
+                );
+            }
         }
     }
     if let Some(out) = &args.out
@@ -175,8 +205,21 @@ pub fn run(args: EvalArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let _ = w.flush();
-    if !bad.is_empty() {
-        eprintln!("toolgate eval: {} line(s) skipped", bad.len());
+    if skipped > 0 {
+        eprintln!("toolgate eval: {skipped} line(s) skipped");
+    }
+    if results.is_empty() {
+        eprintln!(
+            "toolgate eval: no input evaluated ({} has no valid input line)",
+            input_path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    if faults > 0 {
+        eprintln!(
+            "toolgate eval: {faults} evaluator or storage failure(s): results are incomplete"
+        );
+        return ExitCode::FAILURE;
     }
     if let Some(threshold) = args.fail_under {
         let mean = mean(results.iter().filter_map(|(_, r)| r.overall_score));

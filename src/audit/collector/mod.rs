@@ -29,9 +29,11 @@ use super::AuditError;
 use super::store::EventStore;
 use super::store::jsonl::JsonlStore;
 
+mod body;
 mod routes;
 mod server;
 
+pub use body::check_events_body;
 pub use server::{serve, serve_collector, serve_router};
 
 /// Where a collector keeps events.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::Collector;
 use crate::audit::EventKind;
-use crate::audit::store::{DEFAULT_PAGE, EventQuery, Incoming, StoreError};
+use crate::audit::store::{DEFAULT_PAGE, EventQuery, StoreError};
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let mut resp = (
@@ -115,33 +115,9 @@ pub(super) async fn post_events(
         Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("cannot read body: {e}")),
         Ok(Ok(b)) => b.to_bytes(),
     };
-    let value: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")),
-    };
-    let events = match value {
-        Value::Object(mut m) => match m.remove("events") {
-            Some(Value::Array(a)) if m.is_empty() => a,
-            Some(Value::Array(_)) => {
-                let extra: Vec<&String> = m.keys().collect();
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("unknown fields in body: {extra:?}"),
-                );
-            }
-            _ => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "body must be {\"events\": [...]} with an array",
-                );
-            }
-        },
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "body must be {\"events\": [...]} with an array",
-            );
-        }
+    let events = match super::body::events_of(&body) {
+        Ok(e) => e,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     if events.len() > cfg.max_batch_events {
         return error(
@@ -153,14 +129,7 @@ pub(super) async fn post_events(
             ),
         );
     }
-    let parsed = tokio::task::spawn_blocking(move || {
-        events
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| Incoming::from_value(v).map_err(|e| format!("events[{i}]: {e}")))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
+    let parsed = tokio::task::spawn_blocking(move || super::body::incoming(events)).await;
     let batch = match parsed {
         Ok(Ok(b)) => b,
         Ok(Err(m)) => return error(StatusCode::BAD_REQUEST, m),

@@ -48,6 +48,16 @@ fn default_retries() -> u32 {
 fn default_backoff_ms() -> u64 {
     250
 }
+fn default_deadline_ms() -> u64 {
+    120_000
+}
+
+/// Largest `retries` a model endpoint accepts.
+pub const MAX_RETRIES: u32 = 10;
+/// Smallest `retryBackoffMs` (the client waits at least this long before a retry).
+pub const MIN_RETRY_BACKOFF_MS: u64 = 10;
+/// Largest `retryBackoffMs`, `timeoutMs` and `deadlineMs` (one hour).
+pub const MAX_MODEL_WAIT_MS: u64 = 3_600_000;
 
 /// Settings of an OpenAI-compatible endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,12 +75,18 @@ pub struct ModelSettings {
     /// Timeout of each HTTP attempt in milliseconds (default 30000).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
-    /// Retries after a failed attempt (connection error, timeout, HTTP 429 or 5xx); default 2.
+    /// Retries after a failed attempt (connection error, timeout, HTTP 429 or 5xx); default 2,
+    /// at most [`MAX_RETRIES`].
     #[serde(default = "default_retries")]
     pub retries: u32,
-    /// Delay before retry n is n × this many milliseconds (default 250; 0 = no delay).
+    /// Delay before retry n is n × this many milliseconds (default 250, at least
+    /// [`MIN_RETRY_BACKOFF_MS`]).
     #[serde(default = "default_backoff_ms")]
     pub retry_backoff_ms: u64,
+    /// Overall deadline of one request, all attempts and backoffs included, in milliseconds
+    /// (default 120000).
+    #[serde(default = "default_deadline_ms")]
+    pub deadline_ms: u64,
     /// Sampling temperature for the judge (omitted from requests when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -86,6 +102,7 @@ impl ModelSettings {
             timeout_ms: default_timeout_ms(),
             retries: default_retries(),
             retry_backoff_ms: default_backoff_ms(),
+            deadline_ms: default_deadline_ms(),
             temperature: None,
         }
     }
@@ -103,12 +120,30 @@ impl ModelSettings {
                 "must not be empty",
             ));
         }
-        if self.timeout_ms == 0 {
-            return Err(EvalError::config(
-                format!("{path}.timeoutMs"),
-                "must be > 0",
-            ));
-        }
+        let in_range = |field: &str, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(EvalError::config(
+                    format!("{path}.{field}"),
+                    format!("must be from {min} to {max}, got {value}"),
+                ))
+            }
+        };
+        in_range("timeoutMs", self.timeout_ms, 1, MAX_MODEL_WAIT_MS)?;
+        in_range(
+            "retries",
+            u64::from(self.retries),
+            0,
+            u64::from(MAX_RETRIES),
+        )?;
+        in_range(
+            "retryBackoffMs",
+            self.retry_backoff_ms,
+            MIN_RETRY_BACKOFF_MS,
+            MAX_MODEL_WAIT_MS,
+        )?;
+        in_range("deadlineMs", self.deadline_ms, 1, MAX_MODEL_WAIT_MS)?;
         Ok(())
     }
 }
@@ -431,7 +466,8 @@ mod http_client {
     /// [`Embedder`].
     ///
     /// Each attempt has the configured timeout; connection errors, timeouts, HTTP 429 and 5xx
-    /// are retried `retries` times with a linear backoff; other HTTP errors fail at once.
+    /// are retried `retries` times with a linear backoff; other HTTP errors fail at once; all
+    /// attempts together end at `deadlineMs`.
     #[derive(Debug, Clone)]
     pub struct OpenAiCompatibleClient {
         settings: ModelSettings,
@@ -474,46 +510,69 @@ mod http_client {
             )
         }
 
-        /// POSTs `body` to `endpoint` with retries; returns the response JSON.
+        /// POSTs `body` to `endpoint` with retries (at most [`MAX_RETRIES`], at least
+        /// [`MIN_RETRY_BACKOFF_MS`] apart) within the overall deadline; returns the response
+        /// JSON. The limits hold for settings that bypassed config validation too.
         async fn post(&self, endpoint: &str, body: &Value) -> Result<Value, EvalError> {
             let url = self.url(endpoint);
-            let attempts = self.settings.retries.saturating_add(1);
+            let retries = self.settings.retries.min(MAX_RETRIES);
+            let backoff = self
+                .settings
+                .retry_backoff_ms
+                .clamp(MIN_RETRY_BACKOFF_MS, MAX_MODEL_WAIT_MS);
+            let deadline = Duration::from_millis(self.settings.deadline_ms.min(MAX_MODEL_WAIT_MS));
+            let mut tried = 0u32;
             let mut last = String::new();
-            for attempt in 0..attempts {
-                if attempt > 0 && self.settings.retry_backoff_ms > 0 {
-                    tokio::time::sleep(Duration::from_millis(
-                        self.settings
-                            .retry_backoff_ms
-                            .saturating_mul(u64::from(attempt)),
-                    ))
-                    .await;
-                }
-                let mut req = self.http.post(&url).json(body);
-                if let Some(k) = &self.api_key {
-                    req = req.bearer_auth(k);
-                }
-                match req.send().await {
-                    Ok(resp) => {
-                        let status = resp.status();
-                        if status.is_success() {
-                            return resp.json::<Value>().await.map_err(|e| EvalError::Model {
-                                url: url.clone(),
-                                message: format!("invalid JSON response: {e}"),
-                            });
-                        }
-                        let text = resp.text().await.unwrap_or_default();
-                        last = format!("HTTP {status}: {}", truncate(&text, 300));
-                        if !(status.as_u16() == 429 || status.is_server_error()) {
-                            break;
-                        }
+            let attempts = async {
+                for attempt in 0..=retries {
+                    if attempt > 0 {
+                        tokio::time::sleep(Duration::from_millis(
+                            backoff.saturating_mul(u64::from(attempt)),
+                        ))
+                        .await;
                     }
-                    Err(e) => last = format!("request error: {e}"),
+                    tried += 1;
+                    let mut req = self.http.post(&url).json(body);
+                    if let Some(k) = &self.api_key {
+                        req = req.bearer_auth(k);
+                    }
+                    match req.send().await {
+                        Ok(resp) => {
+                            let status = resp.status();
+                            if status.is_success() {
+                                return Some(
+                                    resp.json::<Value>()
+                                        .await
+                                        .map_err(|e| format!("invalid JSON response: {e}")),
+                                );
+                            }
+                            let text = resp.text().await.unwrap_or_default();
+                            last = format!("HTTP {status}: {}", truncate(&text, 300));
+                            if !(status.as_u16() == 429 || status.is_server_error()) {
+                                break;
+                            }
+                        }
+                        Err(e) => last = format!("request error: {e}"),
+                    }
                 }
-            }
-            Err(EvalError::Model {
-                url,
-                message: format!("{last} (after {attempts} attempt(s))"),
-            })
+                None
+            };
+            let outcome = tokio::time::timeout(deadline, attempts).await;
+            let message = match outcome {
+                Ok(Some(Ok(v))) => return Ok(v),
+                Ok(Some(Err(m))) => m,
+                Ok(None) => format!("{last} (after {tried} attempt(s))"),
+                Err(_) => format!(
+                    "no answer within the deadline of {} ms (deadlineMs; {tried} attempt(s){})",
+                    deadline.as_millis(),
+                    if last.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", last: {last}")
+                    }
+                ),
+            };
+            Err(EvalError::Model { url, message })
         }
     }
 

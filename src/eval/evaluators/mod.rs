@@ -18,9 +18,11 @@
 mod lexical;
 mod llm;
 mod rule_based;
+mod samples;
 mod sentiment;
 mod statistical;
 pub(crate) mod text;
+mod tokens;
 mod tool_usage;
 
 pub use lexical::*;
@@ -28,4 +30,5 @@ pub use llm::*;
 pub use rule_based::*;
 pub use sentiment::*;
 pub use statistical::*;
+pub use tokens::*;
 pub use tool_usage::*;

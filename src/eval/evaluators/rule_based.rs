@@ -6,6 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::text::fold;
+use super::tokens::{MAX_TOKEN_TEXT_BYTES, TokenEncoding, count_tokens};
 use crate::eval::error::EvalError;
 use crate::eval::fields::check_path;
 use crate::eval::normalize::score_on_scale;
@@ -142,20 +143,6 @@ pub enum IncludesOutcome {
     All,
     /// No keyword is present.
     None,
-}
-
-/// Tokenizer used by `max_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TokenEncoding {
-    /// OpenAI `cl100k_base` BPE (GPT-3.5/4); default.
-    #[default]
-    Cl100kBase,
-    /// OpenAI `o200k_base` BPE (GPT-4o).
-    O200kBase,
-    /// The estimate `ceil(chars / 4)`. Also used for the BPE encodings when toolgate is built
-    /// without the `tokenizer` feature.
-    Estimate,
 }
 
 fn default_true() -> bool {
@@ -338,38 +325,6 @@ fn build_regex(pattern: &str, flags: &str) -> Result<Regex, String> {
     }
     b.build()
         .map_err(|e| format!("invalid regex pattern /{pattern}/: {e}"))
-}
-
-/// Counts tokens of `text` with `encoding`; returns the count and the tokenizer actually used.
-pub fn count_tokens(text: &str, encoding: TokenEncoding) -> (usize, &'static str) {
-    let estimate = || text.chars().count().div_ceil(4);
-    match encoding {
-        TokenEncoding::Estimate => (estimate(), "estimate"),
-        #[cfg(feature = "tokenizer")]
-        TokenEncoding::Cl100kBase | TokenEncoding::O200kBase => {
-            use std::sync::OnceLock;
-            use tiktoken_rs::CoreBPE;
-            static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
-            static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
-            let (bpe, name) = if encoding == TokenEncoding::Cl100kBase {
-                (
-                    CL100K.get_or_init(|| tiktoken_rs::cl100k_base().ok()),
-                    "cl100k_base",
-                )
-            } else {
-                (
-                    O200K.get_or_init(|| tiktoken_rs::o200k_base().ok()),
-                    "o200k_base",
-                )
-            };
-            match bpe {
-                Some(bpe) => (bpe.encode_ordinary(text).len(), name),
-                None => (estimate(), "estimate"),
-            }
-        }
-        #[cfg(not(feature = "tokenizer"))]
-        TokenEncoding::Cl100kBase | TokenEncoding::O200kBase => (estimate(), "estimate"),
-    }
 }
 
 /// Validates a rule (used by config validation); `path` locates it in error messages.
@@ -610,6 +565,18 @@ impl RuleBasedEvaluator {
                     Err(e) => Outcome::pass(false, format!("text is not valid JSON: {e}")),
                 }
             }
+            RuleCheck::MaxTokens { .. } if text.len() > MAX_TOKEN_TEXT_BYTES => Outcome {
+                passed: false,
+                reasoning: format!(
+                    "text is {} bytes; max_tokens counts at most {MAX_TOKEN_TEXT_BYTES} bytes",
+                    text.len()
+                ),
+                error: Some(format!(
+                    "text too long to count tokens: {} bytes (limit {MAX_TOKEN_TEXT_BYTES})",
+                    text.len()
+                )),
+                details: Map::new(),
+            },
             RuleCheck::MaxTokens {
                 max_tokens,
                 encoding,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::lexical::sorensen_dice;
+use super::samples::{sample_variant, take_field};
 use super::text::normalize_whitespace;
 use super::tool_usage::tool_calls_from_messages;
 use crate::eval::error::EvalError;
@@ -183,11 +184,24 @@ impl StatisticalEvaluator {
         inputs: &[EvaluationInput],
         criteria: &[EvaluationCriteria],
     ) -> StatisticalReport {
+        self.evaluate_each(inputs.iter().map(std::borrow::Cow::Borrowed), criteria)
+            .await
+    }
+
+    /// Evaluates the inputs one at a time as the iterator yields them, so only one is alive
+    /// at a time, and summarizes.
+    async fn evaluate_each<'a>(
+        &self,
+        inputs: impl Iterator<Item = std::borrow::Cow<'a, EvaluationInput>> + Send,
+        criteria: &[EvaluationCriteria],
+    ) -> StatisticalReport {
         let mut per: BTreeMap<String, (Vec<f64>, usize, usize)> = BTreeMap::new();
         let mut overall = Vec::new();
         let mut failed_runs = 0;
+        let mut runs = 0;
         for input in inputs {
-            match self.inner.evaluate(input, criteria).await {
+            runs += 1;
+            match self.inner.evaluate(&input, criteria).await {
                 Ok(mut results) => {
                     if let Some(o) = aggregate(&mut results, criteria) {
                         overall.push(o);
@@ -205,7 +219,7 @@ impl StatisticalEvaluator {
             }
         }
         StatisticalReport {
-            runs: inputs.len(),
+            runs,
             criteria: per
                 .into_iter()
                 .map(|(k, (v, errors, not_normalized))| {
@@ -224,38 +238,23 @@ impl StatisticalEvaluator {
         }
     }
 
-    fn samples(&self, input: &EvaluationInput) -> Result<Vec<EvaluationInput>, String> {
-        let Value::Array(samples) = input.field_value(&self.samples_field)? else {
-            return Err(format!(
-                "field '{}' must be an array of samples",
-                self.samples_field
-            ));
-        };
-        Ok(samples
-            .into_iter()
-            .map(|s| {
-                let mut variant = input.clone();
-                match s {
-                    Value::Object(mut o) if o.contains_key("response") => {
-                        variant.response = o.remove("response").unwrap_or(Value::Null);
-                        if let Some(g) = o.remove("groundTruth") {
-                            variant.ground_truth = Some(g);
-                        }
-                        if let Some(c) = o.remove("context") {
-                            variant.context = Some(c);
-                        }
-                        if let Some(m) = o.remove("metadata") {
-                            variant.metadata = Some(m);
-                        }
-                        if let Some(t) = o.remove("toolCalls") {
-                            variant.tool_calls = serde_json::from_value(t).ok();
-                        }
-                    }
-                    other => variant.response = other,
-                }
-                variant
-            })
-            .collect())
+    /// Splits `input` into the samples and a base input without them, so that each sample's
+    /// variant is the base plus one sample (memory linear in the input, not quadratic).
+    fn split_samples(
+        &self,
+        input: &EvaluationInput,
+    ) -> Result<(EvaluationInput, Vec<Value>), String> {
+        let not_array = || format!("field '{}' must be an array of samples", self.samples_field);
+        let mut base = input.clone();
+        match take_field(&mut base, &self.samples_field) {
+            Some(Value::Array(samples)) => Ok((base, samples)),
+            Some(_) => Err(not_array()),
+            // A root this cannot detach (messageHistory, toolCalls, prompt): read a copy.
+            None => match input.field_value(&self.samples_field)? {
+                Value::Array(samples) => Ok((base, samples)),
+                _ => Err(not_array()),
+            },
+        }
     }
 }
 
@@ -274,10 +273,13 @@ impl Evaluator for StatisticalEvaluator {
         input: &EvaluationInput,
         criteria: &[EvaluationCriteria],
     ) -> Result<Vec<EvaluationResult>, EvalError> {
-        let samples = self
-            .samples(input)
+        let (base, samples) = self
+            .split_samples(input)
             .map_err(|m| EvalError::evaluator(STATISTICAL, m))?;
-        let report = self.evaluate_multiple(&samples, criteria).await;
+        let variants = samples
+            .into_iter()
+            .map(|s| std::borrow::Cow::Owned(sample_variant(&base, s)));
+        let report = self.evaluate_each(variants, criteria).await;
         let mut out = Vec::new();
         for c in criteria {
             let Some(stats) = report.criteria.get(&c.name) else {
