@@ -208,10 +208,11 @@ impl Verifier {
         self.events += 1;
         if let Some(f) = file {
             *self.file_events.entry(f).or_default() += 1;
-            self.file_runs
-                .entry(f)
-                .or_default()
-                .insert(format!("{}\u{1f}{}", event.agent_id(), event.run_id()));
+            self.file_runs.entry(f).or_default().insert(format!(
+                "{}\u{1f}{}",
+                event.agent_id(),
+                event.run_id()
+            ));
         }
         let entry = Entry {
             file,

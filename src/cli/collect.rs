@@ -146,7 +146,8 @@ pub fn run(args: CollectArgs) -> ExitCode {
         if stats.events > 0 {
             eprintln!("toolgate collect: {} events already stored", stats.events);
         }
-        let served = super::otel::serve_collector(collector, listener, shutdown_signal(), &otel).await;
+        let served =
+            super::otel::serve_collector(collector, listener, shutdown_signal(), &otel).await;
         super::otel::finish(otel, "collect").await;
         match served {
             Ok(()) => {

@@ -89,8 +89,10 @@ pub(crate) async fn serve_collector(
         }
         #[cfg(not(feature = "otel"))]
         Some(never) => match *never {},
-        None => crate::audit::collector::serve_router(collector.router(), &config, listener, shutdown)
-            .await
-            .map_err(|e| e.to_string()),
+        None => {
+            crate::audit::collector::serve_router(collector.router(), &config, listener, shutdown)
+                .await
+                .map_err(|e| e.to_string())
+        }
     }
 }

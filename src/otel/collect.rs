@@ -47,7 +47,11 @@ fn admitted(s: &LayerState, req: &Request) -> bool {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
     let authorized = match &s.token {
         None => true,
         Some(t) => headers
