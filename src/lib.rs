@@ -12,6 +12,8 @@
 pub mod audit;
 pub mod engine;
 pub mod eval;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod policy;
 pub mod state;
 pub mod trace;

@@ -53,11 +53,14 @@ pub enum EventKind {
     /// `evaluation.result`: an evaluation that arrived after the event it belongs to.
     #[serde(rename = "evaluation.result")]
     EvaluationResult,
+    /// `tool.changed`: an MCP tool's definition differs from its pinned one.
+    #[serde(rename = "tool.changed")]
+    ToolChanged,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -65,6 +68,7 @@ impl EventKind {
         EventKind::RunEnded,
         EventKind::Error,
         EventKind::EvaluationResult,
+        EventKind::ToolChanged,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -77,6 +81,7 @@ impl EventKind {
             EventKind::RunEnded => "run.ended",
             EventKind::Error => "error",
             EventKind::EvaluationResult => "evaluation.result",
+            EventKind::ToolChanged => "tool.changed",
         }
     }
 }

@@ -8,6 +8,10 @@ use clap::{Parser, Subcommand};
 pub mod check;
 pub mod collect;
 pub mod eval;
+#[cfg(feature = "mcp")]
+pub mod mcp_pins;
+#[cfg(feature = "mcp")]
+pub mod mcp_proxy;
 pub mod replay;
 pub mod review;
 pub mod test;
@@ -49,6 +53,13 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Run evaluations over JSONL inputs, or summarize stored results (`eval stats`).
     Eval(eval::EvalArgs),
+    /// Govern an MCP server: relay an MCP client's session and decide its tool calls.
+    #[cfg(feature = "mcp")]
+    #[command(name = "mcp-proxy", long_about = mcp_proxy::LONG_ABOUT)]
+    McpProxy(mcp_proxy::McpProxyArgs),
+    /// MCP gateway helpers: `mcp pins list|accept` for pinned tool definitions.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp_pins::McpArgs),
 }
 
 /// Entry point of the binary: parses arguments and runs the subcommand.
@@ -63,6 +74,10 @@ pub fn main() -> ExitCode {
         Command::Collect(a) => collect::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Eval(a) => eval::run(a),
+        #[cfg(feature = "mcp")]
+        Command::McpProxy(a) => mcp_proxy::run(a),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(a) => mcp_pins::run(a),
     }
 }
 

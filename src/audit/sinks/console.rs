@@ -126,6 +126,7 @@ impl ConsoleSink {
                 s(b.get("forEventKind")),
                 s(b.get("forEventId"))
             ),
+            EventKind::ToolChanged => format!("{tool} call={call} {}", s(b.get("sha256"))),
         };
         format!(
             "{} {}#{} {:<17} {}",
