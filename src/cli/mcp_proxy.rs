@@ -110,7 +110,7 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let mut builder = args
             .policies
             .iter()
@@ -163,5 +163,9 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             Ok(exit) => ExitCode::from(exit.code()),
             Err(e) => fail(e),
         }
-    })
+    });
+    // The runtime's blocking reader of stdin may still wait for input that never comes (the
+    // upstream exited while the client keeps its end open): do not wait for it.
+    rt.shutdown_background();
+    code
 }

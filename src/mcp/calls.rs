@@ -8,14 +8,14 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::TOOL_CHANGED;
-use super::gateway::{Gateway, PendingWhat};
+use super::gateway::{Cancel, Gateway, PendingWhat};
 use super::jsonrpc;
-use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall};
+use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall, ToolOutcome};
 use crate::policy::EffectType;
 
 impl Gateway {
     /// Decides a `tools/call` request and forwards it or answers it.
-    pub(crate) async fn decide_call(&self, msg: Value) {
+    pub(crate) async fn decide_call(&self, msg: Value, cancel: &Cancel) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let params = msg.get("params");
         let Some(name) = params
@@ -67,7 +67,10 @@ impl Gateway {
         let call = ToolCall::new(call_id.clone(), name, args).with_tags(tags);
         let d = run.before_tool(call.clone()).await;
         match d.effect {
-            EffectType::Allow => self.forward_call(&id, call_id, msg),
+            EffectType::Allow => {
+                self.forward_or_cancel(&run, &id, call_id, msg, cancel)
+                    .await
+            }
             EffectType::Block => {
                 let extra = self.paused_note(&d);
                 let r = jsonrpc::blocked_by(&d, extra.as_deref());
@@ -78,7 +81,8 @@ impl Gateway {
                 *self.paused.lock() = review.clone();
                 match review {
                     Some(review) if self.elicitation.load(Ordering::Acquire) => {
-                        self.ask_client(&run, &id, &call, &d, &review, msg).await;
+                        self.ask_client(&run, &id, &call, &d, &review, msg, cancel)
+                            .await;
                     }
                     _ => {
                         let extra =
@@ -91,15 +95,20 @@ impl Gateway {
         }
     }
 
-    fn forward_call(&self, id: &Value, call_id: String, msg: Value) {
-        self.add_pending(
-            id,
-            PendingWhat::ToolsCall {
-                call_id,
-                started: Instant::now(),
-            },
-        );
-        self.send_upstream(msg);
+    /// Forwards an allowed call; one cancelled while it was decided is recorded as cancelled.
+    async fn forward_or_cancel(
+        &self,
+        run: &Run,
+        id: &Value,
+        call_id: String,
+        msg: Value,
+        cancel: &Cancel,
+    ) {
+        let started = Instant::now();
+        if !self.forward_call(id, call_id.clone(), msg, cancel) {
+            run.after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
+                .await;
+        }
     }
 
     fn pin_accepted(&self, name: &str, hash: &str) -> bool {
@@ -176,7 +185,11 @@ impl Gateway {
         d: &Decision,
         review: &str,
         msg: Value,
+        cancel: &Cancel,
     ) {
+        if cancel.cancelled.load(Ordering::Acquire) {
+            return;
+        }
         let ask_id = Value::String(format!(
             "toolgate-elicit-{}",
             self.next_ask.fetch_add(1, Ordering::Relaxed)
@@ -207,7 +220,14 @@ impl Gateway {
                 },
             },
         }));
-        let answer = rx.await.unwrap_or(Value::Null);
+        let answer = tokio::select! {
+            a = rx => a.unwrap_or(Value::Null),
+            _ = cancel.notify.notified() => {
+                // The call was cancelled: the review stays pending and the run paused.
+                self.asks.lock().remove(&jsonrpc::id_key(&ask_id));
+                return;
+            }
+        };
         let approved = answer.pointer("/result/action").and_then(Value::as_str) == Some("accept")
             && answer
                 .pointer("/result/content/approve")
@@ -226,7 +246,8 @@ impl Gateway {
         run.resume();
         let d2 = run.before_tool(call.clone()).await;
         if d2.is_allowed() {
-            self.forward_call(id, call.id.clone(), msg);
+            self.forward_or_cancel(run, id, call.id.clone(), msg, cancel)
+                .await;
         } else {
             let r = jsonrpc::blocked_by(&d2, None);
             self.send_client(jsonrpc::result(id, r));

@@ -32,6 +32,20 @@ pub(crate) enum PendingWhat {
     Other,
 }
 
+/// The cancellation of a `tools/call` waiting on its decision.
+#[derive(Debug, Default)]
+pub(crate) struct Cancel {
+    pub(crate) cancelled: AtomicBool,
+    pub(crate) notify: tokio::sync::Notify,
+}
+
+/// A `tools/call` waiting on its decision.
+pub(crate) struct Deciding {
+    id: Value,
+    task: AbortHandle,
+    cancel: Arc<Cancel>,
+}
+
 /// What toolgate knows of a listed tool.
 #[derive(Debug, Clone)]
 pub(crate) struct ToolInfo {
@@ -48,7 +62,7 @@ pub(crate) struct Gateway {
     run: Mutex<Option<Run>>,
     pending: Mutex<HashMap<String, Pending>>,
     /// `tools/call` requests waiting on a decision, by id key.
-    deciding: Mutex<HashMap<String, (Value, AbortHandle)>>,
+    deciding: Mutex<HashMap<String, Deciding>>,
     /// toolgate's own requests to the client (elicitation), by id key.
     pub(crate) asks: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     pub(crate) next_ask: AtomicU64,
@@ -94,8 +108,8 @@ impl Gateway {
     /// Stops the decision tasks and closes both outputs (their writers flush what is queued,
     /// then close the streams).
     pub(crate) fn close(&self) {
-        for (_, (_, h)) in self.deciding.lock().drain() {
-            h.abort();
+        for (_, d) in self.deciding.lock().drain() {
+            d.task.abort();
         }
         self.to_upstream.lock().take();
         self.to_client.lock().take();
@@ -184,23 +198,61 @@ impl Gateway {
         let key = jsonrpc::id_key(&id);
         let gw = self.clone();
         let key2 = key.clone();
+        let cancel = Arc::new(Cancel::default());
+        let cancel2 = cancel.clone();
         // Hold the map while spawning, so the task's own removal comes after this insert.
         let mut deciding = self.deciding.lock();
         let task = tokio::spawn(async move {
-            gw.decide_call(msg).await;
+            gw.decide_call(msg, &cancel2).await;
             gw.deciding.lock().remove(&key2);
         });
-        deciding.insert(key, (id, task.abort_handle()));
+        deciding.insert(
+            key,
+            Deciding {
+                id,
+                task: task.abort_handle(),
+                cancel,
+            },
+        );
     }
 
-    /// `notifications/cancelled` for `id`: a call waiting on a decision stops waiting; a call
-    /// forwarded upstream is recorded as an error outcome "cancelled".
+    /// Forwards an allowed call upstream, unless it was cancelled meanwhile (then returns
+    /// false). Checked under the same lock `cancel` takes, so a cancellation is never missed.
+    pub(crate) fn forward_call(
+        &self,
+        id: &Value,
+        call_id: String,
+        msg: Value,
+        cancel: &Cancel,
+    ) -> bool {
+        let _deciding = self.deciding.lock();
+        if cancel.cancelled.load(Ordering::Acquire) {
+            return false;
+        }
+        self.add_pending(
+            id,
+            PendingWhat::ToolsCall {
+                call_id,
+                started: Instant::now(),
+            },
+        );
+        self.send_upstream(msg);
+        true
+    }
+
+    /// `notifications/cancelled` for `id`: a call waiting on a decision stops waiting (and is
+    /// recorded as cancelled if it was allowed); a call forwarded upstream is recorded as an
+    /// error outcome "cancelled".
     async fn cancel(&self, id: &Value) {
         let key = jsonrpc::id_key(id);
-        if let Some((_, h)) = self.deciding.lock().remove(&key) {
-            h.abort();
-        }
-        let p = self.pending.lock().remove(&key);
+        let p = {
+            let deciding = self.deciding.lock();
+            if let Some(d) = deciding.get(&key) {
+                d.cancel.cancelled.store(true, Ordering::Release);
+                d.cancel.notify.notify_one();
+            }
+            self.pending.lock().remove(&key)
+        };
         if let Some(Pending {
             what: PendingWhat::ToolsCall { call_id, started },
             ..
@@ -308,12 +360,11 @@ impl Gateway {
     /// The upstream server is gone: every request waiting on it (or on a decision) gets
     /// JSON-RPC −32603, and calls forwarded upstream are recorded as failed.
     pub(crate) async fn upstream_gone(&self) {
-        let deciding: Vec<(Value, AbortHandle)> =
-            self.deciding.lock().drain().map(|(_, v)| v).collect();
-        for (id, h) in deciding {
-            h.abort();
+        let deciding: Vec<Deciding> = self.deciding.lock().drain().map(|(_, v)| v).collect();
+        for d in deciding {
+            d.task.abort();
             self.send_client(jsonrpc::error(
-                &id,
+                &d.id,
                 jsonrpc::INTERNAL_ERROR,
                 "upstream server exited",
             ));
