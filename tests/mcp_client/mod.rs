@@ -203,6 +203,11 @@ impl Proxy {
         if elicitation {
             caps["elicitation"] = json!({});
         }
+        self.initialize_with(version, caps)
+    }
+
+    /// `initialize` with these client capabilities (+ `notifications/initialized`).
+    pub fn initialize_with(&mut self, version: &str, caps: Value) -> Value {
         let r = self.request(
             "initialize",
             json!({"protocolVersion": version, "capabilities": caps,
