@@ -16,8 +16,9 @@ use serde_json::json;
 fn server_js() -> Option<PathBuf> {
     let path = match std::env::var_os("TOOLGATE_TEST_MCP_FS") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("target/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+            "target/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+        ),
     };
     if path.is_file() {
         return Some(path);
@@ -70,17 +71,28 @@ fn the_filesystem_server_is_listed_read_and_written_under_the_example_policy() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    for n in ["read_text_file", "write_file", "move_file", "list_directory"] {
+    for n in [
+        "read_text_file",
+        "write_file",
+        "move_file",
+        "list_directory",
+    ] {
         assert!(names.contains(&n), "{names:?}");
     }
 
     // Read: allowed.
-    let r = proxy.call("read_text_file", json!({"path": p(&data.join("readme.txt"))}));
+    let r = proxy.call(
+        "read_text_file",
+        json!({"path": p(&data.join("readme.txt"))}),
+    );
     assert!(text(&r).contains("read me"), "{r}");
 
     // Write inside the workspace: allowed, and the file is there.
     let inside = workspace.join("note.txt");
-    let r = proxy.call("write_file", json!({"path": p(&inside), "content": "hello"}));
+    let r = proxy.call(
+        "write_file",
+        json!({"path": p(&inside), "content": "hello"}),
+    );
     assert!(r["result"].get("isError").is_none(), "{r}");
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "hello");
     let r = proxy.call("list_directory", json!({"path": p(&workspace)}));
@@ -90,7 +102,10 @@ fn the_filesystem_server_is_listed_read_and_written_under_the_example_policy() {
     let outside = data.join("outside.txt");
     let r = proxy.call("write_file", json!({"path": p(&outside), "content": "no"}));
     assert_eq!(code(&r), "BLOCKED_RULE", "{r}");
-    assert_eq!(r["result"]["_meta"]["toolgate"]["ruleId"], "writes-stay-in-workspace");
+    assert_eq!(
+        r["result"]["_meta"]["toolgate"]["ruleId"],
+        "writes-stay-in-workspace"
+    );
     assert!(!outside.exists());
 
     // A move needs approval (this client cannot be asked): the run pauses.
@@ -106,7 +121,11 @@ fn the_filesystem_server_is_listed_read_and_written_under_the_example_policy() {
         .args(["verify", &p(&dir.path().join("audit"))])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! `toolgate mcp-proxy`: the MCP gateway, between an MCP client (on stdin/stdout) and one server.
+//! `toolgate mcp-proxy`: the MCP gateway, between an MCP client (on stdin/stdout) and one server
+//! (a child process, or a streamable HTTP endpoint with `--upstream URL`).
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -65,8 +66,15 @@ pub struct McpProxyArgs {
     #[arg(long, value_enum, default_value_t = FailureArg::Closed)]
     pub failure_mode: FailureArg,
     /// The upstream server's command and arguments (after `--`).
-    #[arg(last = true, value_name = "COMMAND", required = true)]
+    #[arg(
+        last = true,
+        value_name = "COMMAND",
+        required_unless_present = "upstream"
+    )]
     pub command: Vec<String>,
+    /// Connect to an upstream server over streamable HTTP instead, e.g. http://127.0.0.1:3001/mcp.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -99,12 +107,16 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         },
         None => ToolsFile::default(),
     };
-    let upstream = match args.command.split_first() {
-        Some((program, rest)) => Upstream::Command {
+    let upstream = match (&args.upstream, args.command.split_first()) {
+        #[cfg(feature = "http")]
+        (Some(url), _) => Upstream::Http { url: url.clone() },
+        #[cfg(not(feature = "http"))]
+        (Some(_), _) => return fail("--upstream needs toolgate built with the `http` feature"),
+        (None, Some((program, rest))) => Upstream::Command {
             program: program.clone(),
             args: rest.to_vec(),
         },
-        None => return fail("give the upstream server's command after `--`"),
+        (None, None) => return fail("give the upstream server's command after `--`"),
     };
     let rt = match super::runtime() {
         Ok(rt) => rt,

@@ -9,6 +9,8 @@
 
 mod calls;
 mod gateway;
+#[cfg(feature = "http")]
+mod http;
 mod jsonrpc;
 mod pins;
 mod tools;
@@ -43,6 +45,12 @@ pub enum Upstream {
         program: String,
         /// Its arguments.
         args: Vec<String>,
+    },
+    /// A server at a streamable HTTP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+    #[cfg(feature = "http")]
+    Http {
+        /// The endpoint.
+        url: String,
     },
 }
 
@@ -85,7 +93,7 @@ impl ProxyExit {
 /// Errors of starting the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    /// The upstream server could not be started.
+    /// The upstream server could not be started or reached.
     #[error("cannot start the upstream server `{program}`: {message}")]
     Spawn {
         /// The program.
@@ -112,6 +120,13 @@ where
             transport::spawn_child(program, args).map_err(|e| ProxyError::Spawn {
                 program: program.clone(),
                 message: e.to_string(),
+            })?
+        }
+        #[cfg(feature = "http")]
+        Upstream::Http { url } => {
+            http::connect(url.clone()).map_err(|message| ProxyError::Spawn {
+                program: url.clone(),
+                message,
             })?
         }
     };
