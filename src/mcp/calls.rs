@@ -13,6 +13,13 @@ use super::jsonrpc;
 use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall, ToolOutcome};
 use crate::policy::EffectType;
 
+/// What a human is asked to approve.
+struct Asked<'a> {
+    call: &'a ToolCall,
+    decision: &'a Decision,
+    review: &'a str,
+}
+
 impl Gateway {
     /// Decides a `tools/call` request and forwards it or answers it.
     pub(crate) async fn decide_call(&self, msg: Value, cancel: &Cancel) {
@@ -81,8 +88,12 @@ impl Gateway {
                 *self.paused.lock() = review.clone();
                 match review {
                     Some(review) if self.elicitation.load(Ordering::Acquire) => {
-                        self.ask_client(&run, &id, &call, &d, &review, msg, cancel)
-                            .await;
+                        let asked = Asked {
+                            call: &call,
+                            decision: &d,
+                            review: &review,
+                        };
+                        self.ask_client(&run, &id, asked, msg, cancel).await;
                     }
                     _ => {
                         let extra =
@@ -181,12 +192,15 @@ impl Gateway {
         &self,
         run: &Run,
         id: &Value,
-        call: &ToolCall,
-        d: &Decision,
-        review: &str,
+        asked: Asked<'_>,
         msg: Value,
         cancel: &Cancel,
     ) {
+        let Asked {
+            call,
+            decision: d,
+            review,
+        } = asked;
         if cancel.cancelled.load(Ordering::Acquire) {
             return;
         }

@@ -153,7 +153,7 @@ impl Gateway {
     }
 
     /// A frame from the client.
-    pub(crate) async fn from_client(self: &Arc<Self>, msg: Value) {
+    pub(crate) async fn on_client(self: &Arc<Self>, msg: Value) {
         match jsonrpc::kind(&msg) {
             Kind::Request("tools/call") => self.spawn_decision(msg),
             Kind::Request(method) => {
@@ -265,7 +265,7 @@ impl Gateway {
     }
 
     /// A frame from the upstream server.
-    pub(crate) async fn from_upstream(&self, mut msg: Value) {
+    pub(crate) async fn on_upstream(&self, mut msg: Value) {
         if jsonrpc::kind(&msg) != Kind::Response {
             self.send_client(msg);
             return;

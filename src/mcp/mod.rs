@@ -141,11 +141,11 @@ where
     let exit = loop {
         tokio::select! {
             m = client_rx.recv() => match m {
-                Some(m) => gw.from_client(m).await,
+                Some(m) => gw.on_client(m).await,
                 None => break ProxyExit::ClientClosed,
             },
             m = link.rx.recv() => match m {
-                Some(m) => gw.from_upstream(m).await,
+                Some(m) => gw.on_upstream(m).await,
                 None => break ProxyExit::UpstreamExited,
             },
         }
