@@ -345,3 +345,64 @@ fn an_upstream_crash_fails_pending_calls_and_exits_1() {
     let ended = events.iter().find(|e| e["kind"] == "run.ended").unwrap();
     assert_eq!(ended["status"], "upstream_exited");
 }
+
+#[test]
+fn a_denied_review_resumes_the_run_and_the_call_stays_blocked() {
+    let s = Setup::new();
+    let mut p = s.start();
+    p.initialize("2025-06-18", false);
+    let r = p.call("publish", json!({"id": "a"}));
+    let review = r["result"]["_meta"]["toolgate"]["reviewId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let store = s.path("reviews.json");
+    let (ok, out) = s.toolgate(&[
+        "review",
+        "--store",
+        store.to_str().unwrap(),
+        "deny",
+        &review,
+    ]);
+    assert!(ok, "{out}");
+    let r = p.call("publish", json!({"id": "a"}));
+    assert_eq!(code(&r), "BLOCKED_HITL_DENIED");
+    let r = p.call("echo", json!({"text": "resumed"}));
+    assert_eq!(text(&r), "resumed");
+    assert_eq!(p.finish().code(), Some(0));
+}
+
+#[test]
+fn a_call_cancelled_while_the_user_is_asked_is_never_forwarded() {
+    let s = Setup::new();
+    let mut p = s.start();
+    p.initialize("2025-11-25", true);
+    let id = p.send_request(
+        "tools/call",
+        json!({"name": "publish", "arguments": {"id": "z"}}),
+    );
+    let ask = p.wait_for(|v| v["method"] == "elicitation/create");
+    p.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}),
+    );
+    // A late answer to the question is ignored; the call got no response and did not run.
+    p.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {"approve": true}}}));
+    let r = p.call("echo", json!({"text": "x"}));
+    assert_eq!(
+        code(&r),
+        "BLOCKED_RUN_ABORTED",
+        "the review is still pending: {r}"
+    );
+    assert!(
+        !p.seen.iter().any(|v| v.get("id") == Some(&id)),
+        "{:?}",
+        p.seen
+    );
+    assert_eq!(p.finish().code(), Some(0));
+    let events = s.audit_events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["kind"] == "tool.result" && e["tool"]["name"] == "publish")
+    );
+}

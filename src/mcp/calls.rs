@@ -13,6 +13,9 @@ use super::jsonrpc;
 use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall, ToolOutcome};
 use crate::policy::EffectType;
 
+/// The prefix of the ids of toolgate's own requests to the client.
+pub(crate) const ASK_PREFIX: &str = "toolgate-elicit-";
+
 /// What a human is asked to approve.
 struct Asked<'a> {
     call: &'a ToolCall,
@@ -205,7 +208,7 @@ impl Gateway {
             return;
         }
         let ask_id = Value::String(format!(
-            "toolgate-elicit-{}",
+            "{ASK_PREFIX}{}",
             self.next_ask.fetch_add(1, Ordering::Relaxed)
         ));
         let (tx, rx) = oneshot::channel();
@@ -235,12 +238,15 @@ impl Gateway {
             },
         }));
         let answer = tokio::select! {
-            a = rx => a.unwrap_or(Value::Null),
-            _ = cancel.notify.notified() => {
-                // The call was cancelled: the review stays pending and the run paused.
-                self.asks.lock().remove(&jsonrpc::id_key(&ask_id));
-                return;
-            }
+            biased;
+            _ = cancel.notify.notified() => None,
+            a = rx => Some(a.unwrap_or(Value::Null)),
+        };
+        let Some(answer) = answer.filter(|_| !cancel.cancelled.load(Ordering::Acquire)) else {
+            // The call was cancelled: the question is moot, the review stays pending and the
+            // run paused.
+            self.asks.lock().remove(&jsonrpc::id_key(&ask_id));
+            return;
         };
         let approved = answer.pointer("/result/action").and_then(Value::as_str) == Some("accept")
             && answer

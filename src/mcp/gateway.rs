@@ -182,10 +182,17 @@ impl Gateway {
             Kind::Response => {
                 let key = msg.get("id").map(jsonrpc::id_key).unwrap_or_default();
                 let ask = self.asks.lock().remove(&key);
+                let ours = || {
+                    msg.get("id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|i| i.starts_with(super::calls::ASK_PREFIX))
+                };
                 match ask {
                     Some(tx) => {
                         let _ = tx.send(msg);
                     }
+                    // A late answer to a question toolgate no longer waits for.
+                    None if ours() => tracing::debug!("dropped a late answer: {msg}"),
                     None => self.send_upstream(msg),
                 }
             }
