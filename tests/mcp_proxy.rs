@@ -54,6 +54,15 @@ fn allows_blocks_and_passes_everything_else_through() {
     let r = p.call("read_note", json!({"id": "n2"}));
     assert_eq!(text(&r), "note \"n2\"");
 
+    // an after-phase block replaces the server's result.
+    let r = p.call("read_note", json!({"id": "classified"}));
+    assert_eq!(code(&r), "BLOCKED_RULE", "{r}");
+    assert_eq!(
+        r["result"]["_meta"]["toolgate"]["ruleId"],
+        "withhold-classified"
+    );
+    assert!(!text(&r).contains("note \"classified\""), "{r}");
+
     // hidden tool: the answer to an unknown tool.
     let r = p.call("secret_tool", json!({}));
     assert_eq!(r["error"]["code"], -32602);
