@@ -164,17 +164,15 @@ impl Gateway {
     }
 
     fn approve_note(&self, review: Option<&str>) -> String {
-        let store = self
-            .cfg
-            .reviews_file
-            .as_ref()
-            .map(|p| format!(" --store {}", p.display()))
-            .unwrap_or_default();
-        match review {
-            Some(r) => format!(
-                "A human must approve review {r}: `toolgate review{store} approve {r}`; then retry the call."
+        match (review, &self.cfg.reviews_file) {
+            (Some(r), Some(store)) => format!(
+                "A human must approve review {r}: `toolgate review --store {} approve {r}`; then retry the call.",
+                store.display()
             ),
-            None => "A human must approve this call.".to_string(),
+            (Some(r), None) => format!(
+                "A human must approve review {r}, but this gateway keeps reviews in memory: start it with `--reviews FILE` (or use a client that supports elicitation)."
+            ),
+            (None, _) => "A human must approve this call.".to_string(),
         }
     }
 
