@@ -5,6 +5,7 @@
 //! in `target/mcp-npm`, where
 //! `npm install --prefix target/mcp-npm @modelcontextprotocol/server-filesystem` puts it. When
 //! it is missing the test is skipped, except under CI (`CI` set), where it fails.
+#![cfg(feature = "mcp")]
 
 mod mcp_client;
 

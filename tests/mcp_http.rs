@@ -5,6 +5,7 @@
 //! Found through `TOOLGATE_TEST_MCP_EVERYTHING` (its `dist/index.js`), else in
 //! `target/mcp-npm` (`npm install --prefix target/mcp-npm @modelcontextprotocol/server-everything`).
 //! Missing: skipped, except under CI (`CI` set), where the test fails.
+#![cfg(all(feature = "mcp", feature = "http"))]
 
 mod mcp_client;
 

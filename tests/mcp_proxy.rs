@@ -1,5 +1,6 @@
 //! `toolgate mcp-proxy` driven by a raw JSON-RPC client over real pipes, in front of the fixture
 //! server (tests/mcp_fixture/server.rs).
+#![cfg(feature = "mcp")]
 
 mod mcp_client;
 
