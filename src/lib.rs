@@ -13,6 +13,8 @@ pub mod audit;
 pub mod engine;
 pub mod eval;
 pub mod json;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod policy;

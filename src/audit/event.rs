@@ -58,11 +58,14 @@ pub enum EventKind {
     /// `checkpoint`: a signed point written every so many events or seconds of a signed run.
     #[serde(rename = "checkpoint")]
     Checkpoint,
+    /// `tool.changed`: an MCP tool's definition differs from its pinned one.
+    #[serde(rename = "tool.changed")]
+    ToolChanged,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -71,6 +74,7 @@ impl EventKind {
         EventKind::Error,
         EventKind::EvaluationResult,
         EventKind::Checkpoint,
+        EventKind::ToolChanged,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -84,6 +88,7 @@ impl EventKind {
             EventKind::Error => "error",
             EventKind::EvaluationResult => "evaluation.result",
             EventKind::Checkpoint => "checkpoint",
+            EventKind::ToolChanged => "tool.changed",
         }
     }
 }

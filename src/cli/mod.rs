@@ -9,6 +9,10 @@ pub mod check;
 pub mod collect;
 pub mod eval;
 pub mod keygen;
+#[cfg(feature = "mcp")]
+pub mod mcp_pins;
+#[cfg(feature = "mcp")]
+pub mod mcp_proxy;
 mod otel;
 pub mod replay;
 pub mod review;
@@ -55,6 +59,13 @@ pub enum Command {
     /// Make an Ed25519 key pair for signing audit trails (KEY and KEY.pub).
     #[command(long_about = keygen::LONG_ABOUT)]
     Keygen(keygen::KeygenArgs),
+    /// Govern an MCP server: relay an MCP client's session and decide its tool calls.
+    #[cfg(feature = "mcp")]
+    #[command(name = "mcp-proxy", long_about = mcp_proxy::LONG_ABOUT)]
+    McpProxy(mcp_proxy::McpProxyArgs),
+    /// MCP gateway helpers: `mcp pins list|accept` for pinned tool definitions.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp_pins::McpArgs),
 }
 
 /// Entry point of the binary: parses arguments and runs the subcommand.
@@ -70,6 +81,10 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Keygen(a) => keygen::run(a),
+        #[cfg(feature = "mcp")]
+        Command::McpProxy(a) => mcp_proxy::run(a),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(a) => mcp_pins::run(a),
     }
 }
 

@@ -211,6 +211,22 @@ impl Run {
         self.shared.aborted.load(Ordering::Acquire)
     }
 
+    /// Lifts the pause a hitl decision put on the run (see [`is_aborted`](Run::is_aborted)),
+    /// e.g. once its review is resolved: later calls are decided by the rules again.
+    pub fn resume(&self) {
+        self.shared.aborted.store(false, Ordering::Release);
+    }
+
+    /// Records a `tool.changed` audit event: the definition of `tool` (hashed to `sha256`)
+    /// differs from its pinned one. `call_id` names the call it blocked, if any.
+    pub fn record_tool_changed(&self, tool: &str, sha256: &str, call_id: Option<&str>) {
+        let mut body = obj(json!({"tool": {"name": tool}, "sha256": sha256}));
+        if let Some(c) = call_id {
+            body.insert("callId".into(), Value::String(c.to_string()));
+        }
+        self.emit(EventKind::ToolChanged, body, self.engine.clock.now());
+    }
+
     pub(crate) fn emit(&self, kind: EventKind, body: Map<String, Value>, at: DateTime<Utc>) {
         self.engine.emit(&self.shared, kind, body, at);
     }

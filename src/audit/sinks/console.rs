@@ -127,6 +127,7 @@ impl ConsoleSink {
                 s(b.get("forEventId"))
             ),
             EventKind::Checkpoint => format!("signed by {}", s(b.get("keyId"))),
+            EventKind::ToolChanged => format!("{tool} call={call} {}", s(b.get("sha256"))),
         };
         format!(
             "{} {}#{} {:<17} {}",

@@ -1,0 +1,202 @@
+//! `toolgate mcp-proxy`: the MCP gateway, between an MCP client (on stdin/stdout) and one server
+//! (a child process, or a streamable HTTP endpoint with `--upstream URL`).
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use crate::engine::{Enduser, FailureMode, FileReviewStore, GovernanceEngine};
+use crate::mcp::{PinFile, ProxyConfig, ToolsFile, Upstream, run_proxy};
+
+/// The long help of `toolgate mcp-proxy`.
+pub const LONG_ABOUT: &str = "Govern an MCP server: toolgate sits between an MCP client (which starts it as its \
+server command) and the real server (started as a child after `--`), decides every `tools/call` with the \
+policies, and passes everything else through unchanged.\n\n\
+Example client config: \"command\": \"toolgate\", \"args\": [\"mcp-proxy\", \"--policy\", \"p.json\", \"--\", \
+\"npx\", \"-y\", \"@modelcontextprotocol/server-filesystem\", \"/data\"]\n\n\
+stdout carries only MCP messages; logs go to stderr (TOOLGATE_LOG=info for more). Exit status: 0 when the \
+client closed the session, 1 when the server exited, 2 when the gateway could not start. See docs/mcp-gateway.md.";
+
+/// Failure modes on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureArg {
+    /// Allow the call when the engine fails.
+    Open,
+    /// Block the call when the engine fails.
+    Closed,
+}
+
+/// Arguments of `toolgate mcp-proxy`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = LONG_ABOUT)]
+pub struct McpProxyArgs {
+    /// Policy file or folder (repeat for several).
+    #[arg(short, long = "policy", value_name = "PATH", required = true)]
+    pub policies: Vec<PathBuf>,
+    /// The agent id (default `mcp:<server name>`).
+    #[arg(long, value_name = "ID")]
+    pub agent_id: Option<String>,
+    /// The end user the session acts for.
+    #[arg(long, value_name = "ID")]
+    pub enduser: Option<String>,
+    /// An end-user tag (repeat for several).
+    #[arg(long, value_name = "K=V", requires = "enduser")]
+    pub enduser_tag: Vec<String>,
+    /// Tools file: tags by tool-name glob, hidden tools.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Pin tool definitions in this file; changed tools are blocked until accepted.
+    #[arg(long, value_name = "FILE")]
+    pub pin: Option<PathBuf>,
+    /// Keep human reviews in this file (see `toolgate review`).
+    #[arg(long, value_name = "FILE")]
+    pub reviews: Option<PathBuf>,
+    /// Write the audit trail (hash-chained JSONL) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub audit: Option<PathBuf>,
+    /// Ship the audit trail to a collector (`toolgate collect`).
+    #[arg(long, value_name = "URL")]
+    pub collector: Option<String>,
+    /// Bearer token for the collector.
+    #[arg(long, value_name = "TOKEN", requires = "collector")]
+    pub token: Option<String>,
+    /// Sign each run's trail with this Ed25519 private key (`toolgate keygen`): `run.ended` and
+    /// periodic `checkpoint` events carry a signature. Needs --audit or --collector.
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
+    /// Export each decision as an OpenTelemetry span and metrics over OTLP/HTTP (endpoint and
+    /// headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
+    #[arg(long)]
+    pub otel: bool,
+    /// The org timezone (IANA name); overrides the policy's.
+    #[arg(long, value_name = "TZ")]
+    pub org_timezone: Option<String>,
+    /// What to decide when the engine fails.
+    #[arg(long, value_enum, default_value_t = FailureArg::Closed)]
+    pub failure_mode: FailureArg,
+    /// The upstream server's command and arguments (after `--`).
+    #[arg(
+        last = true,
+        value_name = "COMMAND",
+        required_unless_present = "upstream"
+    )]
+    pub command: Vec<String>,
+    /// Connect to an upstream server over streamable HTTP instead, e.g. http://127.0.0.1:3001/mcp.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+/// Runs `toolgate mcp-proxy`.
+pub fn run(args: McpProxyArgs) -> ExitCode {
+    let enduser = match &args.enduser {
+        None => None,
+        Some(id) => {
+            let mut tags = std::collections::BTreeMap::new();
+            for kv in &args.enduser_tag {
+                match kv.split_once('=') {
+                    Some((k, v)) => tags.insert(k.to_string(), v.to_string()),
+                    None => return fail(format!("--enduser-tag {kv:?}: expected K=V")),
+                };
+            }
+            Some(Enduser {
+                id: id.clone(),
+                tags,
+            })
+        }
+    };
+    let tools = match &args.tools {
+        Some(p) => match ToolsFile::load(p) {
+            Ok(t) => t,
+            Err(e) => return fail(e),
+        },
+        None => ToolsFile::default(),
+    };
+    let upstream = match (&args.upstream, args.command.split_first()) {
+        #[cfg(feature = "http")]
+        (Some(url), _) => Upstream::Http { url: url.clone() },
+        #[cfg(not(feature = "http"))]
+        (Some(_), _) => return fail("--upstream needs toolgate built with the `http` feature"),
+        (None, Some((program, rest))) => Upstream::Command {
+            program: program.clone(),
+            args: rest.to_vec(),
+        },
+        (None, None) => return fail("give the upstream server's command after `--`"),
+    };
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    let code = rt.block_on(async move {
+        let otel = match super::otel::start(args.otel, "mcp-proxy") {
+            Ok(o) => o,
+            Err(code) => return code,
+        };
+        let mut builder = args
+            .policies
+            .iter()
+            .fold(GovernanceEngine::builder(), |b, p| b.policy_path(p.clone()));
+        if let Some(tz) = &args.org_timezone {
+            match tz.parse::<chrono_tz::Tz>() {
+                Ok(tz) => builder = builder.org_timezone(tz),
+                Err(_) => return fail("--org-timezone: not a known IANA timezone"),
+            }
+        }
+        builder = builder.failure_mode(match args.failure_mode {
+            FailureArg::Open => FailureMode::Open,
+            FailureArg::Closed => FailureMode::Closed,
+        });
+        let mut audit = crate::audit::AuditConfig::default();
+        if let Some(dir) = &args.audit {
+            audit.sinks.push(crate::audit::SinkConfig::File(
+                crate::audit::FileSinkConfig::in_dir(dir),
+            ));
+        }
+        #[cfg(feature = "http")]
+        if let Some(url) = &args.collector {
+            let mut c = crate::audit::HttpSinkConfig::new(url.clone());
+            c.token = args.token.clone();
+            audit.sinks.push(crate::audit::SinkConfig::Http(c));
+        }
+        #[cfg(not(feature = "http"))]
+        if args.collector.is_some() {
+            return fail("--collector needs toolgate built with the `http` feature");
+        }
+        if args.signing_key.is_some() && audit.sinks.is_empty() {
+            return fail("--signing-key needs --audit or --collector (a trail to sign)");
+        }
+        audit.signing_key = args.signing_key.clone();
+        if !audit.sinks.is_empty() {
+            builder = builder.audit(audit);
+        }
+        builder = super::otel::register(builder, &otel);
+        if let Some(file) = &args.reviews {
+            builder = builder.review_store(Arc::new(FileReviewStore::new(file)));
+        }
+        let engine = match builder.build() {
+            Ok(e) => e,
+            Err(e) => return fail(e),
+        };
+        let config = ProxyConfig {
+            engine,
+            agent_id: args.agent_id,
+            enduser,
+            tools,
+            pins: args.pin.map(PinFile::new),
+            reviews_file: args.reviews,
+        };
+        let result = run_proxy(config, upstream, tokio::io::stdin(), tokio::io::stdout()).await;
+        super::otel::finish(otel, "mcp-proxy").await;
+        match result {
+            Ok(exit) => ExitCode::from(exit.code()),
+            Err(e) => fail(e),
+        }
+    });
+    // The runtime's blocking reader of stdin may still wait for input that never comes (the
+    // upstream exited while the client keeps its end open): do not wait for it.
+    rt.shutdown_background();
+    code
+}

@@ -1,0 +1,184 @@
+//! Raw JSON-RPC frames: classification, ids, and the answers toolgate writes itself.
+
+use serde_json::{Value, json};
+
+use crate::engine::Decision;
+
+/// JSON-RPC "invalid params": the answer to a call of an unknown (or hidden) tool.
+pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC "internal error": the answer to requests pending when the upstream server exits.
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind<'a> {
+    /// A request: `method` and `id`.
+    Request(&'a str),
+    /// A notification: `method`, no `id`.
+    Notification(&'a str),
+    /// A response (result or error) to a request with this id.
+    Response,
+    /// Anything else (passed on as it came).
+    Other,
+}
+
+/// Classifies a frame.
+pub fn kind(m: &Value) -> Kind<'_> {
+    match (m.get("method").and_then(Value::as_str), m.get("id")) {
+        (Some(method), Some(_)) => Kind::Request(method),
+        (Some(method), None) => Kind::Notification(method),
+        (None, Some(_)) if m.get("result").is_some() || m.get("error").is_some() => Kind::Response,
+        _ => Kind::Other,
+    }
+}
+
+/// A map key for a JSON-RPC id: its compact JSON text (`"a"` and `1` stay distinct).
+pub fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// The id as a tool call id: the string itself, or the number's text.
+pub fn call_id(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A JSON-RPC error response.
+pub fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// A JSON-RPC result response.
+pub fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// The result the client gets for a blocked call: an `isError` tool result the model can read,
+/// with the decision in `_meta.toolgate`. `extra` is appended to the text.
+pub fn blocked_result(
+    code: &str,
+    reason: Option<&str>,
+    rule_id: Option<&str>,
+    review_id: Option<&str>,
+    extra: Option<&str>,
+) -> Value {
+    let mut text = format!(
+        "toolgate blocked this call: {} [{code}",
+        reason.unwrap_or("no reason given")
+    );
+    if let Some(r) = rule_id {
+        text.push_str(", rule ");
+        text.push_str(r);
+    }
+    text.push(']');
+    if let Some(e) = extra {
+        text.push(' ');
+        text.push_str(e);
+    }
+    let mut meta = json!({"effect": "block", "code": code, "ruleId": rule_id});
+    if let (Some(r), Some(m)) = (review_id, meta.as_object_mut()) {
+        m.insert("reviewId".into(), Value::String(r.to_string()));
+    }
+    json!({
+        "content": [{"type": "text", "text": text}],
+        "isError": true,
+        "_meta": {"toolgate": meta},
+    })
+}
+
+/// The blocked result for an engine decision.
+pub fn blocked_by(d: &Decision, extra: Option<&str>) -> Value {
+    blocked_result(
+        d.code.as_str(),
+        d.reason.as_deref(),
+        d.rule_id.as_deref(),
+        d.hitl.as_ref().map(|h| h.review_id.as_str()),
+        extra,
+    )
+}
+
+/// The tool's output and error as the engine records them: output = `structuredContent` if
+/// present else `content`; error = the text of an `isError` result, or a JSON-RPC error's message.
+pub fn outcome_of(response: &Value) -> (Option<Value>, Option<String>) {
+    if let Some(e) = response.get("error") {
+        let msg = e
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("JSON-RPC error");
+        let code = e.get("code").map(Value::to_string).unwrap_or_default();
+        return (None, Some(format!("{msg} (JSON-RPC {code})")));
+    }
+    let r = response.get("result").unwrap_or(&Value::Null);
+    if r.get("isError").and_then(Value::as_bool) == Some(true) {
+        let text: Vec<&str> = r
+            .get("content")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c.get("text").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let msg = if text.is_empty() {
+            "the tool reported an error".to_string()
+        } else {
+            text.join("\n")
+        };
+        return (None, Some(msg));
+    }
+    let out = r
+        .get("structuredContent")
+        .or_else(|| r.get("content"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    (Some(out), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds() {
+        assert_eq!(
+            kind(&json!({"id": 1, "method": "tools/call"})),
+            Kind::Request("tools/call")
+        );
+        assert_eq!(
+            kind(&json!({"method": "notifications/x"})),
+            Kind::Notification("notifications/x")
+        );
+        assert_eq!(kind(&json!({"id": 1, "result": {}})), Kind::Response);
+        assert_eq!(kind(&json!({"id": 1})), Kind::Other);
+        assert_ne!(id_key(&json!("1")), id_key(&json!(1)));
+        assert_eq!(call_id(&json!("a")), "a");
+        assert_eq!(call_id(&json!(7)), "7");
+    }
+
+    #[test]
+    fn blocked_result_shape() {
+        let r = blocked_result("BLOCKED_RULE", Some("no"), Some("r1"), None, None);
+        assert_eq!(
+            r["content"][0]["text"],
+            "toolgate blocked this call: no [BLOCKED_RULE, rule r1]"
+        );
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["_meta"]["toolgate"]["code"], "BLOCKED_RULE");
+        assert!(r["_meta"]["toolgate"].get("reviewId").is_none());
+    }
+
+    #[test]
+    fn outcomes() {
+        let ok = json!({"result": {"content": [{"type": "text", "text": "x"}]}});
+        assert_eq!(outcome_of(&ok).0.unwrap()[0]["text"], "x");
+        let structured = json!({"result": {"content": [], "structuredContent": {"a": 1}}});
+        assert_eq!(outcome_of(&structured).0.unwrap(), json!({"a": 1}));
+        let failed =
+            json!({"result": {"isError": true, "content": [{"type": "text", "text": "boom"}]}});
+        assert_eq!(outcome_of(&failed).1.unwrap(), "boom");
+        let rpc = json!({"error": {"code": -32000, "message": "bad"}});
+        assert_eq!(outcome_of(&rpc).1.unwrap(), "bad (JSON-RPC -32000)");
+    }
+}

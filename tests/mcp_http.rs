@@ -1,0 +1,121 @@
+//! The gateway in front of an upstream over streamable HTTP (`--upstream URL`): the official
+//! "everything" server (`@modelcontextprotocol/server-everything streamableHttp`, Node) on
+//! loopback.
+//!
+//! Found through `TOOLGATE_TEST_MCP_EVERYTHING` (its `dist/index.js`), else in
+//! `target/mcp-npm` (`npm install --prefix target/mcp-npm @modelcontextprotocol/server-everything`).
+//! Missing: skipped, except under CI (`CI` set), where the test fails.
+#![cfg(all(feature = "mcp", feature = "http"))]
+
+mod mcp_client;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use mcp_client::{Proxy, code, text};
+use serde_json::json;
+
+fn server_js() -> Option<PathBuf> {
+    let path = match std::env::var_os("TOOLGATE_TEST_MCP_EVERYTHING") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+            "target/mcp-npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ),
+    };
+    if path.is_file() {
+        return Some(path);
+    }
+    let msg = format!(
+        "{} is missing: run `npm install --prefix target/mcp-npm @modelcontextprotocol/server-everything` or set TOOLGATE_TEST_MCP_EVERYTHING",
+        path.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("skipped: {msg}");
+    None
+}
+
+/// Kills the server when the test ends, however it ends.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_upstream_over_streamable_http_is_governed() {
+    let Some(js) = server_js() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new("node")
+        .arg(&js)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _server = Server(child);
+    // Wait for the server to say it listens (reading its log, not sleeping).
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        let line = lines.next().expect("the server's log").unwrap();
+        if line.contains("listening") {
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let s = mcp_client::Setup::new();
+    let policy = s.path("policy.json");
+    std::fs::write(
+        &policy,
+        r#"[{"id": "no-sums", "name": "No sums", "priority": 1, "enabled": true,
+            "selector": {"phase": "tool.before", "tool": {"name": "get-sum"}},
+            "condition": {"kind": "toolName", "op": "glob", "value": "*"},
+            "effect": {"type": "block", "reason": "no sums today"}}]"#,
+    )
+    .unwrap();
+    let args = vec![
+        "--policy".to_string(),
+        policy.display().to_string(),
+        "--audit".into(),
+        s.path("audit").display().to_string(),
+        "--upstream".into(),
+        format!("http://127.0.0.1:{port}/mcp"),
+    ];
+    let mut p = Proxy::start(&args, &[]);
+    let init = p.initialize_with("2025-06-18", json!({}));
+    assert_eq!(init["protocolVersion"], "2025-06-18");
+    let list = p.request("tools/list", json!({}));
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"echo") && names.contains(&"get-sum"),
+        "{names:?}"
+    );
+
+    let r = p.call("echo", json!({"message": "over http"}));
+    assert_eq!(text(&r), "Echo: over http", "{r}");
+    let r = p.call("get-sum", json!({"a": 1, "b": 2}));
+    assert_eq!(code(&r), "BLOCKED_RULE", "{r}");
+    let r = p.request("ping", json!({}));
+    assert_eq!(r["result"], json!({}), "{r}");
+
+    assert_eq!(p.finish().code(), Some(0));
+    let (ok, out) = s.toolgate(&["verify", s.path("audit").to_str().unwrap()]);
+    assert!(ok, "{out}");
+}
