@@ -75,7 +75,14 @@ impl Gateway {
         }
         self.resume_if_resolved(&run);
         let call = ToolCall::new(call_id.clone(), name, args).with_tags(tags);
-        let d = run.before_tool(call.clone()).await;
+        let meta = |k: &str| {
+            params
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let d = decide(&run, call.clone(), meta("traceparent"), meta("tracestate")).await;
         match d.effect {
             EffectType::Allow => {
                 self.forward_or_cancel(&run, &id, call_id, msg, cancel)
@@ -271,4 +278,24 @@ impl Gateway {
             self.send_client(jsonrpc::result(id, r));
         }
     }
+}
+
+/// Decides a call; with OpenTelemetry on, a W3C `traceparent` from the request's `_meta` is the
+/// parent of the call's span (the client's trace continues through the gateway).
+async fn decide(
+    run: &Run,
+    call: ToolCall,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+) -> Decision {
+    #[cfg(feature = "otel")]
+    if let Some(cx) = traceparent
+        .as_deref()
+        .and_then(|tp| crate::otel::parent_from_traceparent(tp, tracestate.as_deref()))
+    {
+        use opentelemetry::context::FutureExt as _;
+        return run.before_tool(call).with_context(cx).await;
+    }
+    let _ = (traceparent, tracestate);
+    run.before_tool(call).await
 }
