@@ -3,6 +3,8 @@
 //! Needs `TOOLGATE_TEST_POSTGRES_URL` (skips when unset, fails when set and unreachable).
 #![cfg(feature = "postgres")]
 
+mod pg_support;
+
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::Utc;
 use parking_lot::Mutex;
+use pg_support::fresh_schema;
 use serde_json::{Map, Value, json};
 use toolgate::audit::store::postgres::count_runs;
 use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json};
@@ -50,24 +53,6 @@ impl Drop for Collect {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-async fn fresh_schema(tag: &str) -> Option<String> {
-    let Ok(base) = std::env::var("TOOLGATE_TEST_POSTGRES_URL") else {
-        eprintln!("TOOLGATE_TEST_POSTGRES_URL is not set: skipping the PostgreSQL test");
-        return None;
-    };
-    let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("TOOLGATE_TEST_POSTGRES_URL={base}: {e}"));
-    tokio::spawn(conn);
-    let schema = format!("tg_{tag}_{}", uuid::Uuid::now_v7().simple());
-    client
-        .batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Some(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
 }
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {

@@ -1,6 +1,9 @@
 //! One acceptance suite (design §9) run against every collector store: the JSONL folder and,
 //! when `TOOLGATE_TEST_POSTGRES_URL` is set, PostgreSQL (a fresh schema per test).
 
+#[cfg(feature = "postgres")]
+mod pg_support;
+
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -208,27 +211,8 @@ async fn jsonl_store_passes_the_acceptance_suite() {
 #[cfg(feature = "postgres")]
 mod pg {
     use super::*;
+    use crate::pg_support::fresh_schema;
     use toolgate::audit::store::postgres::{PgStore, verify_postgres};
-
-    /// A fresh schema on the test server, as a store URL; `None` (skip) when the variable is
-    /// unset; a panic when it is set and the server cannot be reached.
-    pub async fn fresh_schema(tag: &str) -> Option<String> {
-        let Ok(base) = std::env::var("TOOLGATE_TEST_POSTGRES_URL") else {
-            eprintln!("TOOLGATE_TEST_POSTGRES_URL is not set: skipping the PostgreSQL test");
-            return None;
-        };
-        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("TOOLGATE_TEST_POSTGRES_URL={base}: {e}"));
-        tokio::spawn(conn);
-        let schema = format!("tg_{tag}_{}", uuid::Uuid::now_v7().simple());
-        client
-            .batch_execute(&format!("CREATE SCHEMA {schema}"))
-            .await
-            .unwrap();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        Some(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_store_passes_the_acceptance_suite() {

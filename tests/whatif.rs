@@ -1,5 +1,8 @@
 //! What-if replay: `toolgate replay --policy NEW --from-audit DIR` and `toolgate::whatif`.
 
+#[cfg(feature = "postgres")]
+mod pg_support;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -330,32 +333,13 @@ fn a_run_without_its_start_is_reported_and_left_out() {
 #[cfg(feature = "postgres")]
 mod pg {
     use super::*;
+    use crate::pg_support::fresh_schema;
     use toolgate::audit::store::postgres::PgStore;
     use toolgate::audit::store::{EventStore, Incoming};
 
-    /// A fresh schema on the test server, as a store URL; `None` (skip) when the variable is
-    /// unset; a panic when it is set and the server cannot be reached.
-    async fn fresh_schema(tag: &str) -> Option<String> {
-        let Ok(base) = std::env::var("TOOLGATE_TEST_POSTGRES_URL") else {
-            eprintln!("TOOLGATE_TEST_POSTGRES_URL is not set: skipping the PostgreSQL test");
-            return None;
-        };
-        let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("TOOLGATE_TEST_POSTGRES_URL={base}: {e}"));
-        tokio::spawn(conn);
-        let schema = format!("tg_whatif_{tag}_{}", uuid::Uuid::now_v7().simple());
-        client
-            .batch_execute(&format!("CREATE SCHEMA {schema}"))
-            .await
-            .unwrap();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        Some(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn what_if_reads_a_postgres_store_like_a_folder() {
-        let Some(url) = fresh_schema("store").await else {
+        let Some(url) = fresh_schema("whatif_store").await else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
