@@ -17,24 +17,7 @@ use mcp_client::{Proxy, code, text};
 use serde_json::json;
 
 fn server_js() -> Option<PathBuf> {
-    let path = match std::env::var_os("TOOLGATE_TEST_MCP_EVERYTHING") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-            "target/mcp-npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        ),
-    };
-    if path.is_file() {
-        return Some(path);
-    }
-    let msg = format!(
-        "{} is missing: run `npm install --prefix target/mcp-npm @modelcontextprotocol/server-everything` or set TOOLGATE_TEST_MCP_EVERYTHING",
-        path.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("skipped: {msg}");
-    None
+    mcp_client::npm_server("TOOLGATE_TEST_MCP_EVERYTHING", "server-everything")
 }
 
 /// Kills the server when the test ends, however it ends.

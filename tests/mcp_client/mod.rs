@@ -248,3 +248,29 @@ pub fn code(response: &Value) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// The `dist/index.js` of the npm package `@modelcontextprotocol/<package>`: the path in the
+/// environment variable `env_var`, else `target/mcp-npm`, where `npm install --prefix
+/// target/mcp-npm @modelcontextprotocol/<package>` puts it. Missing: `None` (the test skips),
+/// except under CI (`CI` set), where the test fails.
+#[allow(dead_code)]
+pub fn npm_server(env_var: &str, package: &str) -> Option<PathBuf> {
+    let path = match std::env::var_os(env_var) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+            "target/mcp-npm/node_modules/@modelcontextprotocol/{package}/dist/index.js"
+        )),
+    };
+    if path.is_file() {
+        return Some(path);
+    }
+    let msg = format!(
+        "{} is missing: run `npm install --prefix target/mcp-npm @modelcontextprotocol/{package}` or set {env_var}",
+        path.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("skipped: {msg}");
+    None
+}
