@@ -2,6 +2,8 @@
 //! library side (RunChain checkpoints, the engine builder).
 
 mod common;
+#[cfg(feature = "postgres")]
+mod pg_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -171,17 +173,9 @@ fn an_unsigned_trail_fails_verify_with_a_public_key_and_names_each_run() {
     }
 }
 
-/// The attack the signature stops: flip a decision in a run's tail and re-hash every event
-/// after it. The chain is intact again, so plain verify passes (as documented); the
-/// signature on `run.ended` no longer matches, so verify with the public key fails and names
-/// the run.
-#[test]
-fn a_rewritten_and_rehashed_tail_passes_plain_verify_but_not_signed_verify() {
-    let dir = tempfile::tempdir().unwrap();
-    let (key, public) = keygen(dir.path());
-    let file = signed_trail(dir.path(), Some(&key));
-    let mut events = read_lines(&file);
-    // r-102's call c6 was blocked (email outside local hours): say it was allowed.
+/// The attack: r-102's call c6 was blocked (email outside local hours); say it was allowed,
+/// and re-hash it and every later event of the run, relinking `prevHash`.
+fn flip_r102_tail(events: &mut [Value]) {
     let at = events
         .iter()
         .position(|e| e["runId"] == "r-102" && e["kind"] == "tool.decision" && e["callId"] == "c6")
@@ -189,7 +183,6 @@ fn a_rewritten_and_rehashed_tail_passes_plain_verify_but_not_signed_verify() {
     assert_eq!(events[at]["decision"]["effect"], "block");
     events[at]["decision"]["effect"] = json!("allow");
     events[at]["decision"]["code"] = json!("ALLOWED");
-    // Re-hash it and every later event of the run, relinking prevHash.
     let mut prev: Option<String> = None;
     for e in events.iter_mut().skip(at) {
         if e["runId"] != "r-102" {
@@ -202,6 +195,19 @@ fn a_rewritten_and_rehashed_tail_passes_plain_verify_but_not_signed_verify() {
         e["hash"] = json!(h);
         prev = Some(h);
     }
+}
+
+/// The attack the signature stops: flip a decision in a run's tail and re-hash every event
+/// after it. The chain is intact again, so plain verify passes (as documented); the
+/// signature on `run.ended` no longer matches, so verify with the public key fails and names
+/// the run.
+#[test]
+fn a_rewritten_and_rehashed_tail_passes_plain_verify_but_not_signed_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path());
+    let file = signed_trail(dir.path(), Some(&key));
+    let mut events = read_lines(&file);
+    flip_r102_tail(&mut events);
     let tampered = dir.path().join("tampered.jsonl");
     write_lines(&tampered, &events);
 
@@ -335,4 +341,107 @@ async fn the_engine_signs_run_ended_with_the_builders_key() {
     assert_eq!(last.body()["keyId"], json!(public.key_id()));
     let r = verify_events_signed(events.iter().map(|e| e.as_ref()), &public);
     assert!(r.is_ok(), "{:#?}", r.breaks);
+}
+
+/// The same checks on a PostgreSQL collector store: the tail-flip attack, an unsigned run and
+/// a run whose last events follow its last checkpoint, stored in the database. Plain
+/// `toolgate verify postgres://...` passes; with the public key it fails and names each run.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_verify_of_a_postgres_store_catches_a_rewritten_tail() {
+    use toolgate::audit::store::EventStore as _;
+    use toolgate::audit::store::Incoming;
+    use toolgate::audit::store::postgres::{PgStore, verify_postgres};
+
+    let Some(url) = pg_support::fresh_schema("signed").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path());
+    let file = signed_trail(dir.path(), Some(&key));
+    let mut events = read_lines(&file);
+    flip_r102_tail(&mut events);
+    // A run without signatures, and a signed run that stops 5 events after its checkpoint.
+    let mut unsigned = RunChain::new("r-unsigned", "agent-x", None);
+    let signer = Arc::new(RunSigner::from_file(&key).unwrap());
+    let mut open = RunChain::new("r-open", "agent-x", None).with_signer(Some(signer));
+    let mut ts = t0();
+    for i in 0..(CHECKPOINT_EVERY_EVENTS + 5) {
+        let mut b = Map::new();
+        b.insert("i".into(), json!(i));
+        if i < 3 {
+            events.push(
+                unsigned
+                    .seal(EventKind::ToolResult, ts, b.clone())
+                    .to_json(),
+            );
+        }
+        events.push(open.seal(EventKind::ToolResult, ts, b).to_json());
+        events.extend(open.checkpoint_if_due(ts).map(|c| c.to_json()));
+        ts += Duration::milliseconds(1);
+    }
+    let store = PgStore::connect(&url).await.unwrap();
+    for chunk in events.chunks(500) {
+        let batch = chunk
+            .iter()
+            .map(|e| Incoming::from_value(e.clone()).unwrap())
+            .collect();
+        let o = store.ingest(batch).await.unwrap();
+        assert!(o.rejected.is_empty(), "{:?}", o.rejected);
+    }
+
+    let (code, text) = verify(&[Path::new(&url)]);
+    assert_eq!(
+        code,
+        Some(0),
+        "plain verify cannot see a re-hashed tail: {text}"
+    );
+    assert!(
+        text.contains(&format!("ok: {} events, 5 runs", events.len())),
+        "{text}"
+    );
+
+    let (code, text) = verify(&[Path::new("--public-key"), &public, Path::new(&url)]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("run r-102 seq"), "{text}");
+    assert!(text.contains("bad signature"), "{text}");
+    assert!(!text.contains("run r-101 seq"), "{text}");
+    assert!(!text.contains("run r-103 seq"), "{text}");
+    assert!(
+        text.contains("run r-unsigned is not signed (3 events)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "5 event(s) of run r-open after the last good signature (seq {CHECKPOINT_EVERY_EVENTS})"
+        )),
+        "{text}"
+    );
+    // The library call gives the same report, breaks located by run and seq.
+    let r = verify_postgres(
+        &url,
+        Some(&RunSigner::from_file(&key).unwrap().public_key()),
+    )
+    .await
+    .unwrap();
+    let kinds: Vec<(Option<&str>, BreakKind)> = r
+        .breaks
+        .iter()
+        .map(|b| (b.run_id.as_deref(), b.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Some("r-open"), BreakKind::AfterLastSigned),
+            (Some("r-unsigned"), BreakKind::UnsignedRun),
+            (Some("r-102"), BreakKind::AfterLastSigned),
+            (Some("r-102"), BreakKind::BadSignature),
+        ],
+        "{:#?}",
+        r.breaks
+    );
+
+    // A key file that is not a public key: exit 2, as for files.
+    let (code, text) = verify(&[Path::new("--public-key"), &key, Path::new(&url)]);
+    assert_eq!(code, Some(2), "{text}");
 }

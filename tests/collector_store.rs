@@ -224,7 +224,7 @@ mod pg {
         PgStore::connect(&url).await.unwrap();
         let u = url.clone();
         acceptance(store, async move || {
-            let r = verify_postgres(&u).await.map_err(|e| e.to_string())?;
+            let r = verify_postgres(&u, None).await.map_err(|e| e.to_string())?;
             if r.breaks.is_empty() && r.events > 0 {
                 Ok(())
             } else {

@@ -24,15 +24,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::sign::{RunVerifier, SIGNATURE_FIELD, SignatureError};
+use super::sign::{RunVerifier, SIGNATURE_FIELD};
 use super::{AuditEvent, expected_hash};
+use run::{Breaks, Entry, Loc, RunKey, RunStream};
 
+mod files;
+mod run;
 mod strict;
 
 /// What is wrong at a [`ChainBreak`].
@@ -67,6 +69,8 @@ pub struct ChainBreak {
     pub path: Option<PathBuf>,
     /// 1-based line in the file (or position in the input when verifying events).
     pub line: Option<usize>,
+    /// The agent of the run, when known.
+    pub agent_id: Option<String>,
     /// The run, when known.
     pub run_id: Option<String>,
     /// The event's `seq`, when known.
@@ -134,31 +138,46 @@ impl VerifyReport {
     }
 }
 
-struct Entry {
-    file: Option<usize>,
-    line: usize,
-    seq: u64,
-    hash: String,
-    prev_hash: Option<String>,
-    hash_ok: bool,
-    /// With a key: the result of checking the event's signature, if it is a signed point
-    /// (`run.ended`, `checkpoint`, or any event carrying `signature`).
-    signature: Option<Result<(), SignatureError>>,
-}
-
+/// Collects events and breaks. Files: every run's events are kept (a run may span files in any
+/// order) and checked at the end, sorted by `seq`. Streaming ([`StreamVerifier`]): events come
+/// run by run in `seq` order and are checked at once, keeping no events.
 #[derive(Default)]
 struct Verifier {
     files: Vec<Arc<PathBuf>>,
     /// Events by run, keyed by (agentId, runId): two agents may use one run id.
-    runs: BTreeMap<(String, String), Vec<Entry>>,
+    runs: BTreeMap<RunKey, Vec<Entry>>,
     breaks: Vec<(Option<usize>, ChainBreak)>,
     file_events: HashMap<usize, usize>,
     file_runs: HashMap<usize, std::collections::HashSet<String>>,
     events: usize,
+    runs_checked: usize,
     key: Option<RunVerifier>,
+    streaming: bool,
+    current: Option<RunStream>,
+}
+
+impl Breaks for Verifier {
+    fn found(&mut self, loc: Loc, run: &RunKey, seq: u64, kind: BreakKind, message: String) {
+        self.push_break(loc, Some(run), Some(seq), kind, message);
+    }
+
+    fn describe(&self, loc: Loc) -> String {
+        match self.path(loc.file) {
+            Some(p) => format!("{}:{}", p.display(), loc.line),
+            None => format!("event {}", loc.line),
+        }
+    }
 }
 
 impl Verifier {
+    fn new(key: Option<RunVerifier>, streaming: bool) -> Verifier {
+        Verifier {
+            key,
+            streaming,
+            ..Verifier::default()
+        }
+    }
+
     fn path(&self, file: Option<usize>) -> Option<PathBuf> {
         file.and_then(|f| self.files.get(f))
             .map(|p| p.to_path_buf())
@@ -166,25 +185,48 @@ impl Verifier {
 
     fn push_break(
         &mut self,
-        file: Option<usize>,
-        line: usize,
-        run_id: Option<&str>,
+        loc: Loc,
+        run: Option<&RunKey>,
         seq: Option<u64>,
         kind: BreakKind,
         message: String,
     ) {
         let b = ChainBreak {
-            path: self.path(file),
-            line: Some(line),
-            run_id: run_id.map(str::to_owned),
+            path: self.path(loc.file),
+            line: Some(loc.line),
+            agent_id: run.map(|r| r.0.clone()),
+            run_id: run.map(|r| r.1.clone()),
             seq,
             kind,
             message,
         };
-        self.breaks.push((file, b));
+        self.breaks.push((loc.file, b));
     }
 
-    fn add_value(&mut self, file: Option<usize>, line: usize, value: Value) {
+    /// A line of input: strict form, then the event. `text` may end in a newline.
+    fn add_line(&mut self, loc: Loc, text: &[u8]) {
+        match serde_json::from_slice::<Value>(text) {
+            Ok(v) => {
+                let text = text.strip_suffix(b"\n").unwrap_or(text);
+                if let Some(msg) = strict::not_canonical(text, &v) {
+                    let str_of = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+                    let run = str_of("agentId").zip(str_of("runId"));
+                    let seq = v.get("seq").and_then(Value::as_u64);
+                    self.push_break(loc, run.as_ref(), seq, BreakKind::NotCanonical, msg);
+                }
+                self.add_value(loc, v)
+            }
+            Err(e) => self.push_break(
+                loc,
+                None,
+                None,
+                BreakKind::Malformed,
+                format!("not valid JSON: {e}"),
+            ),
+        }
+    }
+
+    fn add_value(&mut self, loc: Loc, value: Value) {
         let computed = expected_hash(&value);
         let signature = match (&self.key, value.as_object()) {
             (Some(key), Some(map))
@@ -201,12 +243,12 @@ impl Verifier {
         let event = match AuditEvent::from_value(value) {
             Ok(e) => e,
             Err(e) => {
-                self.push_break(file, line, None, None, BreakKind::Malformed, e.to_string());
+                self.push_break(loc, None, None, BreakKind::Malformed, e.to_string());
                 return;
             }
         };
         self.events += 1;
-        if let Some(f) = file {
+        if let Some(f) = loc.file {
             *self.file_events.entry(f).or_default() += 1;
             self.file_runs.entry(f).or_default().insert(format!(
                 "{}\u{1f}{}",
@@ -215,222 +257,65 @@ impl Verifier {
             ));
         }
         let entry = Entry {
-            file,
-            line,
+            loc,
             seq: event.seq(),
             hash: event.hash().to_string(),
             prev_hash: event.prev_hash().map(str::to_owned),
             hash_ok: computed.as_deref() == Some(event.hash()),
             signature,
         };
-        self.runs
-            .entry((event.agent_id().to_string(), event.run_id().to_string()))
-            .or_default()
-            .push(entry);
-    }
-
-    fn add_reader(&mut self, file: usize, reader: impl BufRead) -> Result<(), std::io::Error> {
-        let mut reader = reader;
-        let mut buf = Vec::with_capacity(1024);
-        let mut line = 0usize;
-        loop {
-            buf.clear();
-            let limit = MAX_LINE_BYTES as u64 + 1;
-            if (&mut reader).take(limit).read_until(b'\n', &mut buf)? == 0 {
-                return Ok(());
-            }
-            line += 1;
-            if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
-                self.push_break(
-                    Some(file),
-                    line,
-                    None,
-                    None,
-                    BreakKind::Malformed,
-                    format!(
-                        "line longer than {} MiB; the rest of the file is not read",
-                        MAX_LINE_BYTES >> 20
-                    ),
-                );
-                return Ok(());
-            }
-            if buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice::<Value>(&buf) {
-                Ok(v) => {
-                    let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
-                    if let Some(msg) = strict::not_canonical(text, &v) {
-                        let run = v.get("runId").and_then(Value::as_str).map(str::to_owned);
-                        let seq = v.get("seq").and_then(Value::as_u64);
-                        self.push_break(
-                            Some(file),
-                            line,
-                            run.as_deref(),
-                            seq,
-                            BreakKind::NotCanonical,
-                            msg,
-                        );
-                    }
-                    self.add_value(Some(file), line, v)
+        let same_run = |r: &RunKey| r.0 == event.agent_id() && r.1 == event.run_id();
+        if !self.streaming {
+            let key = (event.agent_id().to_string(), event.run_id().to_string());
+            self.runs.entry(key).or_default().push(entry);
+            return;
+        }
+        let mut stream = match self.current.take() {
+            Some(s) if same_run(s.run()) => s,
+            other => {
+                if let Some(done) = other {
+                    self.end_run(done);
                 }
-                Err(e) => self.push_break(
-                    Some(file),
-                    line,
-                    None,
-                    None,
-                    BreakKind::Malformed,
-                    format!("not valid JSON: {e}"),
-                ),
+                let key = (event.agent_id().to_string(), event.run_id().to_string());
+                RunStream::new(key, self.key.is_some())
             }
-        }
+        };
+        stream.push(entry, self);
+        self.current = Some(stream);
     }
 
-    fn where_(&self, e: &Entry) -> String {
-        match self.path(e.file) {
-            Some(p) => format!("{}:{}", p.display(), e.line),
-            None => format!("event {}", e.line),
-        }
+    fn end_run(&mut self, stream: RunStream) {
+        stream.finish(self);
+        self.runs_checked += 1;
     }
 
-    fn check_runs(&mut self) -> usize {
+    /// Files: checks every collected run (within-file order in the order read, then the chain
+    /// by `seq`).
+    fn check_runs(&mut self) {
         let runs = std::mem::take(&mut self.runs);
-        let n = runs.len();
-        for ((_agent_id, run_id), mut entries) in runs {
-            let run = Some(run_id.as_str());
-            // Edited events and within-file reordering, in the order read.
+        for (key, mut entries) in runs {
             let mut last_in_file: HashMap<Option<usize>, u64> = HashMap::new();
             for e in &entries {
-                if !e.hash_ok {
-                    self.push_break(
-                        e.file,
-                        e.line,
-                        run,
-                        Some(e.seq),
-                        BreakKind::HashMismatch,
-                        "hash does not match the event's content (the event was edited)".into(),
-                    );
-                }
-                if let Some(&prev) = last_in_file.get(&e.file) {
+                if let Some(&prev) = last_in_file.get(&e.loc.file) {
                     if e.seq < prev {
                         self.push_break(
-                            e.file,
-                            e.line,
-                            run,
+                            e.loc,
+                            Some(&key),
                             Some(e.seq),
                             BreakKind::OutOfOrder,
                             format!("out of order: appears after seq {prev}"),
                         );
                     }
                 }
-                let slot = last_in_file.entry(e.file).or_insert(e.seq);
+                let slot = last_in_file.entry(e.loc.file).or_insert(e.seq);
                 *slot = (*slot).max(e.seq);
             }
-            // The chain, by seq.
             entries.sort_by_key(|e| e.seq);
-            let mut expected: u64 = 0;
-            let mut prev: Option<usize> = None;
-            for i in 0..entries.len() {
-                let e = &entries[i];
-                if let Some(p) = prev.filter(|_| e.seq + 1 == expected) {
-                    let msg = if entries[p].hash == e.hash {
-                        format!("duplicate of the event at {}", self.where_(&entries[p]))
-                    } else {
-                        format!(
-                            "another event with this seq is at {}",
-                            self.where_(&entries[p])
-                        )
-                    };
-                    let (f, l, s) = (e.file, e.line, e.seq);
-                    self.push_break(f, l, run, Some(s), BreakKind::DuplicateSeq, msg);
-                    continue;
-                }
-                if e.seq > expected {
-                    let missing = if e.seq - expected == 1 {
-                        format!("seq {expected} is missing (deleted?)")
-                    } else {
-                        format!("seq {expected}..{} are missing (deleted?)", e.seq - 1)
-                    };
-                    let (f, l, s) = (e.file, e.line, e.seq);
-                    self.push_break(f, l, run, Some(s), BreakKind::MissingSeq, missing);
-                } else {
-                    let want = prev.map(|p| entries[p].hash.as_str());
-                    if e.prev_hash.as_deref() != want {
-                        let msg = match prev {
-                            None => "prevHash of seq 0 must be null".to_string(),
-                            Some(p) => format!(
-                                "prevHash does not match the hash of seq {} at {} (that event was \
-                                 edited and re-hashed, or this one was)",
-                                entries[p].seq,
-                                self.where_(&entries[p])
-                            ),
-                        };
-                        let (f, l, s) = (e.file, e.line, e.seq);
-                        self.push_break(f, l, run, Some(s), BreakKind::PrevHashMismatch, msg);
-                    }
-                }
-                expected = e.seq + 1;
-                prev = Some(i);
+            let mut stream = RunStream::new(key, self.key.is_some());
+            for e in entries {
+                stream.push(e, self);
             }
-            if self.key.is_some() {
-                self.check_signatures(&run_id, &entries);
-            }
-        }
-        n
-    }
-
-    /// With a key: bad signatures, unsigned runs, and events after the last good signature.
-    /// `entries` are sorted by `seq`.
-    fn check_signatures(&mut self, run_id: &str, entries: &[Entry]) {
-        let run = Some(run_id);
-        let mut last_good: Option<usize> = None;
-        let any_signed = entries
-            .iter()
-            .any(|e| matches!(&e.signature, Some(r) if *r != Err(SignatureError::Missing)));
-        for (i, e) in entries.iter().enumerate() {
-            match &e.signature {
-                None => {}
-                Some(Ok(())) => last_good = Some(i),
-                Some(Err(_)) if !any_signed => {}
-                Some(Err(err)) => {
-                    let msg = match err {
-                        SignatureError::Missing => {
-                            "unsigned run.ended/checkpoint: signature or keyId missing".to_string()
-                        }
-                        other => other.to_string(),
-                    };
-                    let (f, l, s) = (e.file, e.line, e.seq);
-                    self.push_break(f, l, run, Some(s), BreakKind::BadSignature, msg);
-                }
-            }
-        }
-        let Some(first) = entries.first() else {
-            return;
-        };
-        if !any_signed {
-            let (f, l, s) = (first.file, first.line, first.seq);
-            self.push_break(
-                f,
-                l,
-                run,
-                Some(s),
-                BreakKind::UnsignedRun,
-                format!("run {run_id} is not signed ({} events)", entries.len()),
-            );
-            return;
-        }
-        let tail_from = last_good.map_or(0, |i| i + 1);
-        if let Some(t) = entries.get(tail_from) {
-            let after = match last_good {
-                Some(i) => format!("the last good signature (seq {})", entries[i].seq),
-                None => "no good signature".to_string(),
-            };
-            let msg = format!(
-                "{} event(s) of run {run_id} after {after}: not covered by a signature",
-                entries.len() - tail_from
-            );
-            let (f, l, s) = (t.file, t.line, t.seq);
-            self.push_break(f, l, run, Some(s), BreakKind::AfterLastSigned, msg);
+            self.end_run(stream);
         }
     }
 
@@ -439,7 +324,10 @@ impl Verifier {
         unreadable: Vec<(PathBuf, String)>,
         skipped: Vec<(PathBuf, String)>,
     ) -> VerifyReport {
-        let runs = self.check_runs();
+        self.check_runs();
+        if let Some(stream) = self.current.take() {
+            self.end_run(stream);
+        }
         let mut breaks = std::mem::take(&mut self.breaks);
         breaks.sort_by_key(|(f, b)| (*f, b.line));
         let mut per_file: HashMap<usize, usize> = HashMap::new();
@@ -465,8 +353,51 @@ impl Verifier {
             unreadable,
             skipped,
             events: self.events,
-            runs,
+            runs: self.runs_checked,
         }
+    }
+}
+
+/// Verifies events that arrive run by run, each run's events in `seq` order, as a database
+/// returns them (`ORDER BY agent_id, run_id, seq`): each event is checked as it comes, so memory
+/// holds one event and a few counters, not a run. The checks are those of [`verify_paths`]
+/// (one checker serves both); a run met again after another run is checked as a new run (its
+/// `seq`s then show a gap). Breaks are located by position in the input (1-based `line`).
+pub struct StreamVerifier {
+    inner: Verifier,
+    position: usize,
+}
+
+impl std::fmt::Debug for StreamVerifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamVerifier")
+            .field("events", &self.inner.events)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamVerifier {
+    /// A verifier; with `key`, every run must also be signed by it (see the module docs).
+    pub fn new(key: Option<&RunVerifier>) -> StreamVerifier {
+        StreamVerifier {
+            inner: Verifier::new(key.cloned(), true),
+            position: 0,
+        }
+    }
+
+    /// Checks the next stored line (its bytes must be the canonical form of its content).
+    pub fn push_line(&mut self, line: &str) {
+        self.position += 1;
+        let loc = Loc {
+            file: None,
+            line: self.position,
+        };
+        self.inner.add_line(loc, line.as_bytes());
+    }
+
+    /// Ends the last run and returns the report.
+    pub fn finish(self) -> VerifyReport {
+        self.inner.finish(Vec::new(), Vec::new())
     }
 }
 
@@ -488,12 +419,13 @@ fn verify_events_inner<'a>(
     events: impl IntoIterator<Item = &'a AuditEvent>,
     key: Option<RunVerifier>,
 ) -> VerifyReport {
-    let mut v = Verifier {
-        key,
-        ..Verifier::default()
-    };
+    let mut v = Verifier::new(key, false);
     for (i, e) in events.into_iter().enumerate() {
-        v.add_value(None, i + 1, e.to_json());
+        let loc = Loc {
+            file: None,
+            line: i + 1,
+        };
+        v.add_value(loc, e.to_json());
     }
     v.finish(Vec::new(), Vec::new())
 }
@@ -511,102 +443,12 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// on the command line are read whatever they are, up to the first line longer than
 /// [`MAX_LINE_BYTES`].
 pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
-    verify_paths_inner(paths, None)
+    files::verify_paths_inner(paths, None)
 }
 
 /// [`verify_paths`], and every run must be signed by `key` (see the module docs).
 pub fn verify_paths_signed<P: AsRef<Path>>(paths: &[P], key: &RunVerifier) -> VerifyReport {
-    verify_paths_inner(paths, Some(key.clone()))
-}
-
-fn verify_paths_inner<P: AsRef<Path>>(paths: &[P], key: Option<RunVerifier>) -> VerifyReport {
-    let mut files = Vec::new();
-    let mut unreadable = Vec::new();
-    let mut skipped = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for p in paths {
-        let p = p.as_ref();
-        match std::fs::metadata(p) {
-            Err(e) => unreadable.push((p.to_path_buf(), e.to_string())),
-            Ok(m) if m.is_dir() => {
-                collect_jsonl(p, &mut files, &mut seen, &mut unreadable, &mut skipped)
-            }
-            Ok(_) => {
-                if first_visit(&mut seen, p) {
-                    files.push(p.to_path_buf());
-                } else {
-                    skipped.push((p.to_path_buf(), "already read by another path".into()));
-                }
-            }
-        }
-    }
-    let mut v = Verifier {
-        key,
-        ..Verifier::default()
-    };
-    for path in files {
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) => {
-                unreadable.push((path, e.to_string()));
-                continue;
-            }
-        };
-        let idx = v.files.len();
-        v.files.push(Arc::new(path.clone()));
-        if let Err(e) = v.add_reader(idx, std::io::BufReader::new(file)) {
-            unreadable.push((path, e.to_string()));
-        }
-    }
-    v.finish(unreadable, skipped)
-}
-
-/// True the first time a real file (by canonical path) is met.
-fn first_visit(seen: &mut std::collections::HashSet<PathBuf>, p: &Path) -> bool {
-    let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    seen.insert(real)
-}
-
-fn collect_jsonl(
-    dir: &Path,
-    out: &mut Vec<PathBuf>,
-    seen: &mut std::collections::HashSet<PathBuf>,
-    unreadable: &mut Vec<(PathBuf, String)>,
-    skipped: &mut Vec<(PathBuf, String)>,
-) {
-    let walk = walkdir::WalkDir::new(dir)
-        .follow_links(true)
-        .sort_by_file_name();
-    for entry in walk {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                let path = e.path().unwrap_or(dir).to_path_buf();
-                if e.loop_ancestor().is_some() {
-                    skipped.push((path, "symlink loop".into()));
-                } else if e.depth() > 0 && path.extension().is_none_or(|x| x != "jsonl") {
-                    skipped.push((path, format!("cannot search: {e}")));
-                } else {
-                    let reason = e
-                        .io_error()
-                        .map_or_else(|| e.to_string(), ToString::to_string);
-                    unreadable.push((path, reason));
-                }
-                continue;
-            }
-        };
-        let path = entry.path();
-        if entry.file_type().is_dir() || path.extension().is_none_or(|x| x != "jsonl") {
-            continue;
-        }
-        if !entry.file_type().is_file() {
-            skipped.push((path.to_path_buf(), "not a regular file".into()));
-        } else if first_visit(seen, path) {
-            out.push(path.to_path_buf());
-        } else {
-            skipped.push((path.to_path_buf(), "already read by another path".into()));
-        }
-    }
+    files::verify_paths_inner(paths, Some(key.clone()))
 }
 
 #[cfg(test)]

@@ -14,7 +14,10 @@ without gaps, every `prevHash` is the previous event's `hash`, a run's events ap
 line is byte for byte the canonical JSON of its content (else \"not canonical\"). \
 With --public-key, every run must also be signed by that key: unsigned runs, bad signatures and events \
 after a run's last good signature are breaks. Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
-intact files as `FILE: ok: N events, R runs`.\n\n\
+intact files as `FILE: ok: N events, R runs`. \
+A `postgres://...` argument (on its own) verifies a collector's PostgreSQL store with the same checks, \
+--public-key included, reading it run by run in a read-only snapshot; breaks print as \
+`URL agent A run R seq S: problem`.\n\n\
 Exit status: 0 when every chain is intact, 1 on any break, 2 when an input cannot be read.";
 
 /// Arguments of `toolgate verify`.
@@ -41,21 +44,15 @@ pub fn run(args: VerifyArgs) -> ExitCode {
             eprintln!("a postgres:// store is verified on its own");
             return ExitCode::from(2);
         }
-        if args.public_key.is_some() {
-            eprintln!("error: --public-key is not supported with a postgres:// store yet");
-            return ExitCode::from(2);
-        }
-        return verify_postgres(url);
+        return match public_key(&args) {
+            Ok(key) => verify_postgres(url, key.as_ref()),
+            Err(code) => code,
+        };
     }
-    let report = match &args.public_key {
-        None => verify_paths(&args.paths),
-        Some(file) => match RunVerifier::from_file(file) {
-            Ok(key) => verify_paths_signed(&args.paths, &key),
-            Err(e) => {
-                eprintln!("error: --public-key: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let report = match public_key(&args) {
+        Ok(None) => verify_paths(&args.paths),
+        Ok(Some(key)) => verify_paths_signed(&args.paths, &key),
+        Err(code) => return code,
     };
     for (path, err) in &report.unreadable {
         eprintln!("{}: cannot read: {err}", path.display());
@@ -108,9 +105,21 @@ pub fn run(args: VerifyArgs) -> ExitCode {
     }
 }
 
-/// `toolgate verify postgres://...`: every run of a database store, from its stored lines.
+/// The `--public-key`, read; exit code 2 when it cannot be.
+fn public_key(args: &VerifyArgs) -> Result<Option<RunVerifier>, ExitCode> {
+    let Some(file) = &args.public_key else {
+        return Ok(None);
+    };
+    RunVerifier::from_file(file).map(Some).map_err(|e| {
+        eprintln!("error: --public-key: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// `toolgate verify postgres://...`: every run of a database store, from its stored lines,
+/// with the checks of a folder (and, with a key, of signatures).
 #[cfg(feature = "postgres")]
-fn verify_postgres(url: &str) -> ExitCode {
+fn verify_postgres(url: &str, key: Option<&RunVerifier>) -> ExitCode {
     let shown = crate::audit::collector::redact_url(url);
     let rt = match super::runtime() {
         Ok(rt) => rt,
@@ -119,17 +128,26 @@ fn verify_postgres(url: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(crate::audit::store::postgres::verify_postgres(url)) {
+    match rt.block_on(crate::audit::store::postgres::verify_postgres(url, key)) {
         Err(e) => {
             eprintln!("{shown}: cannot read: {e}");
             ExitCode::from(2)
         }
         Ok(r) => {
-            for (agent, run, b) in &r.breaks {
-                match b.seq {
-                    Some(s) => println!("{shown} agent {agent} run {run} seq {s}: {}", b.message),
-                    None => println!("{shown} agent {agent} run {run}: {}", b.message),
+            for b in &r.breaks {
+                let mut at = shown.clone();
+                if let Some(a) = &b.agent_id {
+                    at.push_str(&format!(" agent {a}"));
                 }
+                match (&b.run_id, b.line) {
+                    (Some(r), _) => at.push_str(&format!(" run {r}")),
+                    (None, Some(l)) => at.push_str(&format!(" row {l}")),
+                    (None, None) => {}
+                }
+                if let Some(s) = b.seq {
+                    at.push_str(&format!(" seq {s}"));
+                }
+                println!("{at}: {}", b.message);
             }
             if r.breaks.is_empty() {
                 println!("{shown}: ok: {} events, {} runs", r.events, r.runs);
@@ -148,7 +166,7 @@ fn verify_postgres(url: &str) -> ExitCode {
 }
 
 #[cfg(not(feature = "postgres"))]
-fn verify_postgres(_url: &str) -> ExitCode {
+fn verify_postgres(_url: &str, _key: Option<&RunVerifier>) -> ExitCode {
     eprintln!("toolgate verify: built without the `postgres` feature");
     ExitCode::from(2)
 }

@@ -19,10 +19,11 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::{
-    EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage, Slot, Snapshot,
+    EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunPage, Slot, Snapshot,
     StoreError, StoreStats, decide, neighbour_seqs,
 };
-use crate::audit::AuditError;
+use crate::audit::verify::StreamVerifier;
+use crate::audit::{AuditError, RunVerifier, VerifyReport};
 
 const MIGRATIONS: &[(i32, &str)] = &[(
     1,
@@ -366,21 +367,16 @@ impl EventStore for PgStore {
     }
 }
 
-/// The result of [`verify_postgres`].
-#[derive(Debug, Default)]
-pub struct PgVerifyReport {
-    /// Events read.
-    pub events: u64,
-    /// Runs read.
-    pub runs: u64,
-    /// `(agentId, runId, break)` for every break.
-    pub breaks: Vec<(String, String, super::RunBreak)>,
-}
-
 /// Verifies every run of a PostgreSQL store from the stored lines (byte for byte as received,
-/// canonical), reading it in pages of 1,000 through a cursor: memory does not grow with the
-/// store.
-pub async fn verify_postgres(url: &str) -> Result<PgVerifyReport, AuditError> {
+/// canonical) with the checker `toolgate verify` uses for files ([`StreamVerifier`]); with `key`,
+/// every run must also be signed by it. The rows are read in one read-only snapshot, run by run
+/// in `seq` order, in pages of 1,000 through a cursor, and checked as they come: memory does not
+/// grow with the store or with a run. Breaks are located by run and `seq` (`line` is the row's
+/// position in that order).
+pub async fn verify_postgres(
+    url: &str,
+    key: Option<&RunVerifier>,
+) -> Result<VerifyReport, AuditError> {
     let config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
@@ -399,23 +395,12 @@ pub async fn verify_postgres(url: &str) -> Result<PgVerifyReport, AuditError> {
             .map_err(|e| db_error("verify", e))?;
         let portal = tx
             .bind(
-                "SELECT agent_id, run_id, line FROM toolgate_events \
-                 ORDER BY agent_id, run_id, seq",
+                "SELECT line FROM toolgate_events ORDER BY agent_id, run_id, seq",
                 &[],
             )
             .await
             .map_err(|e| db_error("verify", e))?;
-        let mut report = PgVerifyReport::default();
-        let mut current: Option<(String, String, RunCheck)> = None;
-        let flush = |cur: Option<(String, String, RunCheck)>, report: &mut PgVerifyReport| {
-            if let Some((a, r, check)) = cur {
-                report.runs += 1;
-                report.events += check.events;
-                for b in check.breaks {
-                    report.breaks.push((a.clone(), r.clone(), b));
-                }
-            }
-        };
+        let mut verifier = StreamVerifier::new(key);
         loop {
             let rows = tx
                 .query_portal(&portal, 1_000)
@@ -425,23 +410,11 @@ pub async fn verify_postgres(url: &str) -> Result<PgVerifyReport, AuditError> {
                 break;
             }
             for row in rows {
-                let agent: String = row.get(0);
-                let run: String = row.get(1);
-                let line: String = row.get(2);
-                let same = current
-                    .as_ref()
-                    .is_some_and(|(a, r, _)| *a == agent && *r == run);
-                if !same {
-                    flush(current.take(), &mut report);
-                    current = Some((agent, run, RunCheck::default()));
-                }
-                if let Some((_, _, check)) = current.as_mut() {
-                    check.push_line(&line);
-                }
+                let line: &str = row.try_get(0).map_err(|e| db_error("verify", e))?;
+                verifier.push_line(line);
             }
         }
-        flush(current.take(), &mut report);
-        Ok::<_, AuditError>(report)
+        Ok::<_, AuditError>(verifier.finish())
     }
     .await;
     drop(client);
