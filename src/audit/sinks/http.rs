@@ -276,6 +276,14 @@ impl HttpSink {
         }
     }
 
+    /// A receiver whose value changes whenever the sink's state does (a batch delivered,
+    /// rejected or spooled, a failed attempt counted): await `changed()` on it to wait for a
+    /// condition on [`HttpSink::stats`] or [`HttpSink::spooled`] without polling. Take it
+    /// before checking the condition so no change is missed.
+    pub fn progress(&self) -> watch::Receiver<u64> {
+        self.shared.progress.subscribe()
+    }
+
     /// Batches currently waiting in the spool.
     pub async fn spooled(&self) -> usize {
         self.shared.state.lock().await.spool.len()
@@ -779,6 +787,7 @@ async fn retry_pause(
         );
     }
     shared.state.lock().await.last_error = Some(error);
+    bump(shared);
     pause(shared, delay).await
 }
 
