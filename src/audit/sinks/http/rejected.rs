@@ -4,7 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Shared, count_events, truncate, write_synced};
+use super::Shared;
+use super::send::{count_events, truncate};
+use super::spool::write_synced;
 use crate::audit::AuditError;
 
 /// The `(id, reason)` list of a 409 answer `{"accepted","duplicates","rejected":[...]}`.
