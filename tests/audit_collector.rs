@@ -562,7 +562,7 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     );
     let (_, check) = get(format!("{url}/v1/runs/r2/verify")).await;
     assert_eq!(check["ok"], false);
-    assert_eq!(check["breaks"][0]["message"], "missing seq 2..2");
+    assert_eq!(check["breaks"][0]["message"], "seq 2 is missing (deleted?)");
     assert_eq!(
         post_body(&url, tok, events_body(&good[2..3])).await,
         (200, json!({"accepted": 1, "duplicates": 0, "rejected": []}))

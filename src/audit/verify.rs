@@ -395,6 +395,20 @@ impl StreamVerifier {
         self.inner.add_line(loc, line.as_bytes());
     }
 
+    /// Takes the breaks found so far (in the order found; a run's end-of-run breaks come with
+    /// [`StreamVerifier::finish`]), so a caller that reports as it goes keeps memory bounded.
+    pub fn take_breaks(&mut self) -> Vec<ChainBreak> {
+        std::mem::take(&mut self.inner.breaks)
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// Events read so far.
+    pub fn events(&self) -> usize {
+        self.inner.events
+    }
+
     /// Ends the last run and returns the report.
     pub fn finish(self) -> VerifyReport {
         self.inner.finish(Vec::new(), Vec::new())

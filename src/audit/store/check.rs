@@ -1,9 +1,9 @@
 //! A streaming check of one run's stored chain, fed its lines in `seq` order: memory does not
-//! grow with the run.
+//! grow with the run. The checks are those of `toolgate verify` ([`StreamVerifier`]).
 
 use serde_json::{Value, json};
 
-use super::Incoming;
+use crate::audit::StreamVerifier;
 
 /// Most breaks a [`RunCheck`] keeps (the count goes on).
 const MAX_BREAKS: usize = 1_000;
@@ -18,7 +18,7 @@ pub struct RunBreak {
 }
 
 /// The state of a streaming chain check.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct RunCheck {
     /// Events read.
     pub events: u64,
@@ -26,66 +26,35 @@ pub struct RunCheck {
     pub breaks: Vec<RunBreak>,
     /// Breaks found in all.
     pub break_count: u64,
-    next_seq: u64,
-    last_hash: Option<String>,
+    verifier: StreamVerifier,
+}
+
+impl Default for RunCheck {
+    fn default() -> Self {
+        RunCheck {
+            events: 0,
+            breaks: Vec::new(),
+            break_count: 0,
+            verifier: StreamVerifier::new(None),
+        }
+    }
 }
 
 impl RunCheck {
-    fn add(&mut self, seq: Option<u64>, message: String) {
-        self.break_count += 1;
-        if self.breaks.len() < MAX_BREAKS {
-            self.breaks.push(RunBreak { seq, message });
-        }
-    }
-
-    /// Checks the next stored line of the run.
+    /// Checks the next stored line of the run (its bytes must be the canonical form of its
+    /// content, as stores keep them).
     pub fn push_line(&mut self, line: &str) {
         self.events += 1;
-        let inc = match Incoming::from_line(line) {
-            Ok(i) => i,
-            Err(e) => {
-                self.add(None, format!("unreadable event: {e}"));
-                return;
+        self.verifier.push_line(line);
+        for b in self.verifier.take_breaks() {
+            self.break_count += 1;
+            if self.breaks.len() < MAX_BREAKS {
+                self.breaks.push(RunBreak {
+                    seq: b.seq,
+                    message: b.message,
+                });
             }
-        };
-        self.push(&inc);
-    }
-
-    /// Checks the next event of the run.
-    pub fn push(&mut self, inc: &Incoming) {
-        if !inc.hash_ok {
-            self.add(
-                Some(inc.seq),
-                "hash does not match the event's content".into(),
-            );
         }
-        if inc.seq < self.next_seq {
-            self.add(
-                Some(inc.seq),
-                format!(
-                    "out of order: seq {} after seq {}",
-                    inc.seq,
-                    self.next_seq - 1
-                ),
-            );
-            return;
-        }
-        if inc.seq > self.next_seq {
-            self.add(
-                Some(inc.seq),
-                format!("missing seq {}..{}", self.next_seq, inc.seq - 1),
-            );
-        } else if inc.prev_hash != self.last_hash {
-            self.add(
-                Some(inc.seq),
-                match inc.seq {
-                    0 => "prevHash of seq 0 must be null".into(),
-                    s => format!("prevHash does not match the hash of seq {}", s - 1),
-                },
-            );
-        }
-        self.next_seq = inc.seq + 1;
-        self.last_hash = Some(inc.hash.clone());
     }
 
     /// Whether the run verified.
