@@ -243,8 +243,14 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                         body: answer,
                     } => {
                         attempt = 0;
-                        shared.state.lock().await.inflight = None;
+                        // The batch stays in flight (marked spooled, so a spill does not write
+                        // it again) until the rejection is recorded: a flush that looked in
+                        // between would see an idle sink and no rejection.
+                        if let Some(i) = shared.state.lock().await.inflight.as_mut() {
+                            i.spooled = true;
+                        }
                         reject(&shared, body, status, answer).await;
+                        shared.state.lock().await.inflight = None;
                         bump(&shared);
                     }
                     Outcome::Partial {
