@@ -1,7 +1,7 @@
 //! The JSONL folder store: `DIR/<agent>/<YYYY-MM-DD>[.N].jsonl`, one canonical event per line.
 //!
-//! * `<agent>` is [`agent_dir_name`] of the `agentId` (injective and readable); the date is the
-//!   UTC date of the event's `ts`.
+//! * `<agent>` is [`agent_dir_name`](super::agent_dir_name) of the `agentId` (injective and
+//!   readable); the date is the UTC date of the event's `ts`.
 //! * Within one file the events of a run are in `seq` order: an event that arrives after a
 //!   later event of its run went to that file goes to the next segment (`DATE.1.jsonl`, ...),
 //!   so `toolgate verify DIR` passes whatever order events arrived in.
