@@ -511,6 +511,42 @@ mod tests {
     }
 
     #[test]
+    fn streaming_finds_what_the_in_memory_check_finds() {
+        let mut evs = run(6);
+        evs.remove(2);
+        let mut lines: Vec<String> = evs.iter().map(AuditEvent::to_canonical_json).collect();
+        lines.insert(3, lines[3].clone());
+        let parsed: Vec<AuditEvent> = lines
+            .iter()
+            .map(|l| AuditEvent::from_value(serde_json::from_str(l).unwrap()).unwrap())
+            .collect();
+        let whole = verify_events(&parsed);
+        let mut s = StreamVerifier::new(None);
+        for l in &lines {
+            s.push_line(l);
+        }
+        let streamed = s.finish();
+        let kinds = |r: &VerifyReport| r.breaks.iter().map(|b| (b.kind, b.seq)).collect::<Vec<_>>();
+        assert_eq!(kinds(&streamed), kinds(&whole));
+        assert_eq!(
+            kinds(&whole),
+            [
+                (BreakKind::MissingSeq, Some(3)),
+                (BreakKind::DuplicateSeq, Some(4))
+            ]
+        );
+        assert_eq!((streamed.events, streamed.runs), (whole.events, whole.runs));
+
+        // Lines are held to the canonical form, as in files.
+        let mut s = StreamVerifier::new(None);
+        s.push_line(&format!("{} ", lines[0]));
+        let r = s.finish();
+        assert_eq!(r.breaks.len(), 1, "{:?}", r.breaks);
+        assert_eq!(r.breaks[0].kind, BreakKind::NotCanonical);
+        assert_eq!(r.breaks[0].agent_id.as_deref(), Some("a"));
+    }
+
+    #[test]
     fn duplicate_is_reported() {
         let mut evs = run(3);
         evs.push(evs[1].clone());
