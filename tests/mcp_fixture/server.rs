@@ -265,7 +265,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         axum::serve(listener, router).await?;
         return Ok(());
     }
-    let session = fixture.serve(rmcp::transport::stdio()).await?;
+    let session = fixture.serve(rmcp::transport::stdio_pipes()).await?;
     session.waiting().await?;
     // A read of stdin may still block the runtime's shutdown: leave now.
     std::process::exit(0)
