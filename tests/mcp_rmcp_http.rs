@@ -147,4 +147,16 @@ fn an_unreachable_http_upstream_exits_1_with_a_clear_error() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+
+    // "localhost:3001/mcp" parses with the scheme "localhost": the gateway cannot start (2).
+    let out = Command::new(mcp_client::TOOLGATE)
+        .arg("mcp-proxy")
+        .args(s.args())
+        .args(["--upstream", "localhost:3001/mcp"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not an http(s) URL"), "{stderr}");
 }

@@ -16,6 +16,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
+use super::ProxyError;
 use super::frame::Frame;
 use super::jsonrpc;
 use super::transport::Link;
@@ -56,19 +57,31 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Connects to a streamable HTTP MCP endpoint: checks that it answers HTTP at all (any status
-/// will do, within [`START_TIMEOUT`]), then relays. An endpoint that cannot be reached is an
-/// error naming it.
-pub(crate) async fn connect(url: String) -> Result<Link, String> {
+/// will do, within [`START_TIMEOUT`]), then relays. A malformed URL cannot start the gateway; an
+/// endpoint that cannot be reached is [`ProxyError::Unreachable`].
+pub(crate) async fn connect(url: String) -> Result<Link, ProxyError> {
+    let spawn = |message: String| ProxyError::Spawn {
+        program: url.clone(),
+        message,
+    };
+    match reqwest::Url::parse(&url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(u) => return Err(spawn(format!("not an http(s) URL (scheme {})", u.scheme()))),
+        Err(e) => return Err(spawn(format!("not a URL: {e}"))),
+    }
     let client = reqwest::Client::builder()
         .connect_timeout(START_TIMEOUT)
         .build()
-        .map_err(|e| chain(&e))?;
+        .map_err(|e| spawn(chain(&e)))?;
     let probe = client
         .head(&url)
         .timeout(START_TIMEOUT)
         .send()
         .await
-        .map_err(|e| format!("cannot reach the upstream server at {url}: {}", chain(&e)))?;
+        .map_err(|e| ProxyError::Unreachable {
+            url: url.clone(),
+            message: format!("cannot reach the upstream server at {url}: {}", chain(&e)),
+        })?;
     tracing::debug!("upstream {url}: answers (HTTP {} to HEAD)", probe.status());
     let (up_tx, mut up_rx) = unbounded_channel::<Frame>();
     let (down_tx, down_rx) = unbounded_channel::<Frame>();
@@ -263,7 +276,9 @@ impl Http {
 
     async fn close(&self) {
         if self.session.id.lock().is_some() {
-            let _ = self.request(reqwest::Method::DELETE).send().await;
+            // Bounded: a server that stopped answering must not hold up the gateway's exit.
+            let delete = self.request(reqwest::Method::DELETE).timeout(START_TIMEOUT);
+            let _ = delete.send().await;
         }
     }
 }

@@ -95,7 +95,7 @@ impl ProxyExit {
 /// Errors of starting the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    /// The upstream server could not be started.
+    /// The upstream server could not be started (or its URL is malformed).
     #[error("cannot start the upstream server `{program}`: {message}")]
     Spawn {
         /// The program.
@@ -144,14 +144,7 @@ where
             })?
         }
         #[cfg(feature = "http")]
-        Upstream::Http { url } => {
-            http::connect(url.clone())
-                .await
-                .map_err(|message| ProxyError::Unreachable {
-                    url: url.clone(),
-                    message,
-                })?
-        }
+        Upstream::Http { url } => http::connect(url.clone()).await?,
     };
     let engine = config.engine.clone();
     let (client_tx, client_out_rx) = unbounded_channel::<Frame>();
