@@ -1,6 +1,7 @@
 //! Latency of a `tools/call` through `toolgate mcp-proxy` vs directly to the same fixture server
 //! over stdio, and calls/s for 1,000 sequential calls. Prints numbers (not a criterion bench):
-//! `cargo bench --bench mcp_proxy`.
+//! `cargo build --release --example mcp_fixture && cargo bench --bench mcp_proxy` (the fixture
+//! server, tests/mcp_fixture, is an example that `cargo bench --bench` alone does not build).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -8,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_toolgate-mcp-fixture");
 const TOOLGATE: &str = env!("CARGO_BIN_EXE_toolgate");
 const CALLS: usize = 1000;
 const WARMUP: usize = 200;
@@ -125,8 +125,26 @@ fn measure(label: &str, mut peer: Peer) -> Duration {
     median
 }
 
+/// The fixture server next to this bench's executable: target/release/examples/mcp_fixture.
+fn fixture() -> String {
+    let exe = std::env::current_exe().expect("the bench's path");
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join(format!("mcp_fixture{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "the fixture MCP server {} is not built: run `cargo build --release --example mcp_fixture` first",
+        path.display()
+    );
+    path.display().to_string()
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; any other filter argument is ignored.
+    let fixture = fixture();
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.json");
     std::fs::write(&policy, POLICY).unwrap();
@@ -136,12 +154,12 @@ fn main() {
         if audit {
             c.args(["--audit", dir.path().join("audit").to_str().unwrap()]);
         }
-        c.args(["--", FIXTURE]);
+        c.args(["--", &fixture]);
         c
     };
     let direct = measure(
         "direct (fixture over stdio)",
-        Peer::start(&mut Command::new(FIXTURE)),
+        Peer::start(&mut Command::new(&fixture)),
     );
     let through = measure("through mcp-proxy", Peer::start(&mut proxy(false)));
     let audited = measure("through mcp-proxy + audit", Peer::start(&mut proxy(true)));

@@ -24,7 +24,7 @@ fn a_traceparent_in_meta_is_the_parent_of_the_calls_span() {
     let s = Setup::new();
     let mut args = s.args();
     args.push("--otel".into());
-    let mut p = Proxy::start(&args, &[mcp_client::FIXTURE.to_string()]);
+    let mut p = Proxy::start(&args, &[mcp_client::fixture()]);
     p.initialize("2025-06-18", false);
     let r = p.request(
         "tools/call",

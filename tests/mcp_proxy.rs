@@ -24,13 +24,13 @@ fn allows_blocks_and_passes_everything_else_through() {
     assert_eq!(init["protocolVersion"], "2025-06-18");
     assert_eq!(init["serverInfo"]["name"], "fixture");
 
-    // tools/list: the hidden tool is gone, unknown fields of the others are kept.
+    // tools/list: the hidden tool is gone, the others' `_meta` is kept.
     let list = p.request("tools/list", json!({}));
     let names = tool_names(&list);
     assert!(names.contains(&"echo".to_string()), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("secret")), "{names:?}");
     assert_eq!(
-        list["result"]["tools"][0]["x-fixture-extra"],
+        list["result"]["tools"][0]["_meta"]["x-fixture"],
         json!({"kept": true})
     );
 

@@ -1,108 +1,162 @@
-//! The gateway in front of a fixture server written with rmcp and served by rmcp's streamable
-//! HTTP server on loopback (`--upstream URL`).
+//! The gateway in front of the fixture server (tests/mcp_fixture, written with rmcp) served by
+//! rmcp's streamable HTTP server on loopback (`--upstream URL`), and an HTTP upstream that dies
+//! or cannot be reached.
 #![cfg(all(feature = "mcp", feature = "http"))]
 
 mod mcp_client;
 
-use std::sync::Arc;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 
 use mcp_client::{Proxy, Setup, code, text};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, ServerConfig,
-};
-use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 
-/// Two tools: `echo` (no annotations) and `delete_note` (destructiveHint).
-#[derive(Clone)]
-struct Fixture;
+/// The fixture serving streamable HTTP; killed when the test ends, however it ends.
+struct Server {
+    child: Child,
+    url: String,
+}
 
-impl ServerHandler for Fixture {
-    fn get_info(&self) -> ServerConfig {
-        serde_json::from_value(json!({
-            "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "rmcp-fixture", "version": "1.0.0"}
-        }))
-        .expect("a valid ServerConfig")
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
-        Ok(serde_json::from_value(json!({"tools": [
-            {"name": "echo", "description": "Echoes", "inputSchema": schema},
-            {"name": "delete_note", "description": "Deletes", "inputSchema": schema,
-             "annotations": {"destructiveHint": true}}
-        ]}))
-        .expect("a valid ListToolsResult"))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let args = serde_json::to_value(&request.arguments).unwrap_or_default();
-        let text = format!("{}: {}", request.name, args["text"].as_str().unwrap_or(""));
-        let result: CallToolResult =
-            serde_json::from_value(json!({"content": [{"type": "text", "text": text}]}))
-                .expect("a valid CallToolResult");
-        Ok(result.into())
+impl Server {
+    /// Starts `mcp_fixture --http` and reads the endpoint it prints (no sleeping).
+    fn start() -> Server {
+        let mut child = Command::new(mcp_client::fixture())
+            .arg("--http")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut url = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut url)
+            .unwrap();
+        let url = url.trim().to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url:?}");
+        Server { child, url }
     }
 }
 
-/// Serves the fixture on a loopback port from its own runtime; returns the endpoint.
-fn serve() -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let service = StreamableHttpService::new(
-                || Ok(Fixture),
-                Arc::new(LocalSessionManager::default()),
-                StreamableHttpServerConfig::default(),
-            );
-            let router = axum::Router::new().nest_service("/mcp", service);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tx.send(format!("http://{addr}/mcp")).unwrap();
-            axum::serve(listener, router).await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proxy(s: &Setup, url: &str) -> Proxy {
+    let mut args = s.args();
+    args.extend(["--upstream".to_string(), url.to_string()]);
+    Proxy::start(&args, &[])
 }
 
 #[test]
-fn an_rmcp_fixture_over_streamable_http_is_governed() {
-    let url = serve();
+fn the_rmcp_fixture_over_streamable_http_is_governed() {
+    let server = Server::start();
     let s = Setup::new();
-    let mut args = s.args();
-    args.extend(["--upstream".to_string(), url]);
-    let mut p = Proxy::start(&args, &[]);
+    let mut p = proxy(&s, &server.url);
     let init = p.initialize_with("2025-06-18", json!({}));
-    assert_eq!(init["serverInfo"]["name"], "rmcp-fixture");
+    assert_eq!(init["serverInfo"]["name"], "fixture");
+    assert_eq!(init["protocolVersion"], "2025-06-18");
     let list = p.request("tools/list", json!({}));
-    assert_eq!(
-        list["result"]["tools"].as_array().map(Vec::len),
-        Some(2),
+    let tools = list["result"]["tools"].as_array().unwrap();
+    assert!(
+        tools.iter().all(|t| t["name"] != "secret_tool") && tools.len() == 9,
         "{list}"
     );
 
     let r = p.call("echo", json!({"text": "over rmcp"}));
-    assert_eq!(text(&r), "echo: over rmcp", "{r}");
-    let r = p.call("delete_note", json!({"text": "n1"}));
+    assert_eq!(text(&r), "over rmcp", "{r}");
+    let r = p.call("delete_note", json!({"id": "n1"}));
     assert_eq!(code(&r), "BLOCKED_RULE", "{r}");
     assert_eq!(r["result"]["_meta"]["toolgate"]["ruleId"], "no-destructive");
+    let params = json!({"odd": [1, 2.5, {"deep": null}]});
+    let r = p.request("fixture/echo", params.clone());
+    assert_eq!(r["result"]["echo"], params, "{r}");
+
+    // Progress notifications come back on the call's event stream, before its result.
+    let id = p.send_request(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 20}, "_meta": {"progressToken": 7}}),
+    );
+    let r = p.response(&id);
+    assert_eq!(text(&r), "slept 20", "{r}");
+    assert_eq!(
+        p.seen
+            .iter()
+            .filter(|v| v["method"] == "notifications/progress")
+            .count(),
+        2,
+        "{:?}",
+        p.seen
+    );
 
     assert_eq!(p.finish().code(), Some(0));
     let (ok, out) = s.toolgate(&["verify", s.path("audit").to_str().unwrap()]);
     assert!(ok, "{out}");
+}
+
+#[test]
+fn a_dying_http_upstream_fails_pending_calls_and_exits_1() {
+    let server = Server::start();
+    let s = Setup::new();
+    let mut p = proxy(&s, &server.url);
+    p.initialize("2025-11-25", false);
+    let slow = p.send_request(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 60000}}),
+    );
+    let crash = p.send_request("tools/call", json!({"name": "crash", "arguments": {}}));
+    for id in [&slow, &crash] {
+        let r = p.response(id);
+        assert_eq!(r["error"]["code"], -32603, "{r}");
+        assert_eq!(r["error"]["message"], "upstream server exited", "{r}");
+    }
+    assert_eq!(p.wait().code(), Some(1));
+    let (ok, out) = s.toolgate(&["verify", s.path("audit").to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let events = s.audit_events();
+    let ended = events.iter().find(|e| e["kind"] == "run.ended").unwrap();
+    assert_eq!(ended["status"], "upstream_exited");
+}
+
+#[test]
+fn an_unreachable_http_upstream_exits_1_with_a_clear_error() {
+    // A loopback port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let s = Setup::new();
+    let out = Command::new(mcp_client::TOOLGATE)
+        .arg("mcp-proxy")
+        .args(s.args())
+        .args(["--upstream", &url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot reach the upstream server at {url}")),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // "localhost:3001/mcp" parses with the scheme "localhost": the gateway cannot start (2).
+    let out = Command::new(mcp_client::TOOLGATE)
+        .arg("mcp-proxy")
+        .args(s.args())
+        .args(["--upstream", "localhost:3001/mcp"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not an http(s) URL"), "{stderr}");
 }

@@ -192,7 +192,10 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         super::otel::finish(otel, "mcp-proxy").await;
         match result {
             Ok(exit) => ExitCode::from(exit.code()),
-            Err(e) => fail(e),
+            Err(e) => {
+                fail(&e);
+                ExitCode::from(e.code())
+            }
         }
     });
     // The runtime's blocking reader of stdin may still wait for input that never comes (the

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::TOOL_CHANGED;
+use super::frame::Frame;
 use super::gateway::{Cancel, Gateway, PendingWhat};
 use super::jsonrpc;
 use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall, ToolOutcome};
@@ -25,7 +26,7 @@ struct Asked<'a> {
 
 impl Gateway {
     /// Decides a `tools/call` request and forwards it or answers it.
-    pub(crate) async fn decide_call(&self, msg: Value, cancel: &Cancel) {
+    pub(crate) async fn decide_call(&self, msg: Frame, cancel: &Cancel) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let params = msg.get("params");
         let Some(name) = params
@@ -122,7 +123,7 @@ impl Gateway {
         run: &Run,
         id: &Value,
         call_id: String,
-        msg: Value,
+        msg: Frame,
         cancel: &Cancel,
     ) {
         let started = Instant::now();
@@ -201,7 +202,7 @@ impl Gateway {
         run: &Run,
         id: &Value,
         asked: Asked<'_>,
-        msg: Value,
+        msg: Frame,
         cancel: &Cancel,
     ) {
         let Asked {

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
+use super::frame::Frame;
 use super::jsonrpc::{self, Kind};
 use super::pins::{PinCheck, definition_hash};
 use super::{ProxyConfig, TOOL_CHANGED};
@@ -57,8 +58,8 @@ pub(crate) struct ToolInfo {
 /// The gateway's state, shared by the relay loop and the decision tasks.
 pub(crate) struct Gateway {
     pub(crate) cfg: ProxyConfig,
-    to_client: Mutex<Option<UnboundedSender<Value>>>,
-    to_upstream: Mutex<Option<UnboundedSender<Value>>>,
+    to_client: Mutex<Option<UnboundedSender<Frame>>>,
+    to_upstream: Mutex<Option<UnboundedSender<Frame>>>,
     run: Mutex<Option<Run>>,
     pending: Mutex<HashMap<String, Pending>>,
     /// `tools/call` requests waiting on a decision, by id key.
@@ -75,8 +76,8 @@ pub(crate) struct Gateway {
 impl Gateway {
     pub(crate) fn new(
         cfg: ProxyConfig,
-        to_client: UnboundedSender<Value>,
-        to_upstream: UnboundedSender<Value>,
+        to_client: UnboundedSender<Frame>,
+        to_upstream: UnboundedSender<Frame>,
     ) -> Gateway {
         Gateway {
             cfg,
@@ -93,15 +94,15 @@ impl Gateway {
         }
     }
 
-    pub(crate) fn send_client(&self, v: Value) {
+    pub(crate) fn send_client(&self, v: impl Into<Frame>) {
         if let Some(tx) = self.to_client.lock().as_ref() {
-            let _ = tx.send(v);
+            let _ = tx.send(v.into());
         }
     }
 
-    pub(crate) fn send_upstream(&self, v: Value) {
+    pub(crate) fn send_upstream(&self, v: impl Into<Frame>) {
         if let Some(tx) = self.to_upstream.lock().as_ref() {
-            let _ = tx.send(v);
+            let _ = tx.send(v.into());
         }
     }
 
@@ -153,7 +154,7 @@ impl Gateway {
     }
 
     /// A frame from the client.
-    pub(crate) async fn on_client(self: &Arc<Self>, msg: Value) {
+    pub(crate) async fn on_client(self: &Arc<Self>, msg: Frame) {
         match jsonrpc::kind(&msg) {
             Kind::Request("tools/call") => self.spawn_decision(msg),
             Kind::Request(method) => {
@@ -189,10 +190,10 @@ impl Gateway {
                 };
                 match ask {
                     Some(tx) => {
-                        let _ = tx.send(msg);
+                        let _ = tx.send(msg.into_value());
                     }
                     // A late answer to a question toolgate no longer waits for.
-                    None if ours() => tracing::debug!("dropped a late answer: {msg}"),
+                    None if ours() => tracing::debug!("dropped a late answer: {}", *msg),
                     None => self.send_upstream(msg),
                 }
             }
@@ -200,7 +201,7 @@ impl Gateway {
         }
     }
 
-    fn spawn_decision(self: &Arc<Self>, msg: Value) {
+    fn spawn_decision(self: &Arc<Self>, msg: Frame) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let key = jsonrpc::id_key(&id);
         let gw = self.clone();
@@ -229,7 +230,7 @@ impl Gateway {
         &self,
         id: &Value,
         call_id: String,
-        msg: Value,
+        msg: Frame,
         cancel: &Cancel,
     ) -> bool {
         let _deciding = self.deciding.lock();
@@ -272,7 +273,7 @@ impl Gateway {
     }
 
     /// A frame from the upstream server.
-    pub(crate) async fn on_upstream(&self, mut msg: Value) {
+    pub(crate) async fn on_upstream(&self, mut msg: Frame) {
         if jsonrpc::kind(&msg) != Kind::Response {
             self.send_client(msg);
             return;
@@ -299,7 +300,7 @@ impl Gateway {
                     && !d.is_allowed()
                 {
                     let id = msg.get("id").cloned().unwrap_or(Value::Null);
-                    msg = jsonrpc::result(&id, jsonrpc::blocked_by(&d, None));
+                    msg = jsonrpc::result(&id, jsonrpc::blocked_by(&d, None)).into();
                 }
             }
             Some(PendingWhat::Other) | None => {}
@@ -307,21 +308,29 @@ impl Gateway {
         self.send_client(msg);
     }
 
-    /// Drops hidden tools from a `tools/list` result, records tags and definition hashes, and
-    /// checks the pins.
-    fn filter_tools(&self, msg: &mut Value) {
-        let Some(tools) = msg
-            .pointer_mut("/result/tools")
-            .and_then(Value::as_array_mut)
-        else {
-            return;
-        };
+    /// Drops hidden tools from a `tools/list` result (the only change to it: without hidden
+    /// tools it goes on as it came), records tags and definition hashes, and checks the pins.
+    fn filter_tools(&self, msg: &mut Frame) {
         let file = &self.cfg.tools;
-        tools.retain(|t| {
+        let shown = |t: &Value| {
             t.get("name")
                 .and_then(Value::as_str)
                 .is_none_or(|n| !file.is_hidden(n))
-        });
+        };
+        let Some(tools) = msg.pointer("/result/tools").and_then(Value::as_array) else {
+            return;
+        };
+        if !tools.iter().all(shown)
+            && let Some(tools) = msg
+                .msg_mut()
+                .pointer_mut("/result/tools")
+                .and_then(Value::as_array_mut)
+        {
+            tools.retain(shown);
+        }
+        let Some(tools) = msg.pointer("/result/tools").and_then(Value::as_array) else {
+            return;
+        };
         let listed: Vec<(String, String, Vec<String>)> = tools
             .iter()
             .filter_map(|t| {

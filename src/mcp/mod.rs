@@ -1,13 +1,15 @@
 //! The MCP gateway (`toolgate mcp-proxy`): one process between an MCP client and one MCP
 //! server that governs the client's `tools/call` requests with the engine.
 //!
-//! It is a message *relay*, not a typed server: frames are raw JSON-RPC `serde_json::Value`s
-//! framed by rmcp's stdio codec, so every method, field and `_meta` toolgate does not intercept
-//! reaches the other side as it came. It intercepts `initialize` (the client's elicitation
-//! capability, the server's name), `tools/list` (hidden tools, tags, pins), `tools/call` (the
-//! decision) and `notifications/cancelled`. See `docs/mcp-gateway.md`.
+//! It is a message *relay*, not a typed server: frames are raw JSON-RPC messages framed by
+//! rmcp's stdio codec, each keeping the exact text it came in, so every method, field and
+//! `_meta` toolgate does not intercept reaches the other side byte for byte. It intercepts
+//! `initialize` (the client's elicitation capability, the server's name), `tools/list` (hidden
+//! tools, tags, pins), `tools/call` (the decision) and `notifications/cancelled`. See
+//! `docs/mcp-gateway.md`.
 
 mod calls;
+mod frame;
 mod gateway;
 #[cfg(feature = "http")]
 mod http;
@@ -20,10 +22,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::unbounded_channel;
 
+use frame::Frame;
 pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, blocked_result};
 pub use pins::{Pin, PinCheck, PinError, PinFile, definition_hash};
 pub use tools::{ToolsFile, ToolsFileError};
@@ -93,7 +95,7 @@ impl ProxyExit {
 /// Errors of starting the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    /// The upstream server could not be started or reached.
+    /// The upstream server could not be started (or its URL is malformed).
     #[error("cannot start the upstream server `{program}`: {message}")]
     Spawn {
         /// The program.
@@ -101,6 +103,25 @@ pub enum ProxyError {
         /// Why.
         message: String,
     },
+    /// The upstream server at a streamable HTTP endpoint does not answer.
+    #[error("{message}")]
+    Unreachable {
+        /// The endpoint.
+        url: String,
+        /// Why (names the endpoint).
+        message: String,
+    },
+}
+
+impl ProxyError {
+    /// The process exit code: 1 for an upstream that does not answer (as for one that exits
+    /// during the session), 2 for a gateway that could not start.
+    pub fn code(&self) -> u8 {
+        match self {
+            ProxyError::Spawn { .. } => 2,
+            ProxyError::Unreachable { .. } => 1,
+        }
+    }
 }
 
 /// Runs one gateway session between the client on `client_in`/`client_out` and `upstream`,
@@ -123,17 +144,12 @@ where
             })?
         }
         #[cfg(feature = "http")]
-        Upstream::Http { url } => {
-            http::connect(url.clone()).map_err(|message| ProxyError::Spawn {
-                program: url.clone(),
-                message,
-            })?
-        }
+        Upstream::Http { url } => http::connect(url.clone()).await?,
     };
     let engine = config.engine.clone();
-    let (client_tx, client_out_rx) = unbounded_channel::<Value>();
+    let (client_tx, client_out_rx) = unbounded_channel::<Frame>();
     let client_writer = transport::spawn_writer(client_out, client_out_rx, "client");
-    let (client_in_tx, mut client_rx) = unbounded_channel::<Value>();
+    let (client_in_tx, mut client_rx) = unbounded_channel::<Frame>();
     let client_reader = transport::spawn_reader(client_in, client_in_tx, "client");
     let gw = Arc::new(gateway::Gateway::new(config, client_tx, link.tx.clone()));
     drop(link.tx);

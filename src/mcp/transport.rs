@@ -1,17 +1,19 @@
 //! Moving JSON-RPC frames between byte streams and channels, with rmcp's stdio framing
-//! (`JsonRpcMessageCodec`: one JSON message per line) over raw `serde_json::Value`s.
+//! (`JsonRpcMessageCodec`: one JSON message per line) over raw [`Frame`]s (each keeps the text
+//! it came in).
 
 use std::process::Stdio;
 
 use futures::SinkExt;
 use rmcp::transport::async_rw::{JsonRpcMessageCodec, JsonRpcMessageCodecError};
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::{Decoder, FramedWrite};
+
+use super::frame::Frame;
 
 /// The largest message accepted on a line (rmcp's default for stdio).
 const MAX_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
@@ -20,14 +22,14 @@ const MAX_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 /// is not JSON is logged and skipped; the stream goes on.
 pub(crate) fn spawn_reader<R>(
     mut r: R,
-    tx: UnboundedSender<Value>,
+    tx: UnboundedSender<Frame>,
     side: &'static str,
 ) -> JoinHandle<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut codec = JsonRpcMessageCodec::<Value>::new_with_max_length(MAX_LINE);
+        let mut codec = JsonRpcMessageCodec::<Frame>::new_with_max_length(MAX_LINE);
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
             loop {
@@ -73,14 +75,14 @@ fn skip(side: &str, e: JsonRpcMessageCodecError) {
 /// every sender is gone (then the stream is closed) or when writing fails.
 pub(crate) fn spawn_writer<W>(
     w: W,
-    mut rx: UnboundedReceiver<Value>,
+    mut rx: UnboundedReceiver<Frame>,
     side: &'static str,
 ) -> JoinHandle<()>
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut sink = FramedWrite::new(w, JsonRpcMessageCodec::<Value>::default());
+        let mut sink = FramedWrite::new(w, JsonRpcMessageCodec::<Frame>::default());
         while let Some(v) = rx.recv().await {
             let mut batch = Some(v);
             while let Some(v) = batch.take() {
@@ -102,9 +104,9 @@ where
 /// A connection to the upstream server: frames to it, frames from it.
 pub(crate) struct Link {
     /// Frames to send upstream.
-    pub(crate) tx: UnboundedSender<Value>,
+    pub(crate) tx: UnboundedSender<Frame>,
     /// Frames from upstream; closed when the server is gone.
-    pub(crate) rx: UnboundedReceiver<Value>,
+    pub(crate) rx: UnboundedReceiver<Frame>,
     /// The child process, for a stdio upstream.
     pub(crate) child: Option<Child>,
     /// The writer task (ends once `tx` and its clones are dropped).

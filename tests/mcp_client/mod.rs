@@ -13,7 +13,26 @@ use serde_json::{Value, json};
 const PATIENCE: Duration = Duration::from_secs(30);
 
 pub const TOOLGATE: &str = env!("CARGO_BIN_EXE_toolgate");
-pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolgate-mcp-fixture");
+
+/// The fixture MCP server (tests/mcp_fixture/server.rs, the example `mcp_fixture`): next to this
+/// test's executable, in `target/<profile>/examples/`. `cargo test` builds it with the tests;
+/// a run of single test targets (`cargo test --test mcp_proxy`) does not, so this says how.
+pub fn fixture() -> String {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/examples/mcp_fixture
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples")
+        .join(format!("mcp_fixture{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "the fixture MCP server {} is not built: run `cargo test` (it builds the examples) or `cargo build --example mcp_fixture`",
+        path.display()
+    );
+    path.display().to_string()
+}
 
 /// The test policy: destructive tools blocked, `publish` needs approval, the note "forbidden"
 /// is off limits for tools tagged `notes` (by the tools file).
@@ -73,7 +92,7 @@ impl Setup {
     }
 
     pub fn start(&self) -> Proxy {
-        Proxy::start(&self.args(), &[FIXTURE.to_string()])
+        Proxy::start(&self.args(), &[fixture()])
     }
 
     /// Runs `toolgate ARGS...`, returning (success, stdout).
