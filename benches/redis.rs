@@ -1,102 +1,137 @@
-//! The Redis state store on loopback (`TOOLGATE_TEST_REDIS_URL`, default
-//! `redis://127.0.0.1:6379/0`): one decision's reserve (a run's history and flags, 4 counters,
-//! 2 metric windows: the shape of the customer-support policy), reserve + commit, and
-//! throughput with 8 concurrent runs. Prints round trips per decision.
+//! The engine on Redis on loopback (`TOOLGATE_TEST_REDIS_URL`, default
+//! `redis://127.0.0.1:6379/0`), policy `policies/customer-support.json`:
+//!
+//! - `redis/before_tool/crm_search`: one `before_tool` of a CRM search (a `maxCalls` counter and
+//!   an `agent_user` metric window in play), and `redis/before_tool/kb_search` (no state rule in
+//!   play: the run's flags and history are still read). Also printed: median and p99 over
+//!   2,000 decisions, and the Redis round trips per decision (counted by the store).
+//! - 8 concurrent runs: decisions per second (before + after of each call).
+//! - `redis/store/*`: the store alone, reserve and reserve + commit of the same shape.
+//!
+//! A new run every 5 calls keeps the per-run `maxCalls` (6) from blocking.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+use toolgate::engine::{GovernanceEngine, Run, RunContext, ToolCall, ToolOutcome};
 use toolgate::state::redis::{
     Commit, CounterSpec, RedisConfig, RedisStateStore, ReserveRequest, WindowSpec,
 };
 
-fn request(s: &RedisStateStore, run: &str) -> (ReserveRequest, Commit) {
-    let k = s.keys();
-    let c = |slot, scope: &str, max, window_ms, expires| CounterSpec {
-        key: k.counter("support-bot", slot, scope),
-        max,
-        window_ms,
-        reserve: true,
-        expires,
-    };
-    let req = ReserveRequest {
-        run: Some(k.run("support-bot", run)),
-        counters: vec![
-            c(1, run, u64::MAX, None, true),
-            c(2, "support-bot", u64::MAX, None, false),
-            c(3, "support-bot\u{1f}alice", u64::MAX, Some(60_000), false),
-            c(4, run, u64::MAX, None, true),
-        ],
-        windows: vec![
-            WindowSpec {
-                key: k.window("support-bot", 5, "support-bot"),
-                window_ms: 60_000,
-            },
-            WindowSpec {
-                key: k.window("support-bot", 6, run),
-                window_ms: 3_600_000,
-            },
-        ],
-    };
-    let commit = Commit {
-        run: req.run.clone(),
-        tool: Some("lookup_order".to_string()),
-        metrics: vec![(k.window("support-bot", 5, "support-bot"), 60_000, 0.25)],
-        adds: Vec::new(),
-    };
-    (req, commit)
+fn config() -> RedisConfig {
+    let url = std::env::var("TOOLGATE_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_string());
+    let mut cfg = RedisConfig::new(url);
+    cfg.prefix = format!("tgbench:{}", uuid::Uuid::now_v7().simple());
+    cfg.ttl = Duration::from_secs(600);
+    // a busy shared 2-core machine: measure, do not fail on the 50 ms default
+    cfg.timeout = Duration::from_secs(2);
+    cfg
+}
+
+fn run_for(engine: &GovernanceEngine, i: usize) -> Run {
+    engine.start_run(
+        RunContext::new(format!("bench-{i}"), "support-bot").with_enduser(
+            format!("C-{}", i % 50),
+            [("tier".to_string(), "gold".to_string())],
+        ),
+    )
+}
+
+fn crm(id: usize) -> ToolCall {
+    ToolCall::new(
+        format!("c{id}"),
+        "crm_search_contacts",
+        json!({"query": "jane", "limit": 5}),
+    )
+    .with_tags(["crm"])
+}
+
+fn kb(id: usize) -> ToolCall {
+    ToolCall::new(format!("k{id}"), "kb_search", json!({"query": "reset password"}))
+        .with_tags(["kb"])
+}
+
+/// Median and p99 of `n` decisions made by `decide`, and the round trips per decision.
+fn percentiles(
+    rt: &tokio::runtime::Runtime,
+    engine: &GovernanceEngine,
+    store: &RedisStateStore,
+    n: usize,
+    make: fn(usize) -> ToolCall,
+) -> (Duration, Duration, f64) {
+    let mut took = Vec::with_capacity(n);
+    let trips = store.round_trips();
+    let mut run = run_for(engine, 1_000_000);
+    for i in 0..n {
+        if i % 5 == 0 {
+            run = run_for(engine, 1_000_000 + i);
+        }
+        let call = make(i);
+        let t0 = Instant::now();
+        let d = rt.block_on(run.before_tool(call));
+        took.push(t0.elapsed());
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    let per = (store.round_trips() - trips) as f64 / n as f64;
+    took.sort();
+    (took[n / 2], took[n * 99 / 100], per)
 }
 
 fn bench(c: &mut Criterion) {
-    let url = std::env::var("TOOLGATE_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_string());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut cfg = RedisConfig::new(url);
-    cfg.prefix = format!("tgbench:{}", uuid::Uuid::now_v7().simple());
-    cfg.ttl = std::time::Duration::from_secs(600);
-    // the concurrent part shares one busy 2-core machine: measure, do not fail on the 50 ms limit
-    cfg.timeout = std::time::Duration::from_secs(2);
-    let store = rt
-        .block_on(RedisStateStore::connect(cfg))
-        .expect("Redis for the bench");
-    let (req, commit) = request(&store, "bench-run");
-    let mut now = 1_700_000_000_000i64;
+    let store = Arc::new(
+        rt.block_on(RedisStateStore::connect(config()))
+            .expect("Redis for the bench"),
+    );
+    let engine = GovernanceEngine::builder()
+        .policy_path(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/customer-support.json"
+        ))
+        .shared_state_store(store.clone())
+        .build()
+        .expect("the example policy loads");
 
-    let before = store.round_trips();
-    rt.block_on(store.reserve(&req, now)).expect("reserve");
-    println!("round trips per reserve: {}", store.round_trips() - before);
-
-    c.bench_function("redis_reserve", |b| {
-        b.iter(|| {
-            now += 1;
-            rt.block_on(store.reserve(&req, now)).expect("reserve")
-        })
-    });
-    c.bench_function("redis_reserve_commit", |b| {
-        b.iter(|| {
-            now += 1;
-            rt.block_on(async {
-                store.reserve(&req, now).await.expect("reserve");
-                store.commit(&commit, now).await.expect("commit");
+    for (name, make) in [("crm_search", crm as fn(usize) -> ToolCall), ("kb_search", kb)] {
+        let (median, p99, trips) = percentiles(&rt, &engine, &store, 2_000, make);
+        println!(
+            "redis before_tool {name}: median {median:?} p99 {p99:?}, {trips:.2} round trips per decision"
+        );
+        let mut i = 0usize;
+        let mut run = run_for(&engine, 0);
+        c.bench_function(&format!("redis/before_tool/{name}"), |b| {
+            b.iter(|| {
+                i += 1;
+                if i % 5 == 0 {
+                    run = run_for(&engine, i);
+                }
+                rt.block_on(run.before_tool(make(i)))
             })
-        })
-    });
+        });
+    }
 
-    // 8 concurrent runs for a fixed number of decisions each: decisions per second.
-    let store = Arc::new(store);
-    let per_run = 500;
+    // 8 concurrent runs, before + after of each call: decisions per second.
+    let per_run = 400;
+    let trips = store.round_trips();
     let t0 = Instant::now();
     rt.block_on(async {
         let mut tasks = Vec::new();
         for r in 0..8 {
-            let s = Arc::clone(&store);
+            let engine = engine.clone();
             tasks.push(tokio::spawn(async move {
-                let (req, commit) = request(&s, &format!("bench-run-{r}"));
+                let mut run = run_for(&engine, 2_000_000 + r * per_run);
                 for i in 0..per_run {
-                    let t = 1_800_000_000_000 + i;
-                    s.reserve(&req, t).await.expect("reserve");
-                    s.commit(&commit, t).await.expect("commit");
+                    if i % 5 == 0 {
+                        run = run_for(&engine, 2_000_000 + r * per_run + i);
+                    }
+                    let call = crm(i);
+                    let id = call.id.clone();
+                    assert!(run.before_tool(call).await.is_allowed());
+                    run.after_tool(&id, ToolOutcome::ok(json!([]), Duration::from_millis(1)))
+                        .await;
                 }
             }));
         }
@@ -105,10 +140,56 @@ fn bench(c: &mut Criterion) {
         }
     });
     let secs = t0.elapsed().as_secs_f64();
+    let n = 8 * per_run;
     println!(
-        "8 concurrent runs: {:.0} decisions/s (reserve + commit each)",
-        f64::from(8 * per_run as u32) / secs
+        "redis 8 concurrent runs: {:.0} decisions/s (before + after each; {:.2} round trips per call)",
+        n as f64 / secs,
+        (store.round_trips() - trips) as f64 / n as f64
     );
+
+    store_alone(c, &rt, &store);
+}
+
+/// The store alone: one decision's reserve and reserve + commit of the same shape.
+fn store_alone(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStateStore) {
+    let k = store.keys();
+    let req = ReserveRequest {
+        run: Some(k.run("support-bot", "store-run")),
+        counters: vec![CounterSpec {
+            key: k.counter("support-bot", 1, "store-run"),
+            max: u64::MAX,
+            window_ms: None,
+            reserve: true,
+            expires: true,
+        }],
+        windows: vec![WindowSpec {
+            key: k.window("support-bot", 2, "support-bot"),
+            window_ms: 3_600_000,
+        }],
+        resume: false,
+    };
+    let commit = Commit {
+        run: req.run.clone(),
+        tool: Some("crm_search_contacts".to_string()),
+        metrics: vec![(k.window("support-bot", 2, "support-bot"), 3_600_000, 1.0)],
+        ..Default::default()
+    };
+    let mut now = 1_700_000_000_000i64;
+    c.bench_function("redis/store/reserve", |b| {
+        b.iter(|| {
+            now += 1;
+            rt.block_on(store.reserve(&req, now)).expect("reserve")
+        })
+    });
+    c.bench_function("redis/store/reserve_commit", |b| {
+        b.iter(|| {
+            now += 1;
+            rt.block_on(async {
+                store.reserve(&req, now).await.expect("reserve");
+                store.commit(&commit, now).await.expect("commit");
+            })
+        })
+    });
 }
 
 criterion_group!(benches, bench);

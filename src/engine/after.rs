@@ -65,7 +65,8 @@ impl Run {
         let awaits = {
             let policies = self.engine.policies.load();
             let profile = policies.tools.profile(&policies, &tool.0, &tool.1);
-            needs_async(&self.engine, &policies, &profile.rules[1], &profile.name_lc)
+            self.engine.shared.is_some()
+                || needs_async(&self.engine, &policies, &profile.rules[1], &profile.name_lc)
                 || (self.engine.audit_enabled()
                     && self
                         .engine
@@ -99,6 +100,7 @@ impl Run {
             .profile(&policies, &pending.name, &pending.tags);
         let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
         let audit = self.engine.audit_enabled();
+        let shared_store = self.engine.shared.clone();
 
         // Inbuilt metrics of the call: only those a metricWindow tracker or the audit trail uses.
         let mut metrics: SmallVec<[(InbuiltMetric, f64); 5]> = SmallVec::new();
@@ -156,6 +158,20 @@ impl Run {
                 now,
                 Vec::new(),
             );
+            if let Some(store) = &shared_store {
+                match self
+                    .read_after_shared(&**store, &policies, &profile, now)
+                    .await
+                {
+                    Ok(view) => ctx.remote = view,
+                    Err(e) => {
+                        let (d, _) = self.shared_failure(Phase::After, call_id, now, &e);
+                        self.settle_after_shared(&**store, &profile, false, now, call_id)
+                            .await;
+                        return Some(d);
+                    }
+                }
+            }
             extract_subjects(&mut ctx, rules).await;
             let verdict = evaluate_rules(&mut ctx, rules).await;
             // After phase: counters were taken by the before decision; give back any taken now.
@@ -179,10 +195,18 @@ impl Run {
             Some(d)
         };
 
-        self.shared
-            .history
-            .lock()
-            .push(&profile, policies.tools.generation());
+        match &shared_store {
+            Some(store) => {
+                let abort = decision.as_ref().is_some_and(|d| d.abort_run);
+                self.settle_after_shared(&**store, &profile, abort, now, call_id)
+                    .await;
+            }
+            None => self
+                .shared
+                .history
+                .lock()
+                .push(&profile, policies.tools.generation()),
+        }
         // The evaluators' input lists the run's tool calls: kept only when an evaluator runs.
         let evaluators = &self.engine.evals;
         if audit && (!evaluators.per_tool.is_empty() || evaluators.per_run.is_some()) {
@@ -303,13 +327,14 @@ fn record_metric(
             Some((name, tags)) => spec.accepts(Some(name), tags),
             None => spec.accepts(None, &[]),
         };
-        if accepted {
-            engine.state.record(
-                &run.state_key(spec.slot, spec.scope),
-                spec.window_seconds,
-                at_ms,
-                value,
-            );
+        if !accepted {
+            continue;
+        }
+        let key = run.state_key(spec.slot, spec.scope);
+        if engine.shared.is_some() {
+            super::shared_state::buffer_metric(run, key, spec.window_seconds, value, at_ms);
+        } else {
+            engine.state.record(&key, spec.window_seconds, at_ms, value);
         }
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) missing: Vec<String>,
     /// Effect forced by a condition's `onMissing` in the current rule.
     pub(crate) effect_override: Option<EffectType>,
+    /// On a shared state store: what the decision read from it (conditions read here).
+    pub(crate) remote: Option<super::shared_state::RemoteView>,
 }
 
 impl<'a> DecisionCtx<'a> {
@@ -73,6 +75,7 @@ impl<'a> DecisionCtx<'a> {
             signals: Vec::new(),
             missing: Vec::new(),
             effect_override: None,
+            remote: None,
         }
     }
 }

@@ -32,6 +32,7 @@ mod observe;
 mod profile;
 mod run;
 mod sealer;
+mod shared_state;
 mod signals;
 mod subjects;
 
@@ -59,7 +60,7 @@ use crate::audit::{
 };
 use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
-use crate::state::{MemoryStateStore, StateStore};
+use crate::state::{MemoryStateStore, SharedStateStore, StateStore};
 use audit_hook::AuditState;
 use evaluations::{EngineEvals, EvalSet};
 use signals::SignalRegistry;
@@ -110,6 +111,8 @@ pub(crate) struct EngineInner {
     pub(crate) signal_timeout: Duration,
     pub(crate) review_ttl: Option<Duration>,
     pub(crate) state: Arc<dyn StateStore>,
+    /// A store shared by processes: when set, decisions read and write state there instead.
+    pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
     pub(crate) reviews: Arc<dyn ReviewStore>,
     pub(crate) signals: ArcSwap<SignalRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
@@ -143,6 +146,7 @@ pub struct EngineBuilder {
     signal_timeout: Duration,
     review_ttl: Option<Duration>,
     state: Arc<dyn StateStore>,
+    shared: Option<Arc<dyn SharedStateStore>>,
     reviews: Arc<dyn ReviewStore>,
     audit: Option<AuditConfig>,
     extra_sinks: Vec<Arc<dyn AuditSink>>,
@@ -164,6 +168,7 @@ impl Default for EngineBuilder {
             signal_timeout: Duration::from_millis(100),
             review_ttl: None,
             state: Arc::new(MemoryStateStore::new()),
+            shared: None,
             reviews: Arc::new(MemoryReviewStore::new()),
             audit: None,
             extra_sinks: Vec::new(),
@@ -219,10 +224,27 @@ impl EngineBuilder {
         self
     }
 
-    /// Sets the state store (default: in memory).
+    /// Sets the state store (default: in memory). Replaces a shared store set before.
     pub fn state_store(mut self, store: Arc<dyn StateStore>) -> Self {
         self.state = store;
+        self.shared = None;
         self
+    }
+
+    /// Keeps counters, metric windows, run history and run flags in a store shared by
+    /// processes: each decision reads them in one round trip (see
+    /// [`SharedStateStore`]). A failing store makes decisions follow the
+    /// [`failure_mode`](Self::failure_mode), with an `error` audit event.
+    pub fn shared_state_store(mut self, store: Arc<dyn SharedStateStore>) -> Self {
+        self.shared = Some(store);
+        self
+    }
+
+    /// Keeps the engine's state on Redis (see `docs/operations-redis.md`): connects at the
+    /// first decision, each call bounded by `config.timeout`.
+    #[cfg(feature = "redis")]
+    pub fn redis_state(self, config: crate::state::redis::RedisConfig) -> Self {
+        self.shared_state_store(Arc::new(crate::state::redis::LazyRedisStore::new(config)))
     }
 
     /// Sets the review store (default: in memory).
@@ -341,6 +363,7 @@ impl EngineBuilder {
                 signal_timeout: self.signal_timeout,
                 review_ttl: self.review_ttl,
                 state: self.state,
+                shared: self.shared,
                 reviews: self.reviews,
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 extractors: ArcSwap::from_pointee(Vec::new()),

@@ -37,6 +37,8 @@ pub(crate) struct ToolProfile {
     pub(crate) counters: Box<[u32]>,
     /// Bit `i` set: a call of this tool satisfies sequence entry `i`.
     pub(crate) seq_bits: Box<[u64]>,
+    /// Per phase, the state the rules in play read (worked out for a shared store only).
+    pub(crate) state_plan: std::sync::OnceLock<[super::shared_state::StatePlan; 2]>,
 }
 
 impl ToolProfile {
@@ -69,6 +71,7 @@ impl ToolProfile {
             rules,
             counters,
             seq_bits: seq_bits.into_boxed_slice(),
+            state_plan: std::sync::OnceLock::new(),
         }
     }
 

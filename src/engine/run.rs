@@ -65,6 +65,10 @@ pub(crate) struct RunShared {
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     pub(crate) run_key: Arc<str>,
+    /// On a shared store: the run was resumed; the next read clears its abort flag.
+    pub(crate) resume_pending: AtomicBool,
+    /// On a shared store: metric events not written yet (see `shared_state.rs`).
+    pub(crate) buffered: Mutex<Vec<crate::state::shared::MetricEvent>>,
     agent_key: Arc<str>,
     agent_user_key: Arc<str>,
     pub(crate) audit: super::audit_hook::RunAudit,
@@ -185,6 +189,8 @@ impl Run {
             tz_cache: std::sync::OnceLock::new(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
+            resume_pending: AtomicBool::new(false),
+            buffered: Mutex::new(Vec::new()),
         });
         let run = Run { engine, shared };
         super::observe::each(&run.engine.observers, |o| {
@@ -213,8 +219,13 @@ impl Run {
 
     /// Lifts the pause a hitl decision put on the run (see [`is_aborted`](Run::is_aborted)),
     /// e.g. once its review is resolved: later calls are decided by the rules again.
+    ///
+    /// On a shared state store the run's abort flag there is cleared by the run's next decision.
     pub fn resume(&self) {
         self.shared.aborted.store(false, Ordering::Release);
+        if self.engine.shared.is_some() {
+            self.shared.resume_pending.store(true, Ordering::Release);
+        }
     }
 
     /// Records a `tool.changed` audit event: the definition of `tool` (hashed to `sha256`)
@@ -293,20 +304,14 @@ impl Run {
         call: &ToolCall,
         now: DateTime<Utc>,
     ) -> Result<(Decision, bool), AsyncPlan> {
-        if self.is_aborted() {
-            let d = Decision::simple(
-                Phase::Before,
-                EffectType::Block,
-                DecisionCode::BlockedRunAborted,
-                Some(Arc::from(
-                    "the run was aborted by an earlier human-review request",
-                )),
-            );
-            return Ok((d, false));
+        let shared_store = self.engine.shared.is_some();
+        if !shared_store && self.is_aborted() {
+            return Ok((aborted_decision(), false));
         }
         let policies = self.engine.policies.load();
         let profile = policies.tools.profile(&policies, &call.name, &call.tags);
-        if needs_async(&self.engine, &policies, &profile.rules[0], &profile.name_lc) {
+        if shared_store || needs_async(&self.engine, &policies, &profile.rules[0], &profile.name_lc)
+        {
             return Err(AsyncPlan {
                 policies: arc_swap::Guard::into_inner(policies),
                 profile,
@@ -336,6 +341,11 @@ impl Run {
         plan: AsyncPlan,
     ) -> (Decision, bool) {
         let AsyncPlan { policies, profile } = plan;
+        if let Some(store) = self.engine.shared.clone() {
+            return self
+                .decide_before_shared(&*store, call, now, policies, profile)
+                .await;
+        }
         let view = call_view(call, &profile, None);
         let subjects = call.subjects.clone();
         let mut ctx = DecisionCtx::new(
@@ -357,7 +367,7 @@ impl Run {
 
     /// Turns the verdict into the decision: hitl lookup, then counters (kept when the call
     /// proceeds, given back otherwise).
-    fn conclude_before(
+    pub(crate) fn conclude_before(
         &self,
         call: &ToolCall,
         now: DateTime<Utc>,
@@ -371,7 +381,9 @@ impl Run {
         }
         d.signals = std::mem::take(&mut ctx.signals);
         let proceeds = d.effect == EffectType::Allow;
-        if proceeds {
+        if ctx.remote.is_some() {
+            // A shared store: the caller writes the outcome.
+        } else if proceeds {
             count_allowed(&self.engine, &ctx, &ctx.permits);
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
@@ -559,6 +571,9 @@ impl Run {
             return;
         }
         self.engine.state.forget_scope(&self.shared.run_key);
+        if let Some(store) = self.engine.shared.clone() {
+            self.end_shared(&*store).await;
+        }
         super::observe::each(&self.engine.observers, |o| {
             o.on_run_end(&self.shared.context, status)
         });
@@ -587,6 +602,18 @@ impl Run {
             self.engine.flush_audit().await;
         }
     }
+}
+
+/// The decision on a call of an aborted run.
+pub(crate) fn aborted_decision() -> Decision {
+    Decision::simple(
+        Phase::Before,
+        EffectType::Block,
+        DecisionCode::BlockedRunAborted,
+        Some(Arc::from(
+            "the run was aborted by an earlier human-review request",
+        )),
+    )
 }
 
 pub(crate) fn call_view<'a>(

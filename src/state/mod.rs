@@ -5,15 +5,20 @@
 //! Keys are a stable *slot* (a hash of the counter's or tracker's definition, so state survives a
 //! policy reload when the rule is unchanged) and a *scope* (the run id, agent id, or agent and
 //! end user).
+//!
+//! A store shared by processes (Redis) plugs in through [`SharedStateStore`] instead: one
+//! asynchronous round trip per decision for everything the rules in play read.
 
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod shared;
 mod window;
 
 use std::sync::Arc;
 
 pub use memory::MemoryStateStore;
+pub use shared::{SharedStateError, SharedStateStore, StateSnapshot};
 pub use window::{SlidingWindow, WindowStats};
 
 /// Identifies one counter or metric window.

@@ -7,6 +7,14 @@ use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
 
 pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
+    if let Some(remote) = &ctx.remote {
+        // Read (and reserved, all or none) in the decision's one round trip: a slot was taken
+        // iff every counting counter was below its limit.
+        return match remote.count(counter) {
+            Some(n) => (n >= max).into(),
+            None => Tri::Unknown,
+        };
+    }
     if ctx.permits.iter().any(|(c, _, _)| *c == counter) {
         // Already counted for this call by an identical condition evaluation.
         return Tri::False;

@@ -13,11 +13,15 @@ pub(crate) fn eval(
     let Some(spec) = ctx.policies.trackers.get(tracker as usize) else {
         return Tri::Unknown;
     };
-    let key = ctx.run.state_key(spec.slot, spec.scope);
-    let stats = ctx
-        .engine
-        .state
-        .window(&key, spec.window_seconds, ctx.now_ms);
+    let stats = match &ctx.remote {
+        Some(remote) => remote.window(tracker).unwrap_or_default(),
+        None => {
+            let key = ctx.run.state_key(spec.slot, spec.scope);
+            ctx.engine
+                .state
+                .window(&key, spec.window_seconds, ctx.now_ms)
+        }
+    };
     let agg = match aggregate {
         Aggregate::Sum => Some(stats.sum),
         Aggregate::Count => Some(stats.count as f64),

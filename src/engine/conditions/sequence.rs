@@ -8,8 +8,14 @@ use crate::engine::evaluate::DecisionCtx;
 use crate::engine::history::bit;
 
 pub(crate) fn eval(must: &[u32], must_not: &[u32], ctx: &mut DecisionCtx<'_>) -> Tri {
+    if let Some(remote) = &ctx.remote {
+        return test(must, must_not, remote.seen());
+    }
     let mut history = ctx.run.history.lock();
-    let seen = history.seen(ctx.policies);
+    test(must, must_not, history.seen(ctx.policies))
+}
+
+fn test(must: &[u32], must_not: &[u32], seen: &[u64]) -> Tri {
     let missing_required = must.iter().any(|&e| !bit(seen, e));
     let forbidden_seen = must_not.iter().any(|&e| bit(seen, e));
     (missing_required || forbidden_seen).into()

@@ -12,6 +12,7 @@
 
 mod keys;
 mod scripts;
+mod shared;
 mod url;
 
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-pub use keys::Keys;
+pub use keys::{Keys, RunKeys};
+pub use shared::LazyRedisStore;
 pub use url::redact_url;
 
 use super::WindowStats;
@@ -137,6 +139,8 @@ pub struct ReserveRequest {
     pub counters: Vec<CounterSpec>,
     /// Metric windows, in the caller's order.
     pub windows: Vec<WindowSpec>,
+    /// Clear the run's pause and abort flags before reading them.
+    pub resume: bool,
 }
 
 /// A slot taken in a counter; give it back with [`RedisStateStore::release`].
@@ -159,7 +163,7 @@ pub struct Reservation {
     pub permits: Vec<RedisPermit>,
     /// Each window's aggregates, in request order.
     pub windows: Vec<WindowStats>,
-    /// The run's tool history, oldest first.
+    /// The run's distinct history entries (a set: no order, no repeats).
     pub history: Vec<String>,
     /// The run was paused.
     pub paused: bool,
@@ -172,12 +176,18 @@ pub struct Reservation {
 pub struct Commit {
     /// The run whose history gets `tool`.
     pub run: Option<keys::RunKeys>,
-    /// The tool to append to the run's history.
+    /// The entry to add to the run's history (a set).
     pub tool: Option<String>,
     /// Metric events `(window key, window_ms, value)` recorded at `now_ms`.
     pub metrics: Vec<(String, i64, f64)>,
+    /// Metric events `(window key, window_ms, value, at_ms)` recorded at their own time.
+    pub metrics_at: Vec<(String, i64, f64, i64)>,
     /// Counters counted unconditionally `(key, window_ms, expires)`.
     pub adds: Vec<(String, Option<i64>, bool)>,
+    /// Slots to give back (as [`RedisStateStore::release`] does).
+    pub releases: Vec<RedisPermit>,
+    /// Set (`Some(true)`) or clear the run's abort flag.
+    pub aborted: Option<bool>,
 }
 
 /// Counters, windows, run history and flags on Redis. Cheap to clone (one shared connection).
@@ -313,7 +323,8 @@ impl RedisStateStore {
             .arg(self.ttl_ms())
             .arg(req.counters.len())
             .arg(req.windows.len())
-            .arg(u8::from(req.run.is_some()));
+            .arg(u8::from(req.run.is_some()))
+            .arg(u8::from(req.resume));
         let mut members = Vec::with_capacity(req.counters.len());
         for c in &req.counters {
             inv.key(&c.key);
@@ -347,26 +358,44 @@ impl RedisStateStore {
         Ok(())
     }
 
-    /// Writes a call's outcome (history, metric events, unconditional counts) in one round trip.
+    /// Writes a call's outcome (history, flag, metric events, unconditional counts, slots
+    /// given back) in one round trip.
     pub async fn commit(&self, c: &Commit, now_ms: i64) -> Result<(), RedisStateError> {
         let mut inv = self.inner.scripts.commit.prepare_invoke();
-        let hist = c.run.as_ref().map_or("", |r| r.history.as_str());
-        inv.key(hist);
+        let (hist, flags) = match &c.run {
+            Some(r) => (r.history.as_str(), r.flags.as_str()),
+            None => ("", ""),
+        };
+        inv.key(hist).key(flags);
+        let flag = match (c.aborted, c.run.is_some()) {
+            (Some(true), true) => "1",
+            (Some(false), true) => "0",
+            _ => "",
+        };
         inv.arg(now_ms)
             .arg(self.ttl_ms())
             .arg(c.tool.as_deref().unwrap_or(""))
             .arg(u8::from(c.tool.is_some() && c.run.is_some()))
-            .arg(c.metrics.len());
-        for (key, window_ms, value) in &c.metrics {
+            .arg(c.metrics.len() + c.metrics_at.len())
+            .arg(c.adds.len())
+            .arg(flag);
+        let timed = c.metrics.iter().map(|(k, w, v)| (k, w, v, &now_ms));
+        for (key, window_ms, value, at) in
+            timed.chain(c.metrics_at.iter().map(|(k, w, v, t)| (k, w, v, t)))
+        {
             inv.key(key);
-            let member = format!("{}:{}", self.next_member(now_ms), value);
-            inv.arg(*window_ms).arg(member);
+            let member = format!("{}:{}", self.next_member(*at), value);
+            inv.arg(*window_ms).arg(*at).arg(member);
         }
         for (key, window_ms, expires) in &c.adds {
             inv.key(key);
             inv.arg(window_ms.unwrap_or(-1))
                 .arg(u8::from(*expires))
                 .arg(self.next_member(now_ms));
+        }
+        for p in &c.releases {
+            inv.key(&p.key);
+            inv.arg(p.member.as_deref().unwrap_or(""));
         }
         let _: i64 = self.run("commit", inv).await?;
         Ok(())

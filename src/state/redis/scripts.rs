@@ -1,27 +1,88 @@
 //! The Lua scripts (loaded once per server: EVALSHA, and EVAL on NOSCRIPT) and their replies.
+//!
+//! A metric window `K` is three keys in the same hash slot: `K` (a sorted set of entries
+//! `time:nonce:value` scored by time), `K|v` (the same entries scored by value, for min and max)
+//! and `K|a` (a hash with the running sum). Entries leaving the window are removed from all
+//! three once, so reading and writing a window is O(log n) amortized, never a rescan.
 
 use redis::Script;
 
 use super::{RedisPermit, Reservation, ReserveRequest};
 use crate::state::WindowStats;
 
+/// Shared Lua helpers: `evict` drops the entries with `t ≤ now − w` of window `k`, keeping the
+/// value set and the running sum in step; `stats` reads count, sum, min and max.
+const WINDOW_LUA: &str = r#"
+local function value_of(it) return tonumber(string.match(it, '^[^:]*:[^:]*:(.*)$')) end
+local function evict(k, now, w)
+  local cut = string.format('%d', now - w)
+  local old = redis.call('ZRANGEBYSCORE', k, '-inf', cut)
+  if #old == 0 then return end
+  local s = 0
+  for i = 1, #old, 500 do
+    local chunk = {}
+    for j = i, math.min(i + 499, #old) do
+      chunk[#chunk + 1] = old[j]
+      local v = value_of(old[j]); if v then s = s + v end
+    end
+    redis.call('ZREM', k .. '|v', unpack(chunk))
+  end
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', cut)
+  if redis.call('ZCARD', k) == 0 then
+    redis.call('DEL', k .. '|a')
+  else
+    local sum = tonumber(redis.call('HGET', k .. '|a', 's') or '0') - s
+    redis.call('HSET', k .. '|a', 's', string.format('%.17g', sum))
+  end
+end
+local function stats(k)
+  local n = redis.call('ZCARD', k)
+  if n == 0 then return {0, '0', '', ''} end
+  local sum = redis.call('HGET', k .. '|a', 's') or '0'
+  local lo = redis.call('ZRANGE', k .. '|v', 0, 0)[1]
+  local hi = redis.call('ZRANGE', k .. '|v', -1, -1)[1]
+  local mn, mx = '', ''
+  if lo then mn = string.match(lo, '^[^:]*:[^:]*:(.*)$') or '' end
+  if hi then mx = string.match(hi, '^[^:]*:[^:]*:(.*)$') or '' end
+  return {n, sum, mn, mx}
+end
+local function record(k, now, w, member, ttl)
+  local v = value_of(member)
+  redis.call('ZADD', k, string.format('%d', now), member)
+  if v then
+    redis.call('ZADD', k .. '|v', string.format('%.17g', v), member)
+    local sum = tonumber(redis.call('HGET', k .. '|a', 's') or '0') + v
+    redis.call('HSET', k .. '|a', 's', string.format('%.17g', sum))
+  end
+  evict(k, now, w)
+  local life = math.max(ttl, w)
+  redis.call('PEXPIRE', k, life); redis.call('PEXPIRE', k .. '|v', life)
+  redis.call('PEXPIRE', k .. '|a', life)
+end
+"#;
+
 /// KEYS: flags, history, counters…, windows…
-/// ARGV: now, ttl, #counters, #windows, has_run, then per counter (max, window_ms or -1,
-/// reserve, expires, member), then per window (window_ms).
-/// Windows drop entries with `t ≤ now − w` first, so what is left is `(now − w, now]`.
+/// ARGV: now, ttl, #counters, #windows, has_run, resume, then per counter (max, window_ms or
+/// -1, reserve, expires, member), then per window (window_ms).
+/// Windows drop entries with `t ≤ now − w` first, so what is left is `(now − w, now]`. An
+/// aborted run takes no slot.
 const RESERVE: &str = r#"
 local now = tonumber(ARGV[1]); local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[3]); local m = tonumber(ARGV[4])
 local paused, aborted, hist = 0, 0, {}
 if ARGV[5] == '1' then
+  if ARGV[6] == '1' then
+    redis.call('HSET', KEYS[1], 'aborted', '0', 'paused', '0'); redis.call('PEXPIRE', KEYS[1], ttl)
+  end
   local f = redis.call('HMGET', KEYS[1], 'paused', 'aborted')
   if f[1] == '1' then paused = 1 end
   if f[2] == '1' then aborted = 1 end
-  hist = redis.call('LRANGE', KEYS[2], 0, -1)
+  hist = redis.call('SMEMBERS', KEYS[2])
 end
 local counts, ok = {}, 1
+if aborted == 1 then ok = 0 end
 for i = 1, n do
-  local k = KEYS[2 + i]; local b = 5 + (i - 1) * 5
+  local k = KEYS[2 + i]; local b = 6 + (i - 1) * 5
   local max = tonumber(ARGV[b + 1]); local w = tonumber(ARGV[b + 2])
   local c
   if w >= 0 then
@@ -35,7 +96,7 @@ for i = 1, n do
 end
 if ok == 1 then
   for i = 1, n do
-    local k = KEYS[2 + i]; local b = 5 + (i - 1) * 5
+    local k = KEYS[2 + i]; local b = 6 + (i - 1) * 5
     local w = tonumber(ARGV[b + 2])
     if ARGV[b + 3] == '1' then
       if w >= 0 then
@@ -50,40 +111,32 @@ if ok == 1 then
 end
 local wins = {}
 for j = 1, m do
-  local k = KEYS[2 + n + j]; local w = tonumber(ARGV[5 + 5 * n + j])
-  redis.call('ZREMRANGEBYSCORE', k, '-inf', string.format('%d', now - w))
-  local items = redis.call('ZRANGE', k, 0, -1)
-  local cnt, sum, mn, mx, mns, mxs = 0, 0, nil, nil, '', ''
-  for _, it in ipairs(items) do
-    local s = string.match(it, '^[^:]*:[^:]*:(.*)$')
-    local v = tonumber(s)
-    if v then
-      cnt = cnt + 1; sum = sum + v
-      if mn == nil or v < mn then mn = v; mns = s end
-      if mx == nil or v > mx then mx = v; mxs = s end
-    end
-  end
-  wins[j] = {cnt, string.format('%.17g', sum), mns, mxs}
+  local k = KEYS[2 + n + j]; local w = tonumber(ARGV[6 + 5 * n + j])
+  evict(k, now, w)
+  wins[j] = stats(k)
 end
 return {ok, counts, wins, hist, paused, aborted}
 "#;
 
-/// KEYS: history, metric windows…, counters…
-/// ARGV: now, ttl, tool, push, #metrics, per metric (window_ms, member), per counter
-/// (window_ms or -1, expires, member).
+/// KEYS: history, flags, metric windows…, added counters…, released counters…
+/// ARGV: now, ttl, tool, push, #metrics, #adds, flag ('' none, '0' clear, '1' set), per metric
+/// (window_ms, at, member), per added counter (window_ms or -1, expires, member), per released
+/// counter (member or '').
 const COMMIT: &str = r#"
-local now = tonumber(ARGV[1]); local ttl = tonumber(ARGV[2]); local k = tonumber(ARGV[5])
+local now = tonumber(ARGV[1]); local ttl = tonumber(ARGV[2])
+local k = tonumber(ARGV[5]); local a = tonumber(ARGV[6])
 if ARGV[4] == '1' then
-  redis.call('RPUSH', KEYS[1], ARGV[3]); redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('SADD', KEYS[1], ARGV[3]); redis.call('PEXPIRE', KEYS[1], ttl)
+end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[2], 'aborted', ARGV[7]); redis.call('PEXPIRE', KEYS[2], ttl)
 end
 for j = 1, k do
-  local key = KEYS[1 + j]; local w = tonumber(ARGV[5 + 2 * j - 1])
-  redis.call('ZADD', key, string.format('%d', now), ARGV[5 + 2 * j])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - w))
-  redis.call('PEXPIRE', key, math.max(ttl, w))
+  local b = 7 + 3 * (j - 1)
+  record(KEYS[2 + j], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 1]), ARGV[b + 3], ttl)
 end
-for i = 1, #KEYS - 1 - k do
-  local key = KEYS[1 + k + i]; local b = 5 + 2 * k + 3 * (i - 1)
+for i = 1, a do
+  local key = KEYS[2 + k + i]; local b = 7 + 3 * k + 3 * (i - 1)
   local w = tonumber(ARGV[b + 1])
   if w >= 0 then
     redis.call('ZADD', key, string.format('%d', now), ARGV[b + 3])
@@ -92,6 +145,15 @@ for i = 1, #KEYS - 1 - k do
   else
     redis.call('INCR', key)
     if ARGV[b + 2] == '1' then redis.call('PEXPIRE', key, ttl) end
+  end
+end
+local r0 = 7 + 3 * k + 3 * a
+for i = 1, #KEYS - 2 - k - a do
+  local key = KEYS[2 + k + a + i]; local member = ARGV[r0 + i]
+  if member ~= '' then
+    redis.call('ZREM', key, member)
+  elseif tonumber(redis.call('GET', key) or '0') > 0 then
+    redis.call('DECR', key)
   end
 end
 return 1
@@ -114,8 +176,9 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]); redis.call('PEXPIRE', KEYS[1], AR
 return 1
 "#;
 
+/// KEYS: history, flags, then counters and windows (a window's value set and sum go too).
 const FORGET: &str = r#"
-for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 1, #KEYS do redis.call('DEL', KEYS[i], KEYS[i] .. '|v', KEYS[i] .. '|a') end
 return 1
 "#;
 
@@ -130,8 +193,8 @@ pub(super) struct Scripts {
 impl Scripts {
     pub fn new() -> Self {
         Scripts {
-            reserve: Script::new(RESERVE),
-            commit: Script::new(COMMIT),
+            reserve: Script::new(&format!("{WINDOW_LUA}{RESERVE}")),
+            commit: Script::new(&format!("{WINDOW_LUA}{COMMIT}")),
             release: Script::new(RELEASE),
             flag: Script::new(FLAG),
             forget: Script::new(FORGET),
