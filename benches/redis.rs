@@ -50,8 +50,12 @@ fn crm(id: usize) -> ToolCall {
 }
 
 fn kb(id: usize) -> ToolCall {
-    ToolCall::new(format!("k{id}"), "kb_search", json!({"query": "reset password"}))
-        .with_tags(["kb"])
+    ToolCall::new(
+        format!("k{id}"),
+        "kb_search",
+        json!({"query": "reset password"}),
+    )
+    .with_tags(["kb"])
 }
 
 /// Median and p99 of `n` decisions made by `decide`, and the round trips per decision.
@@ -95,7 +99,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("the example policy loads");
 
-    for (name, make) in [("crm_search", crm as fn(usize) -> ToolCall), ("kb_search", kb)] {
+    for (name, make) in [
+        ("crm_search", crm as fn(usize) -> ToolCall),
+        ("kb_search", kb),
+    ] {
         let (median, p99, trips) = percentiles(&rt, &engine, &store, 2_000, make);
         println!(
             "redis before_tool {name}: median {median:?} p99 {p99:?}, {trips:.2} round trips per decision"

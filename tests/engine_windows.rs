@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use serde_json::{Value, json};
-use toolgate::engine::{Decision, ManualClock, Run, RunContext, ToolOutcome};
+use serde_json::json;
+use toolgate::engine::{Decision, ManualClock, Run, RunContext};
 use toolgate::policy::EffectType;
 
 /// A policy of rules each in play only for the tool named like the rule.

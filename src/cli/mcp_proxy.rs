@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use crate::engine::{Enduser, FailureMode, FileReviewStore, GovernanceEngine};
+use crate::engine::{Enduser, FileReviewStore, GovernanceEngine};
 use crate::mcp::{PinFile, ProxyConfig, ToolsFile, Upstream, run_proxy};
 
 /// The long help of `toolgate mcp-proxy`.
@@ -16,14 +16,8 @@ Example client config: \"command\": \"toolgate\", \"args\": [\"mcp-proxy\", \"--
 stdout carries only MCP messages; logs go to stderr (TOOLGATE_LOG=info for more). Exit status: 0 when the \
 client closed the session, 1 when the server exited, 2 when the gateway could not start. See docs/mcp-gateway.md.";
 
-/// Failure modes on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FailureArg {
-    /// Allow the call when the engine fails.
-    Open,
-    /// Block the call when the engine fails.
-    Closed,
-}
+pub use super::state::FailureArg;
+use super::state::StateArgs;
 
 /// Arguments of `toolgate mcp-proxy`.
 #[derive(Debug, clap::Args)]
@@ -48,8 +42,10 @@ pub struct McpProxyArgs {
     #[arg(long, value_name = "FILE")]
     pub pin: Option<PathBuf>,
     /// Keep human reviews in this file (see `toolgate review`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "state")]
     pub reviews: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
     /// Write the audit trail (hash-chained JSONL) into this folder.
     #[arg(long, value_name = "DIR")]
     pub audit: Option<PathBuf>,
@@ -145,10 +141,11 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
                 Err(_) => return fail("--org-timezone: not a known IANA timezone"),
             }
         }
-        builder = builder.failure_mode(match args.failure_mode {
-            FailureArg::Open => FailureMode::Open,
-            FailureArg::Closed => FailureMode::Closed,
-        });
+        builder = builder.failure_mode(args.failure_mode.into());
+        builder = match args.state.apply(builder) {
+            Ok(b) => b,
+            Err(e) => return fail(e),
+        };
         let mut audit = crate::audit::AuditConfig::default();
         if let Some(dir) = &args.audit {
             audit.sinks.push(crate::audit::SinkConfig::File(
@@ -187,6 +184,7 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             tools,
             pins: args.pin.map(PinFile::new),
             reviews_file: args.reviews,
+            state_url: args.state.shown(),
         };
         let result = run_proxy(config, upstream, tokio::io::stdin(), tokio::io::stdout()).await;
         super::otel::finish(otel, "mcp-proxy").await;

@@ -16,6 +16,7 @@ pub mod mcp_proxy;
 mod otel;
 pub mod replay;
 pub mod review;
+pub mod state;
 pub mod test;
 pub mod verify;
 pub mod whatif;

@@ -73,8 +73,13 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "KEY")]
     pub signing_key: Option<PathBuf>,
     /// Keep human reviews in this file (see `toolgate review`), so approvals survive between replays.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "state")]
     pub reviews: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: super::state::StateArgs,
+    /// What to decide when the engine fails (the state store is down or slow, a signal fails).
+    #[arg(long, value_enum, default_value_t = super::state::FailureArg::Closed)]
+    pub failure_mode: super::state::FailureArg,
     /// Export each decision as an OpenTelemetry span and metrics over OTLP/HTTP (endpoint and
     /// headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
     #[arg(long)]
@@ -158,6 +163,14 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             builder = builder.audit(audit);
         }
         builder = super::otel::register(builder, &otel);
+        builder = builder.failure_mode(args.failure_mode.into());
+        builder = match args.state.apply(builder) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
         if let Some(file) = &args.reviews {
             builder = builder.review_store(std::sync::Arc::new(
                 crate::engine::FileReviewStore::new(file),

@@ -2,7 +2,47 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::engine::{FileReviewStore, ReviewStatus, ReviewStore};
+use crate::engine::{FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore};
+
+/// A review store that can say why it could not list its reviews.
+trait Store: ReviewStore {
+    fn try_list(&self) -> Result<Vec<Review>, ReviewError>;
+}
+
+impl Store for FileReviewStore {
+    fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
+        FileReviewStore::try_list(self)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Store for crate::state::redis::RedisReviewStore {
+    fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
+        crate::state::redis::RedisReviewStore::try_list(self)
+    }
+}
+
+/// The store the arguments name (a file, or Redis with `--state`) and how to name it.
+fn open(args: &ReviewArgs) -> Result<(Box<dyn Store>, String), String> {
+    #[cfg(feature = "redis")]
+    if let Some(config) = args.state.redis()? {
+        let store = super::state::StateArgs::review_store(&config)?;
+        let place = format!(
+            "{} (prefix {})",
+            crate::state::redis::redact_url(&config.url),
+            config.prefix
+        );
+        return Ok((Box::new(store), place));
+    }
+    #[cfg(not(feature = "redis"))]
+    if args.state.state.is_some() {
+        return Err("--state needs toolgate built with the `redis` feature".into());
+    }
+    Ok((
+        Box::new(FileReviewStore::new(&args.store)),
+        args.store.display().to_string(),
+    ))
+}
 
 /// The long help of `toolgate review`.
 pub const LONG_ABOUT: &str = "List, approve, deny or expire human-review (hitl) requests.\n\n\
@@ -23,6 +63,10 @@ pub struct ReviewArgs {
         global = true
     )]
     pub store: PathBuf,
+    /// Reviews on Redis instead of a file (`--state redis://…`, as given to `replay` and
+    /// `mcp-proxy`): a decision here is seen by every process sharing that Redis.
+    #[command(flatten)]
+    pub state: super::state::StateArgs,
     #[command(subcommand)]
     pub action: ReviewAction,
 }
@@ -58,7 +102,13 @@ pub enum ReviewAction {
 
 /// Runs `toolgate review`.
 pub fn run(args: ReviewArgs) -> ExitCode {
-    let store = FileReviewStore::new(&args.store);
+    let (store, place): (Box<dyn Store>, String) = match open(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let now = chrono::Utc::now();
     let (id, status) = match args.action {
         ReviewAction::List { all, json } => {
@@ -82,7 +132,7 @@ pub fn run(args: ReviewArgs) -> ExitCode {
                 println!(
                     "no {}reviews in {}",
                     if all { "" } else { "pending " },
-                    args.store.display()
+                    place
                 );
             } else {
                 for r in &reviews {

@@ -294,7 +294,7 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 
 /// The index of the review `id` names: the whole id, or a unique prefix of at least
 /// [`MIN_ID_PREFIX`] characters.
-fn resolve(all: &[Review], id: &str) -> Result<usize, ReviewError> {
+pub(crate) fn resolve(all: &[Review], id: &str) -> Result<usize, ReviewError> {
     if let Some(i) = all.iter().position(|r| r.id == id) {
         return Ok(i);
     }

@@ -47,6 +47,8 @@ pub use call::{Enduser, RunContext, ToolCall, ToolOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
 pub use guard::{Guarded, Refusal};
+#[cfg(feature = "redis")]
+pub(crate) use hitl::resolve as resolve_review;
 pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
 pub use observe::DecisionObserver;
 pub use run::Run;

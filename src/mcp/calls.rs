@@ -173,6 +173,10 @@ impl Gateway {
 
     fn approve_note(&self, review: Option<&str>) -> String {
         match (review, &self.cfg.reviews_file) {
+            (Some(r), _) if self.cfg.state_url.is_some() => format!(
+                "A human must approve review {r}: `toolgate review --state {} approve {r}`; then retry the call.",
+                self.cfg.state_url.as_deref().unwrap_or_default()
+            ),
             (Some(r), Some(store)) => format!(
                 "A human must approve review {r}: `toolgate review --store {} approve {r}`; then retry the call.",
                 store.display()

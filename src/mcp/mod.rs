@@ -71,6 +71,9 @@ pub struct ProxyConfig {
     pub pins: Option<PinFile>,
     /// The review file, named in the approval command shown to the client.
     pub reviews_file: Option<PathBuf>,
+    /// The `--state` URL (password redacted) when reviews live on Redis, named in the approval
+    /// command shown to the client.
+    pub state_url: Option<String>,
 }
 
 /// How a gateway session ended.

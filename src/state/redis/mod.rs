@@ -11,6 +11,7 @@
 //! background after a failure. Passwords in the URL never appear in errors or `Debug` output.
 
 mod keys;
+mod reviews;
 mod scripts;
 mod shared;
 mod url;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use keys::{Keys, RunKeys};
+pub use reviews::RedisReviewStore;
 pub use shared::LazyRedisStore;
 pub use url::redact_url;
 

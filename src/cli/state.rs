@@ -1,0 +1,122 @@
+//! `--state`, `--state-prefix`, `--state-timeout-ms` and `--failure-mode`: shared engine state
+//! on Redis, for `replay`, `review` and `mcp-proxy`.
+
+use crate::engine::{EngineBuilder, FailureMode};
+
+/// Failure modes on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureArg {
+    /// Allow the call when the engine fails (the state store is down, a signal fails...).
+    Open,
+    /// Block the call when the engine fails (`BLOCKED_FAILURE`).
+    Closed,
+}
+
+impl From<FailureArg> for FailureMode {
+    fn from(f: FailureArg) -> Self {
+        match f {
+            FailureArg::Open => FailureMode::Open,
+            FailureArg::Closed => FailureMode::Closed,
+        }
+    }
+}
+
+/// Where counters, windows, run history, run flags and reviews live.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StateArgs {
+    /// Share state (counters, windows, run history and flags, reviews) with every process using
+    /// the same Redis: redis://[[USER]:PASSWORD@]HOST:PORT/DB (the password is never printed).
+    #[arg(long, value_name = "URL", global = true)]
+    pub state: Option<String>,
+    /// Key prefix in Redis [default: toolgate].
+    #[arg(long, value_name = "PREFIX", global = true)]
+    pub state_prefix: Option<String>,
+    /// Limit on every Redis call, in milliseconds [default: 50]; past it a decision follows
+    /// --failure-mode.
+    #[arg(long, value_name = "MS", global = true)]
+    pub state_timeout_ms: Option<u64>,
+}
+
+impl StateArgs {
+    /// The Redis configuration, or `None` without `--state`; an error names the bad option.
+    #[cfg(feature = "redis")]
+    pub fn redis(&self) -> Result<Option<crate::state::redis::RedisConfig>, String> {
+        let Some(url) = &self.state else {
+            if self.state_prefix.is_some() || self.state_timeout_ms.is_some() {
+                return Err("--state-prefix and --state-timeout-ms need --state URL".into());
+            }
+            return Ok(None);
+        };
+        if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+            return Err(format!(
+                "--state {}: expected redis://HOST:PORT/DB",
+                crate::state::redis::redact_url(url)
+            ));
+        }
+        let mut config = crate::state::redis::RedisConfig::new(url.clone());
+        if let Some(p) = &self.state_prefix {
+            if p.is_empty() {
+                return Err("--state-prefix: must not be empty".into());
+            }
+            config.prefix = p.clone();
+        }
+        if let Some(ms) = self.state_timeout_ms {
+            if ms == 0 || ms > 60_000 {
+                return Err(format!("--state-timeout-ms {ms}: expected 1..=60000"));
+            }
+            config.timeout = std::time::Duration::from_millis(ms);
+        }
+        Ok(Some(config))
+    }
+
+    /// The review store on Redis, checked to answer now (a clear error at start rather than
+    /// reviews silently not shared).
+    #[cfg(feature = "redis")]
+    pub fn review_store(
+        config: &crate::state::redis::RedisConfig,
+    ) -> Result<crate::state::redis::RedisReviewStore, String> {
+        let store =
+            crate::state::redis::RedisReviewStore::new(config).map_err(|e| e.to_string())?;
+        // The first connection may need longer than a per-call limit of a few ms.
+        let mut probe = config.clone();
+        probe.timeout = probe.timeout.max(std::time::Duration::from_secs(2));
+        crate::state::redis::RedisReviewStore::new(&probe)
+            .and_then(|p| p.ping())
+            .map_err(|e| format!("--state: cannot reach Redis: {e}"))?;
+        Ok(store)
+    }
+
+    /// Puts the engine's state and reviews on Redis when `--state` is given; otherwise leaves
+    /// the builder as it is. The server must answer now.
+    pub fn apply(&self, builder: EngineBuilder) -> Result<EngineBuilder, String> {
+        #[cfg(feature = "redis")]
+        {
+            let Some(config) = self.redis()? else {
+                return Ok(builder);
+            };
+            let reviews = Self::review_store(&config)?;
+            Ok(builder
+                .redis_state(config)
+                .review_store(std::sync::Arc::new(reviews)))
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            if self.state.is_some() {
+                return Err("--state needs toolgate built with the `redis` feature".into());
+            }
+            Ok(builder)
+        }
+    }
+
+    /// The `--state URL` with its password redacted, for messages.
+    pub fn shown(&self) -> Option<String> {
+        #[cfg(feature = "redis")]
+        {
+            self.state.as_deref().map(crate::state::redis::redact_url)
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            self.state.clone()
+        }
+    }
+}
