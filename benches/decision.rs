@@ -369,7 +369,11 @@ fn support_percentiles(w: &Workload) {
 /// file sink's fsync on (the default: on every batch holding a `run.ended`, on flush) and off,
 /// and into a sink that drops what it gets (the sealer alone).
 fn audited_file(w: &Workload, rt: &Runtime) {
-    for (label, fsync) in [("file", true), ("file, fsync off", false), ("null sink", false)] {
+    for (label, fsync) in [
+        ("file", true),
+        ("file, fsync off", false),
+        ("null sink", false),
+    ] {
         let dir = std::env::temp_dir().join(format!(
             "toolgate-bench-audit-{}-{}",
             std::process::id(),

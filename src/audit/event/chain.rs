@@ -57,7 +57,7 @@ impl RunChain {
     }
 
     /// Signs this chain's `run.ended` and `checkpoint` events with `signer` (see
-    /// [`super::sign`]); `None` leaves it unsigned.
+    /// [`crate::audit::sign`]); `None` leaves it unsigned.
     pub fn with_signer(mut self, signer: Option<Arc<RunSigner>>) -> RunChain {
         self.signing = signer.map(|signer| Signing {
             signer,
@@ -120,7 +120,7 @@ impl RunChain {
 
     /// Seals an event: assigns its id (UUID v7 from `ts`), `seq`, `prevHash` and `hash`.
     ///
-    /// Redaction (see [`super::Redactor`]) must be applied to `body` before sealing. Body keys
+    /// Redaction (see [`crate::audit::Redactor`]) must be applied to `body` before sealing. Body keys
     /// that collide with envelope keys ([`ENVELOPE_KEYS`]) are dropped with a warning.
     pub fn seal(
         &mut self,
