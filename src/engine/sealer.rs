@@ -168,6 +168,7 @@ impl Shared {
         let mut processing = self.processing.lock();
         let (batch, scratch) = &mut *processing;
         std::mem::swap(batch, &mut *self.queue.lock());
+        let mut sealed = Vec::with_capacity(batch.len());
         for p in batch.drain(..) {
             let (event, checkpoint) = {
                 let mut chain = p.chain.lock();
@@ -182,11 +183,13 @@ impl Shared {
                 );
                 (event, chain.checkpoint_if_due(p.at))
             };
-            self.bus.emit(event);
+            sealed.push(event);
             if let Some(c) = checkpoint {
-                self.bus.emit(c);
+                sealed.push(c);
             }
         }
+        // One hand-off per batch: the sinks' tasks are woken once, not per event.
+        self.bus.emit_all(sealed);
     }
 }
 
