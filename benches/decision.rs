@@ -413,15 +413,17 @@ fn audited_file(w: &Workload, rt: &Runtime) {
         let before = written(&dir, &counter);
         let t = std::time::Instant::now();
         let v = decision_latencies(w, &engine, runs, &|_: &Run| {});
+        let decided = t.elapsed().as_secs_f64();
         rt.block_on(engine.flush()).expect("flush");
         let secs = t.elapsed().as_secs_f64();
         let events = written(&dir, &counter) - before;
         println!(
-            "audited/{label} throughput: {:.0} decisions/s, {:.0} events/s ({} runs of {} calls with their results, {events} events, all sealed and written)",
+            "audited/{label} throughput: {:.0} decisions/s, {:.0} events/s ({} runs of {} calls with their results, {events} events, all sealed and written; {:.0}% of the time deciding, the rest draining)",
             v.len() as f64 / secs,
             events as f64 / secs,
             runs,
-            w.calls.len()
+            w.calls.len(),
+            100.0 * decided / secs
         );
         rt.block_on(engine.shutdown()).expect("shutdown");
         let _ = std::fs::remove_dir_all(&dir);
