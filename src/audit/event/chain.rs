@@ -15,11 +15,11 @@ use crate::audit::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
 /// at a time.
 #[derive(Debug, Clone)]
 pub struct RunChain {
-    run_id: String,
-    agent_id: String,
-    enduser_id: Option<String>,
+    run_id: Arc<str>,
+    agent_id: Arc<str>,
+    enduser_id: Option<Arc<str>>,
     next_seq: u64,
-    last_hash: Option<String>,
+    last_hash: Option<Arc<str>>,
     signing: Option<Signing>,
 }
 
@@ -47,9 +47,9 @@ impl RunChain {
         enduser_id: Option<String>,
     ) -> RunChain {
         RunChain {
-            run_id: run_id.into(),
-            agent_id: agent_id.into(),
-            enduser_id,
+            run_id: Arc::from(run_id.into()),
+            agent_id: Arc::from(agent_id.into()),
+            enduser_id: enduser_id.map(Arc::from),
             next_seq: 0,
             last_hash: None,
             signing: None,
@@ -239,6 +239,7 @@ impl RunChain {
             signature = Some((sig, key_id));
         }
         let line = with_hash_member(&text, at, &hash);
+        let hash: Arc<str> = Arc::from(hash);
         let envelope = Envelope {
             id,
             kind,
@@ -275,7 +276,7 @@ impl RunChain {
 /// What [`RunChain::seal_members`] produced.
 struct Sealed {
     envelope: Envelope,
-    hash: String,
+    hash: Arc<str>,
     line: Arc<str>,
     /// The signature and key id, for a signed event.
     signature: Option<(String, String)>,

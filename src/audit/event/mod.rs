@@ -142,12 +142,12 @@ pub struct AuditEvent {
     ts: DateTime<Utc>,
     /// The `ts` text exactly as sealed or read, so that re-serializing reproduces the hashed bytes.
     ts_text: String,
-    run_id: String,
+    run_id: Arc<str>,
     seq: u64,
-    agent_id: String,
-    enduser_id: Option<String>,
-    prev_hash: Option<String>,
-    hash: String,
+    agent_id: Arc<str>,
+    enduser_id: Option<Arc<str>>,
+    prev_hash: Option<Arc<str>>,
+    hash: Arc<str>,
     /// The body; set at construction, or parsed from `line` on first use.
     body: OnceLock<Map<String, Value>>,
     /// The canonical text with `hash`; set at sealing, or written from the fields on first use.
@@ -176,11 +176,11 @@ pub(crate) struct Envelope {
     pub(crate) kind: EventKind,
     pub(crate) ts: DateTime<Utc>,
     pub(crate) ts_text: String,
-    pub(crate) run_id: String,
+    pub(crate) run_id: Arc<str>,
     pub(crate) seq: u64,
-    pub(crate) agent_id: String,
-    pub(crate) enduser_id: Option<String>,
-    pub(crate) prev_hash: Option<String>,
+    pub(crate) agent_id: Arc<str>,
+    pub(crate) enduser_id: Option<Arc<str>>,
+    pub(crate) prev_hash: Option<Arc<str>>,
 }
 
 impl AuditEvent {
@@ -188,7 +188,7 @@ impl AuditEvent {
     /// caller has it, the body (else it is parsed from `line` when asked for).
     pub(crate) fn sealed(
         env: Envelope,
-        hash: String,
+        hash: Arc<str>,
         line: Arc<str>,
         body: Option<Map<String, Value>>,
     ) -> AuditEvent {
@@ -277,7 +277,7 @@ impl AuditEvent {
     /// The full event (envelope and body) as JSON, as written to files and sent to collectors.
     pub fn to_json(&self) -> Value {
         let mut map = self.unhashed_map();
-        map.insert("hash".into(), Value::String(self.hash.clone()));
+        map.insert("hash".into(), Value::String(self.hash.to_string()));
         Value::Object(map)
     }
 
@@ -337,7 +337,7 @@ impl AuditEvent {
     /// Whether `hash` matches the event's content (it does for every sealed event; a parsed
     /// event may have been edited).
     pub fn hash_is_valid(&self) -> bool {
-        self.compute_hash() == self.hash
+        self.compute_hash() == *self.hash
     }
 
     /// Parses an event from its JSON form, checking the envelope (not the hash; see
@@ -402,12 +402,12 @@ impl AuditEvent {
             kind,
             ts,
             ts_text,
-            run_id,
+            run_id: Arc::from(run_id),
             seq,
-            agent_id,
-            enduser_id,
-            prev_hash,
-            hash,
+            agent_id: Arc::from(agent_id),
+            enduser_id: enduser_id.map(Arc::from),
+            prev_hash: prev_hash.map(Arc::from),
+            hash: Arc::from(hash),
             body: OnceLock::from(map),
             line: OnceLock::new(),
         })
@@ -420,17 +420,17 @@ impl AuditEvent {
         map.insert("id".into(), Value::String(self.id.to_string()));
         map.insert("kind".into(), Value::String(self.kind.as_str().into()));
         map.insert("ts".into(), Value::String(self.ts_text.clone()));
-        map.insert("runId".into(), Value::String(self.run_id.clone()));
+        map.insert("runId".into(), Value::String(self.run_id.to_string()));
         map.insert("seq".into(), Value::from(self.seq));
-        map.insert("agentId".into(), Value::String(self.agent_id.clone()));
+        map.insert("agentId".into(), Value::String(self.agent_id.to_string()));
         if let Some(e) = &self.enduser_id {
-            map.insert("enduserId".into(), Value::String(e.clone()));
+            map.insert("enduserId".into(), Value::String(e.to_string()));
         }
         map.insert(
             "prevHash".into(),
             self.prev_hash
                 .as_ref()
-                .map_or(Value::Null, |h| Value::String(h.clone())),
+                .map_or(Value::Null, |h| Value::String(h.to_string())),
         );
         map
     }
