@@ -365,42 +365,97 @@ fn support_percentiles(w: &Workload) {
 }
 
 /// Audited decisions into the file sink: the caller's cost per decision (median, p99), and
-/// sustained throughput (decisions until everything is written, flushed).
+/// sustained throughput (decisions until everything is sealed, written and flushed), with the
+/// file sink's fsync on (the default: on every batch holding a `run.ended`, on flush) and off,
+/// and into a sink that drops what it gets (the sealer alone).
 fn audited_file(w: &Workload, rt: &Runtime) {
-    let dir = std::env::temp_dir().join(format!("toolgate-bench-audit-{}", std::process::id()));
-    let engine = rt.block_on(async {
-        GovernanceEngine::builder()
-            .policy(w.policy(10))
-            .clock(Arc::new(support::FixedClock(w.clock)))
-            .audit(toolgate::audit::AuditConfig {
-                sinks: vec![toolgate::audit::SinkConfig::File(
-                    toolgate::audit::FileSinkConfig::in_dir(&dir),
-                )],
-                ..Default::default()
-            })
-            .build()
-            .expect("the support policy compiles")
-    });
-    let end = |run: &Run| rt.block_on(run.end("success", None));
-    decision_latencies(w, &engine, 200, &end);
-    rt.block_on(engine.flush()).expect("flush");
-    let v = decision_latencies(w, &engine, 2_000, &end);
-    print_latencies("audited/file before_tool (caller's thread, runs ended)", &v);
-    // Sustained: runs are dropped instead of ended (a dropped run still writes `run.ended`,
-    // without waiting for the disk), and everything is flushed once at the end.
-    let runs = 5_000;
-    let t = std::time::Instant::now();
-    let v = decision_latencies(w, &engine, runs, &|_: &Run| {});
-    rt.block_on(engine.flush()).expect("flush");
-    let secs = t.elapsed().as_secs_f64();
-    println!(
-        "audited/file throughput: {:.0} decisions/s ({} runs of {} calls with their results, all sealed and written)",
-        v.len() as f64 / secs,
-        runs,
-        w.calls.len()
-    );
-    rt.block_on(engine.shutdown()).expect("shutdown");
-    let _ = std::fs::remove_dir_all(&dir);
+    for (label, fsync) in [
+        ("file", true),
+        ("file, fsync off", false),
+        ("null sink", false),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "toolgate-bench-audit-{}-{}",
+            std::process::id(),
+            label.len()
+        ));
+        let counter = Arc::new(CountingSink::default());
+        let engine = rt.block_on(async {
+            let b = GovernanceEngine::builder()
+                .policy(w.policy(10))
+                .clock(Arc::new(support::FixedClock(w.clock)));
+            let b = if label == "null sink" {
+                b.audit_sink(counter.clone())
+            } else {
+                b.audit(toolgate::audit::AuditConfig {
+                    sinks: vec![toolgate::audit::SinkConfig::File(
+                        toolgate::audit::FileSinkConfig {
+                            fsync,
+                            ..toolgate::audit::FileSinkConfig::in_dir(&dir)
+                        },
+                    )],
+                    ..Default::default()
+                })
+            };
+            b.build().expect("the support policy compiles")
+        });
+        let end = |run: &Run| rt.block_on(run.end("success", None));
+        if fsync {
+            decision_latencies(w, &engine, 200, &end);
+            rt.block_on(engine.flush()).expect("flush");
+            let v = decision_latencies(w, &engine, 2_000, &end);
+            print_latencies("audited/file before_tool (caller's thread, runs ended)", &v);
+        }
+        // Sustained: runs are dropped instead of ended (a dropped run still writes
+        // `run.ended`, without waiting for the disk), and everything is flushed once at the end.
+        let runs = 5_000;
+        rt.block_on(engine.flush()).expect("flush");
+        let before = written(&dir, &counter);
+        let t = std::time::Instant::now();
+        let v = decision_latencies(w, &engine, runs, &|_: &Run| {});
+        let decided = t.elapsed().as_secs_f64();
+        rt.block_on(engine.flush()).expect("flush");
+        let secs = t.elapsed().as_secs_f64();
+        let events = written(&dir, &counter) - before;
+        println!(
+            "audited/{label} throughput: {:.0} decisions/s, {:.0} events/s ({} runs of {} calls with their results, {events} events, all sealed and written; {:.0}% of the time deciding, the rest draining)",
+            v.len() as f64 / secs,
+            events as f64 / secs,
+            runs,
+            w.calls.len(),
+            100.0 * decided / secs
+        );
+        rt.block_on(engine.shutdown()).expect("shutdown");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A sink that counts what it gets.
+#[derive(Default)]
+struct CountingSink(std::sync::atomic::AtomicU64);
+
+#[async_trait::async_trait]
+impl AuditSink for CountingSink {
+    async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        self.0
+            .fetch_add(events.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+/// Events written so far: lines in the trail's files, or those counted by `counter`.
+fn written(dir: &std::path::Path, counter: &CountingSink) -> u64 {
+    let lines: u64 = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .sum();
+    lines + counter.0.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Decisions per second with 1 and 2 threads sharing one engine (one run per thread at a time).

@@ -3,7 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -53,6 +53,8 @@ type Reply = oneshot::Sender<Result<(), AuditError>>;
 
 enum Msg {
     Event(Arc<AuditEvent>),
+    /// Several events in order, handed over at once (one wake-up of the sink's task).
+    Events(Arc<[Arc<AuditEvent>]>),
     /// Flush, giving up (dropping the sink's flush future) at the deadline.
     Flush(Reply, tokio::time::Instant),
     /// Shut down, giving up at the deadline.
@@ -61,6 +63,10 @@ enum Msg {
 
 struct Inner {
     senders: Vec<mpsc::Sender<Msg>>,
+    /// Per sink: events inside `Events` hand-offs not yet taken by its task (bounded by the
+    /// queue capacity, as single events are by the channel).
+    in_batches: Vec<Arc<AtomicUsize>>,
+    capacity: usize,
     closed: AtomicBool,
     dropped: AtomicU64,
     emitted: AtomicU64,
@@ -100,11 +106,14 @@ impl AuditBus {
         let capacity = config.queue_capacity.max(1);
         let max_batch = config.max_batch.max(1);
         let mut senders = Vec::with_capacity(sinks.len());
+        let mut in_batches = Vec::with_capacity(sinks.len());
         let mut workers = Vec::with_capacity(sinks.len());
         for sink in sinks {
             let (tx, rx) = mpsc::channel(capacity);
             senders.push(tx);
-            workers.push(worker(sink, rx, max_batch));
+            let counter = Arc::new(AtomicUsize::new(0));
+            in_batches.push(counter.clone());
+            workers.push(worker(sink, rx, max_batch, counter));
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -135,6 +144,8 @@ impl AuditBus {
         AuditBus {
             inner: Arc::new(Inner {
                 senders,
+                in_batches,
+                capacity,
                 closed: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
                 emitted: AtomicU64::new(0),
@@ -178,6 +189,58 @@ impl AuditBus {
                         "audit event not delivered to sink: {why}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Queues `events`, in order, for every sink as one hand-off (one wake-up of each sink's
+    /// task, not one per event). Never blocks; problems are logged and counted, as for
+    /// [`AuditBus::emit`].
+    pub fn emit_all(&self, events: Vec<AuditEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        let n = events.len() as u64;
+        self.inner.emitted.fetch_add(n, Ordering::Relaxed);
+        if self.inner.closed.load(Ordering::Acquire) {
+            self.inner
+                .dropped
+                .fetch_add(n * self.inner.senders.len() as u64, Ordering::Relaxed);
+            tracing::error!("{n} audit events emitted after shutdown; not delivered");
+            return;
+        }
+        let events: Arc<[Arc<AuditEvent>]> = events.into_iter().map(Arc::new).collect();
+        for (i, (tx, queued)) in self
+            .inner
+            .senders
+            .iter()
+            .zip(&self.inner.in_batches)
+            .enumerate()
+        {
+            // An empty queue takes any hand-off: memory stays within capacity plus one batch.
+            let waiting = queued.load(Ordering::Acquire);
+            let why = if waiting > 0 && waiting + events.len() > self.inner.capacity {
+                Some("queue full")
+            } else {
+                queued.fetch_add(events.len(), Ordering::AcqRel);
+                match tx.try_send(Msg::Events(events.clone())) {
+                    Ok(()) => None,
+                    Err(e) => {
+                        queued.fetch_sub(events.len(), Ordering::AcqRel);
+                        Some(match e {
+                            mpsc::error::TrySendError::Full(_) => "queue full",
+                            mpsc::error::TrySendError::Closed(_) => "sink stopped",
+                        })
+                    }
+                }
+            };
+            if let Some(why) = why {
+                let before = self.inner.dropped.fetch_add(n, Ordering::Relaxed);
+                tracing::error!(
+                    sink = i,
+                    dropped = before + n,
+                    "{n} audit events not delivered to sink: {why}"
+                );
             }
         }
     }
@@ -262,24 +325,36 @@ async fn bounded(
     }
 }
 
-async fn worker(sink: Arc<dyn AuditSink>, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
+async fn worker(
+    sink: Arc<dyn AuditSink>,
+    mut rx: mpsc::Receiver<Msg>,
+    max_batch: usize,
+    in_batches: Arc<AtomicUsize>,
+) {
+    let take = |batch: &mut Vec<Arc<AuditEvent>>, es: Arc<[Arc<AuditEvent>]>| {
+        in_batches.fetch_sub(es.len(), Ordering::AcqRel);
+        batch.extend(es.iter().cloned());
+    };
     let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
     while let Some(first) = rx.recv().await {
         let mut control = None;
         match first {
             Msg::Event(e) => batch.push(e),
+            Msg::Events(es) => take(&mut batch, es),
             other => control = Some(other),
         }
         while control.is_none() && batch.len() < max_batch {
             match rx.try_recv() {
                 Ok(Msg::Event(e)) => batch.push(e),
+                Ok(Msg::Events(es)) => take(&mut batch, es),
                 Ok(other) => control = Some(other),
                 Err(_) => break,
             }
         }
-        if !batch.is_empty() {
-            let n = batch.len();
-            match AssertUnwindSafe(sink.write_batch(&batch))
+        // A hand-off of many events may take the batch past `max_batch`: written in chunks.
+        for chunk in batch.chunks(max_batch) {
+            let n = chunk.len();
+            match AssertUnwindSafe(sink.write_batch(chunk))
                 .catch_unwind()
                 .await
             {
@@ -287,8 +362,8 @@ async fn worker(sink: Arc<dyn AuditSink>, mut rx: mpsc::Receiver<Msg>, max_batch
                 Ok(Err(e)) => tracing::error!("audit sink failed to write {n} events: {e}"),
                 Err(_) => tracing::error!("audit sink panicked writing {n} events"),
             }
-            batch.clear();
         }
+        batch.clear();
         match control {
             None => {}
             Some(Msg::Flush(reply, deadline)) => {
@@ -298,7 +373,56 @@ async fn worker(sink: Arc<dyn AuditSink>, mut rx: mpsc::Receiver<Msg>, max_batch
                 let _ = reply.send(bounded(sink.shutdown(), deadline, "shutdown").await);
                 break;
             }
-            Some(Msg::Event(_)) => {}
+            Some(Msg::Event(_) | Msg::Events(_)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{EventKind, MemorySink, RunChain};
+
+    fn events(chain: &mut RunChain, n: usize) -> Vec<AuditEvent> {
+        let ts = chrono::DateTime::from_timestamp(1_767_600_000, 0).unwrap_or_default();
+        (0..n)
+            .map(|_| chain.seal(EventKind::ToolResult, ts, serde_json::Map::new()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn batches_and_single_events_arrive_in_order_and_none_is_lost() {
+        let sink = Arc::new(MemorySink::new());
+        let bus = AuditBus::new(
+            vec![sink.clone()],
+            BusConfig {
+                queue_capacity: 4,
+                max_batch: 3,
+            },
+        );
+        let mut chain = RunChain::new("r", "a", None);
+        // A hand-off larger than the queue's capacity is taken when the queue is empty, and
+        // written in chunks of `max_batch`.
+        bus.emit_all(events(&mut chain, 10));
+        bus.flush(Duration::from_secs(5)).await.unwrap();
+        for e in events(&mut chain, 2) {
+            bus.emit(e);
+        }
+        bus.emit_all(events(&mut chain, 2));
+        bus.emit_all(Vec::new());
+        bus.shutdown(Duration::from_secs(5)).await.unwrap();
+        let seqs: Vec<u64> = sink.events().iter().map(|e| e.seq()).collect();
+        assert_eq!(seqs, (0..14).collect::<Vec<u64>>());
+        assert_eq!(
+            bus.stats(),
+            BusStats {
+                emitted: 14,
+                dropped: 0
+            }
+        );
+        // After shutdown, nothing is delivered and the loss is counted.
+        bus.emit_all(events(&mut chain, 3));
+        assert_eq!(bus.stats().dropped, 3);
+        assert_eq!(sink.len(), 14);
     }
 }

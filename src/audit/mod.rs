@@ -20,7 +20,7 @@ mod bus;
 #[cfg(feature = "http")]
 pub mod collector;
 mod config;
-mod event;
+pub(crate) mod event;
 mod redact;
 pub mod sign;
 pub mod sinks;

@@ -136,6 +136,14 @@ impl Redactor {
         self.rules.is_empty()
     }
 
+    /// Whether a rule may apply to events of `kind` (its `kinds` include it or are absent;
+    /// tools are not looked at). When none does, the body needs no redaction.
+    pub fn applies_to(&self, kind: EventKind) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.kinds.as_ref().is_none_or(|k| k.contains(&kind)))
+    }
+
     /// Redacts `body` of an event of `kind` in place. Call it before [`super::RunChain::seal`],
     /// so the hash covers the redacted body.
     pub fn redact(&self, kind: EventKind, body: &mut Map<String, Value>) {

@@ -2,9 +2,12 @@
 //!
 //! The caller's thread only captures an event's data (typed: the call and the decision are
 //! moved or cloned, not turned into JSON), picks its id, and appends it to a queue. A sealer
-//! thread, one per engine, takes the queue in batches: it builds each body, redacts it,
-//! writes it to canonical JSON, hashes and chains it (per run, in queue order, so each run's
-//! `seq` follows the order its events were emitted) and hands it to the bus.
+//! thread, one per engine, takes the queue in batches: it writes each body to canonical JSON,
+//! hashes and chains it (per run, in queue order, so each run's `seq` follows the order its
+//! events were emitted) and hands it to the bus. A `tool.before` decision is written straight
+//! from its typed parts (no `serde_json::Value`), unless a redaction rule may apply to
+//! `tool.decision` events: then, and for bodies built as JSON, the body is a JSON map, redacted,
+//! then written. Both give the same bytes.
 //!
 //! Hand-off is by batch: the thread is woken when the queue goes from empty to non-empty (or
 //! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
@@ -25,7 +28,9 @@ use uuid::Uuid;
 use super::decision::Decision;
 use super::run::obj;
 use super::subjects::SubjectRef;
-use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
+use crate::audit::event::Member;
+use crate::audit::event::ser::to_canonical;
+use crate::audit::{AuditBus, AuditEvent, EventKind, Redactor, RunChain};
 
 /// Queue length at which the sealer is woken at once instead of after [`LINGER`].
 const WAKE_AT: usize = 4096;
@@ -54,7 +59,8 @@ pub(crate) enum Body {
 }
 
 impl Body {
-    fn into_map(self) -> Map<String, Value> {
+    /// The body as a JSON map (the path redaction works on).
+    pub(crate) fn into_map(self) -> Map<String, Value> {
         match self {
             Body::Json(m) => m,
             Body::BeforeDecision {
@@ -76,6 +82,67 @@ impl Body {
     }
 }
 
+/// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
+/// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted.
+/// `scratch` is reused between events.
+pub(crate) fn seal_body(
+    chain: &mut RunChain,
+    redactor: &Redactor,
+    kind: EventKind,
+    at: DateTime<Utc>,
+    id: Uuid,
+    body: Body,
+    scratch: &mut String,
+) -> AuditEvent {
+    if !redactor.applies_to(kind) {
+        if let Body::BeforeDecision {
+            call_id,
+            name,
+            tags,
+            args,
+            subjects,
+            decision,
+        } = &body
+        {
+            scratch.clear();
+            let tool = {
+                scratch.push_str("{\"name\":");
+                crate::audit::event::canonical::write_string(name, scratch);
+                scratch.push_str(",\"tags\":");
+                let r = to_canonical(tags, scratch);
+                scratch.push('}');
+                r.map(|()| 0..scratch.len())
+            };
+            let subjects_at = scratch.len();
+            let subjects_r = to_canonical(subjects, scratch).map(|()| subjects_at..scratch.len());
+            let decision_at = scratch.len();
+            let decision_r = to_canonical(decision, scratch).map(|()| decision_at..scratch.len());
+            match (tool, subjects_r, decision_r) {
+                (Ok(t), Ok(s), Ok(d)) => {
+                    let members = [
+                        ("phase", Member::Str("tool.before")),
+                        ("callId", Member::Str(call_id)),
+                        ("tool", Member::Raw(&scratch[t])),
+                        ("args", Member::Json(args)),
+                        ("subjects", Member::Raw(&scratch[s])),
+                        ("decision", Member::Raw(&scratch[d])),
+                    ];
+                    return chain.seal_typed(kind, at, id, &members);
+                }
+                (t, s, d) => {
+                    let why = [t.err(), s.err(), d.err()];
+                    tracing::debug!(
+                        "audit: typed body not written directly ({why:?}); through JSON"
+                    );
+                }
+            }
+        }
+    }
+    let mut map = body.into_map();
+    redactor.redact(kind, &mut map);
+    chain.seal_with_id(kind, at, id, map)
+}
+
 struct Pending {
     chain: Arc<Mutex<RunChain>>,
     kind: EventKind,
@@ -87,8 +154,9 @@ struct Pending {
 struct Shared {
     queue: Mutex<Vec<Pending>>,
     wake: Condvar,
-    /// Held while a batch is sealed and handed to the bus, so batches never interleave.
-    processing: Mutex<Vec<Pending>>,
+    /// Held while a batch is sealed and handed to the bus, so batches never interleave; with
+    /// the scratch text typed bodies are written into.
+    processing: Mutex<(Vec<Pending>, String)>,
     bus: AuditBus,
     redactor: Redactor,
     stop: AtomicBool,
@@ -97,21 +165,31 @@ struct Shared {
 impl Shared {
     /// Seals everything queued so far, in order, and hands it to the bus.
     fn drain(&self) {
-        let mut batch = self.processing.lock();
-        std::mem::swap(&mut *batch, &mut *self.queue.lock());
+        let mut processing = self.processing.lock();
+        let (batch, scratch) = &mut *processing;
+        std::mem::swap(batch, &mut *self.queue.lock());
+        let mut sealed = Vec::with_capacity(batch.len());
         for p in batch.drain(..) {
-            let mut body = p.body.into_map();
-            self.redactor.redact(p.kind, &mut body);
             let (event, checkpoint) = {
                 let mut chain = p.chain.lock();
-                let event = chain.seal_with_id(p.kind, p.at, p.id, body);
+                let event = seal_body(
+                    &mut chain,
+                    &self.redactor,
+                    p.kind,
+                    p.at,
+                    p.id,
+                    p.body,
+                    scratch,
+                );
                 (event, chain.checkpoint_if_due(p.at))
             };
-            self.bus.emit(event);
+            sealed.push(event);
             if let Some(c) = checkpoint {
-                self.bus.emit(c);
+                sealed.push(c);
             }
         }
+        // One hand-off per batch: the sinks' tasks are woken once, not per event.
+        self.bus.emit_all(sealed);
     }
 }
 
@@ -132,7 +210,7 @@ impl Sealer {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Vec::new()),
             wake: Condvar::new(),
-            processing: Mutex::new(Vec::new()),
+            processing: Mutex::new((Vec::new(), String::new())),
             bus,
             redactor,
             stop: AtomicBool::new(false),
@@ -230,3 +308,7 @@ fn event_id(ts: DateTime<Utc>) -> Uuid {
         ts.timestamp_subsec_nanos(),
     ))
 }
+
+#[cfg(test)]
+#[path = "sealer_tests.rs"]
+mod tests;

@@ -73,7 +73,7 @@ struct State {
     current: Option<Current>,
 }
 
-/// Appends each event's canonical JSON as one line to `DIR/<YYYY-MM-DD>.jsonl` (the UTC date of
+/// Appends each event's canonical JSON (the line it was sealed with) as one line to `DIR/<YYYY-MM-DD>.jsonl` (the UTC date of
 /// the event's `ts`). Lines are handed to the OS after every batch; the file is fsynced on
 /// `run.ended`, flush and shutdown. This is the default sink.
 pub struct FileSink {
@@ -113,6 +113,16 @@ impl FileSink {
         tokio::task::spawn_blocking(move || f(&mut state.lock()))
             .await
             .map_err(|e| AuditError::Sink(format!("file sink task failed: {e}")))?
+    }
+}
+
+/// The UTC date of the event's `ts` (`YYYY-MM-DD`): the start of its text when that is in UTC,
+/// as every sealed event's is.
+fn date_of(e: &AuditEvent) -> std::borrow::Cow<'_, str> {
+    let text = e.ts_text();
+    match text.get(..10) {
+        Some(date) if text.ends_with('Z') => std::borrow::Cow::Borrowed(date),
+        _ => std::borrow::Cow::Owned(e.ts().format("%Y-%m-%d").to_string()),
     }
 }
 
@@ -177,6 +187,7 @@ impl State {
         Ok(())
     }
 
+    /// Appends `line` and a line break to the file of `date`.
     fn write_line(&mut self, date: &str, line: &[u8]) -> Result<(), AuditError> {
         let needs_open = match &self.current {
             None => true,
@@ -191,7 +202,7 @@ impl State {
         let max = self.config.max_file_bytes;
         let fsync = self.config.fsync;
         if let Some(cur) = &self.current {
-            if cur.size > 0 && cur.size + line.len() as u64 > max {
+            if cur.size > 0 && cur.size + line.len() as u64 + 1 > max {
                 let next = cur.segment + 1;
                 self.finish_current(fsync)?;
                 self.current = Some(open_segment(&self.config.dir, date, next)?);
@@ -201,8 +212,9 @@ impl State {
             Some(cur) => {
                 cur.writer
                     .write_all(line)
+                    .and_then(|()| cur.writer.write_all(b"\n"))
                     .map_err(|e| AuditError::io(&cur.path, e))?;
-                cur.size += line.len() as u64;
+                cur.size += line.len() as u64 + 1;
                 Ok(())
             }
             None => Err(AuditError::Sink("file sink has no open file".into())),
@@ -217,10 +229,8 @@ impl AuditSink for FileSink {
         self.blocking(move |st| {
             let mut run_ended = false;
             for e in &events {
-                let mut line = e.to_canonical_json().into_bytes();
-                line.push(b'\n');
-                let date = e.ts().format("%Y-%m-%d").to_string();
-                st.write_line(&date, &line)?;
+                // The line the event was sealed with, as is.
+                st.write_line(&date_of(e), e.canonical_line().as_bytes())?;
                 run_ended |= e.kind() == EventKind::RunEnded;
             }
             let sync = run_ended && st.config.fsync;

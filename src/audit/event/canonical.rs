@@ -1,0 +1,243 @@
+//! The canonical JSON form event hashes are computed over: [`canonical_json`] for a
+//! `serde_json::Value`, and [`write_members`] for an event written straight from its fields.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The canonical JSON text of a value, the form event hashes are computed over:
+///
+/// * no whitespace anywhere outside strings;
+/// * object members sorted by key, comparing the keys' UTF-8 bytes (no duplicate keys);
+/// * strings as serde_json writes them: `"` and `\` escaped as `\"` and `\\`; U+0008, U+0009,
+///   U+000A, U+000C, U+000D as `\b`, `\t`, `\n`, `\f`, `\r`; every other code point below
+///   U+0020 as `\u00xx` (lowercase hex); everything else, non-ASCII included, as raw UTF-8;
+/// * numbers that serde_json holds as integers (no fraction or exponent in the source text,
+///   within `i64`/`u64`) in plain decimal; every other number as ECMAScript's
+///   `Number.prototype.toString` writes it (shortest round-trip digits; `1`, `0.5`, `1e+21`,
+///   `1.5e-7`; `-0` as `0`), as in RFC 8785.
+pub fn canonical_json(v: &Value) -> String {
+    let mut out = String::with_capacity(256);
+    write_canonical(v, &mut out);
+    out
+}
+
+pub(crate) fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            // serde_json's map is a BTreeMap, already in byte order of the keys; but a crate in
+            // the build may turn on serde_json's `preserve_order` (insertion order), so check,
+            // and sort only when needed.
+            let sorted = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.as_bytes() < b.as_bytes());
+            out.push('{');
+            if sorted {
+                write_value_members(map.iter(), out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                write_value_members(entries.into_iter(), out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_value_members<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut String,
+) {
+    for (i, (k, item)) in members.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(k, out);
+        out.push(':');
+        write_canonical(item, out);
+    }
+}
+
+/// Writes a number: integers held as `i64`/`u64` in decimal, every other number as ECMAScript's
+/// `Number.prototype.toString` writes it (the form RFC 8785 uses).
+fn write_number(n: &serde_json::Number, out: &mut String) {
+    use std::fmt::Write as _;
+    if let Some(u) = n.as_u64() {
+        let _ = write!(out, "{u}");
+    } else if let Some(i) = n.as_i64() {
+        let _ = write!(out, "{i}");
+    } else if let Some(f) = n.as_f64() {
+        write_es_number(f, out);
+    } else {
+        out.push_str("null");
+    }
+}
+
+/// ECMAScript `Number::toString(x)` (radix 10), built on Rust's shortest round-trip digits.
+/// Not finite: `null` (serde_json holds no such number).
+pub(crate) fn write_es_number(x: f64, out: &mut String) {
+    if x == 0.0 {
+        out.push('0');
+        return;
+    }
+    if !x.is_finite() {
+        out.push_str("null");
+        return;
+    }
+    if x < 0.0 {
+        out.push('-');
+    }
+    // "d.ddddde[-]x": shortest digits that round-trip.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let k = digits.len() as i64;
+    // x = 0.d1d2...dk * 10^n
+    let n = exp.parse::<i64>().unwrap_or(0) + 1;
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (n - k) as usize));
+    } else if 0 < n && n <= 21 {
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-n) as usize));
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if n > 0 { '+' } else { '-' });
+        out.push_str(&(n - 1).abs().to_string());
+    }
+}
+
+/// Writes a JSON string literal with serde_json's escaping (documented on [`canonical_json`]).
+pub(crate) fn write_string(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    // Copy runs of bytes that need no escape in one go; every byte that needs one is ASCII,
+    // so slicing at it stays on a char boundary.
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            b'\t' => "\\t",
+            b'\n' => "\\n",
+            0x0c => "\\f",
+            b'\r' => "\\r",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// SHA-256 of `text`'s UTF-8 bytes, lowercase hex.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The hash an event's JSON ought to carry: SHA-256 of the canonical JSON of `event` without
+/// its `hash` member. `None` if `event` is not an object.
+pub fn expected_hash(event: &Value) -> Option<String> {
+    let map = event.as_object()?;
+    let mut text = String::with_capacity(512);
+    // Same as canonical_json over the map minus "hash", without cloning it.
+    write_canonical_members(map.iter().filter(|(k, _)| *k != "hash"), &mut text);
+    Some(sha256_hex(&text))
+}
+
+/// Writes the canonical JSON object made of `members` (sorted here by key bytes).
+pub(crate) fn write_canonical_members<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut String,
+) {
+    let mut entries: Vec<(&String, &Value)> = members.collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push('{');
+    write_value_members(entries.into_iter(), out);
+    out.push('}');
+}
+
+/// The value of one member of an object written by [`write_members`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Member<'a> {
+    /// A string.
+    Str(&'a str),
+    /// An unsigned integer.
+    U64(u64),
+    /// `null`.
+    Null,
+    /// A JSON value, written in canonical form.
+    Json(&'a Value),
+    /// Text already in canonical form (written by [`super::ser::to_canonical`]).
+    Raw(&'a str),
+}
+
+/// Writes the canonical object of `members` (sorted here by key bytes; keys must be distinct).
+/// Returns the offset in `out` of the first member whose key sorts after `mark` (where a
+/// member named `mark` would go), or `None` if there is none.
+pub(crate) fn write_members(
+    members: &mut [(&str, Member<'_>)],
+    mark: &str,
+    out: &mut String,
+) -> Option<usize> {
+    use std::fmt::Write as _;
+    members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut at = None;
+    out.push('{');
+    for (i, (k, v)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if at.is_none() && k.as_bytes() > mark.as_bytes() {
+            at = Some(out.len());
+        }
+        write_string(k, out);
+        out.push(':');
+        match v {
+            Member::Str(s) => write_string(s, out),
+            Member::U64(n) => {
+                let _ = write!(out, "{n}");
+            }
+            Member::Null => out.push_str("null"),
+            Member::Json(v) => write_canonical(v, out),
+            Member::Raw(text) => out.push_str(text),
+        }
+    }
+    out.push('}');
+    at
+}

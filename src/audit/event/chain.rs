@@ -1,0 +1,324 @@
+//! [`RunChain`]: the chain state of one run, which seals its events.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::canonical::{self, Member, sha256_hex};
+use super::{AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, envelope_members};
+use crate::audit::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
+
+/// The chain state of one run: hands out `seq` numbers and links each event to the previous
+/// one's hash. One `RunChain` per run; sealing takes `&mut self`, so a run's events are sealed one
+/// at a time.
+#[derive(Debug, Clone)]
+pub struct RunChain {
+    run_id: Arc<str>,
+    agent_id: Arc<str>,
+    enduser_id: Option<Arc<str>>,
+    next_seq: u64,
+    last_hash: Option<Arc<str>>,
+    signing: Option<Signing>,
+}
+
+/// A signed chain's key and its progress since the last signed event.
+#[derive(Debug, Clone)]
+struct Signing {
+    signer: Arc<RunSigner>,
+    /// Events sealed since the last signed one.
+    since_signed: u64,
+    /// When the last signed event (or the run's first event) was sealed.
+    last_signed_at: Option<DateTime<Utc>>,
+}
+
+/// A signed run gets a `checkpoint` event after this many events without a signed one.
+pub const CHECKPOINT_EVERY_EVENTS: u64 = 1000;
+/// A signed run gets a `checkpoint` event with the first event sealed this long (seconds)
+/// after its last signed one (or its start).
+pub const CHECKPOINT_EVERY_SECS: i64 = 60;
+
+impl RunChain {
+    /// Starts the chain of a new run (the first sealed event gets `seq` 0 and `prevHash` null).
+    pub fn new(
+        run_id: impl Into<String>,
+        agent_id: impl Into<String>,
+        enduser_id: Option<String>,
+    ) -> RunChain {
+        RunChain {
+            run_id: Arc::from(run_id.into()),
+            agent_id: Arc::from(agent_id.into()),
+            enduser_id: enduser_id.map(Arc::from),
+            next_seq: 0,
+            last_hash: None,
+            signing: None,
+        }
+    }
+
+    /// Signs this chain's `run.ended` and `checkpoint` events with `signer` (see
+    /// [`crate::audit::sign`]); `None` leaves it unsigned.
+    pub fn with_signer(mut self, signer: Option<Arc<RunSigner>>) -> RunChain {
+        self.signing = signer.map(|signer| Signing {
+            signer,
+            since_signed: 0,
+            last_signed_at: None,
+        });
+        self
+    }
+
+    /// Seals a signed `checkpoint` event if the chain is signed and one is due: at least
+    /// [`CHECKPOINT_EVERY_EVENTS`] events, or [`CHECKPOINT_EVERY_SECS`] seconds by `ts`, since
+    /// the last signed event (or the run's start). Call it after sealing each event.
+    pub fn checkpoint_if_due(&mut self, ts: DateTime<Utc>) -> Option<AuditEvent> {
+        let s = self.signing.as_ref()?;
+        if s.since_signed == 0 {
+            return None;
+        }
+        let by_time = s
+            .last_signed_at
+            .is_some_and(|t| (ts - t).num_seconds() >= CHECKPOINT_EVERY_SECS);
+        if s.since_signed >= CHECKPOINT_EVERY_EVENTS || by_time {
+            Some(self.seal(EventKind::Checkpoint, ts, Map::new()))
+        } else {
+            None
+        }
+    }
+
+    /// Continues an existing chain after its last event `last` (e.g. in another process).
+    pub fn resume_after(last: &AuditEvent) -> RunChain {
+        RunChain {
+            run_id: last.run_id.clone(),
+            agent_id: last.agent_id.clone(),
+            enduser_id: last.enduser_id.clone(),
+            next_seq: last.seq.saturating_add(1),
+            last_hash: Some(last.hash.clone()),
+            signing: None,
+        }
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+    /// The agent id.
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+    /// The end-user id, if any.
+    pub fn enduser_id(&self) -> Option<&str> {
+        self.enduser_id.as_deref()
+    }
+    /// The `seq` the next sealed event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+    /// The hash of the last sealed event, `None` before the first.
+    pub fn last_hash(&self) -> Option<&str> {
+        self.last_hash.as_deref()
+    }
+
+    /// Seals an event: assigns its id (UUID v7 from `ts`), `seq`, `prevHash` and `hash`.
+    ///
+    /// Redaction (see [`crate::audit::Redactor`]) must be applied to `body` before sealing. Body keys
+    /// that collide with envelope keys ([`ENVELOPE_KEYS`]) are dropped with a warning.
+    pub fn seal(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        body: Map<String, Value>,
+    ) -> AuditEvent {
+        let secs = u64::try_from(ts.timestamp()).unwrap_or(0);
+        let id = Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            secs,
+            ts.timestamp_subsec_nanos(),
+        ));
+        self.seal_with_id(kind, ts, id, body)
+    }
+
+    /// [`seal`](RunChain::seal) with an id chosen earlier (a UUID v7 from `ts`), for events
+    /// whose id is handed out before they are sealed.
+    pub fn seal_with_id(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
+        mut body: Map<String, Value>,
+    ) -> AuditEvent {
+        for key in ENVELOPE_KEYS {
+            if body.remove(key).is_some() {
+                tracing::warn!(
+                    run_id = %self.run_id,
+                    kind = %kind,
+                    "audit event body key {key:?} collides with an envelope field; dropped"
+                );
+            }
+        }
+        // Only the chain writes `signature` and `keyId`.
+        body.remove(SIGNATURE_FIELD);
+        body.remove(KEY_ID_FIELD);
+        let members: Vec<(&str, Member<'_>)> = body
+            .iter()
+            .map(|(k, v)| (k.as_str(), Member::Json(v)))
+            .collect();
+        let sealed = self.seal_members(kind, ts, id, &members);
+        drop(members);
+        if let Some((signature, key_id)) = sealed.signature {
+            body.insert(SIGNATURE_FIELD.into(), Value::String(signature));
+            body.insert(KEY_ID_FIELD.into(), Value::String(key_id));
+        }
+        AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, Some(body))
+    }
+
+    /// Seals an event whose body is given as members (keys distinct, none an envelope key,
+    /// `signature` or `keyId`; values written in canonical form): the typed bodies of the
+    /// engine, written straight to canonical text. The event's body is parsed from its line
+    /// only if someone asks for it.
+    pub(crate) fn seal_typed(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
+        body: &[(&str, Member<'_>)],
+    ) -> AuditEvent {
+        debug_assert!(body.iter().all(|(k, _)| !ENVELOPE_KEYS.contains(k)
+            && *k != SIGNATURE_FIELD
+            && *k != KEY_ID_FIELD));
+        let sealed = self.seal_members(kind, ts, id, body);
+        AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, None)
+    }
+
+    /// Writes the event's canonical text, hashes it (signs it, for a signed chain's
+    /// `run.ended` and `checkpoint`), and advances the chain.
+    fn seal_members(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
+        body: &[(&str, Member<'_>)],
+    ) -> Sealed {
+        let ts_text = ts.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        let signer = match &self.signing {
+            Some(s) if matches!(kind, EventKind::RunEnded | EventKind::Checkpoint) => {
+                Some(s.signer.clone())
+            }
+            _ => None,
+        };
+        let mut id_buf = Uuid::encode_buffer();
+        let id_text: &str = id.hyphenated().encode_lower(&mut id_buf);
+        let env = EnvelopeRef {
+            id: id_text,
+            kind,
+            ts_text: &ts_text,
+            run_id: &self.run_id,
+            seq: self.next_seq,
+            agent_id: &self.agent_id,
+            enduser_id: self.enduser_id.as_deref(),
+            prev_hash: self.last_hash.as_deref(),
+        };
+        let mut text = String::with_capacity(1024);
+        let mut at = write_event(&env, body, &[], &mut text);
+        let mut hash = sha256_hex(&text);
+        let mut signature = None;
+        if let Some(signer) = signer {
+            // The hash computed so far, without the two fields, is the signing hash.
+            let sig = signer.sign_hash(&hash);
+            let key_id = signer.key_id().to_string();
+            text.clear();
+            at = write_event(
+                &env,
+                body,
+                &[
+                    (SIGNATURE_FIELD, Member::Str(&sig)),
+                    (KEY_ID_FIELD, Member::Str(&key_id)),
+                ],
+                &mut text,
+            );
+            hash = sha256_hex(&text);
+            signature = Some((sig, key_id));
+        }
+        let line = with_hash_member(&text, at, &hash);
+        let hash: Arc<str> = Arc::from(hash);
+        let envelope = Envelope {
+            id,
+            kind,
+            ts,
+            ts_text,
+            run_id: self.run_id.clone(),
+            seq: self.next_seq,
+            agent_id: self.agent_id.clone(),
+            enduser_id: self.enduser_id.clone(),
+            prev_hash: self.last_hash.clone(),
+        };
+        if let Some(signing) = &mut self.signing {
+            if signing.last_signed_at.is_none() {
+                signing.last_signed_at = Some(ts);
+            }
+            if signature.is_some() {
+                signing.since_signed = 0;
+                signing.last_signed_at = Some(ts);
+            } else {
+                signing.since_signed += 1;
+            }
+        }
+        self.next_seq += 1;
+        self.last_hash = Some(hash.clone());
+        Sealed {
+            envelope,
+            hash,
+            line,
+            signature,
+        }
+    }
+}
+
+/// What [`RunChain::seal_members`] produced.
+struct Sealed {
+    envelope: Envelope,
+    hash: Arc<str>,
+    line: Arc<str>,
+    /// The signature and key id, for a signed event.
+    signature: Option<(String, String)>,
+}
+
+/// Writes the canonical text of an event without `hash` (envelope, body, extra members);
+/// returns where the `hash` member goes (see [`canonical::write_members`]).
+fn write_event(
+    env: &EnvelopeRef<'_>,
+    body: &[(&str, Member<'_>)],
+    extra: &[(&str, Member<'_>)],
+    out: &mut String,
+) -> Option<usize> {
+    let mut members: Vec<(&str, Member<'_>)> = Vec::with_capacity(10 + body.len() + extra.len());
+    envelope_members(env, &mut members);
+    members.extend_from_slice(body);
+    members.extend_from_slice(extra);
+    canonical::write_members(&mut members, "hash", out)
+}
+
+/// The canonical text `text` (an object without `hash`) with the `hash` member put in its
+/// place: at `at`, before the first member that sorts after it (or last when none does).
+fn with_hash_member(text: &str, at: Option<usize>, hash: &str) -> Arc<str> {
+    let mut line = String::with_capacity(text.len() + hash.len() + 10);
+    match at {
+        Some(at) => {
+            line.push_str(&text[..at]);
+            line.push_str("\"hash\":\"");
+            line.push_str(hash);
+            line.push_str("\",");
+            line.push_str(&text[at..]);
+        }
+        None => {
+            let open = text.strip_suffix('}').unwrap_or(text);
+            line.push_str(open);
+            if open.len() > 1 {
+                line.push(',');
+            }
+            line.push_str("\"hash\":\"");
+            line.push_str(hash);
+            line.push_str("\"}");
+        }
+    }
+    Arc::from(line)
+}

@@ -1,0 +1,107 @@
+//! Tests of the event module.
+
+use super::canonical::write_string;
+use super::*;
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+fn body(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+#[test]
+fn canonical_form_sorts_keys_by_bytes_and_has_no_whitespace() {
+    let v = json!({"b": 1, "a": [1, 2.5, {"z": null, "Z": true}], "é": "x", "aa": "q\"\n\u{1}/é"});
+    assert_eq!(
+        canonical_json(&v),
+        r#"{"a":[1,2.5,{"Z":true,"z":null}],"aa":"q\"\n\u0001/é","b":1,"é":"x"}"#
+    );
+}
+
+#[test]
+fn string_escaping_matches_serde_json() {
+    let mut all: String = (0u32..0x80).filter_map(char::from_u32).collect();
+    all.push_str("é\u{2028}\u{1F600}");
+    let mut mine = String::new();
+    write_string(&all, &mut mine);
+    assert_eq!(mine, serde_json::to_string(&all).unwrap());
+}
+
+#[test]
+fn canonical_numbers() {
+    let v = json!([
+        1.0,
+        100.0,
+        0.001,
+        1e-7,
+        1e16,
+        1e21,
+        -0.0,
+        12345678901234567890u64,
+        -5,
+        1.5,
+        0.000001,
+        1.5e-7,
+        5e-324,
+        1.7976931348623157e308,
+        123456789012345680000.0,
+        -2.5e-3,
+        0.1
+    ]);
+    assert_eq!(
+        canonical_json(&v),
+        "[1,100,0.001,1e-7,10000000000000000,1e+21,0,12345678901234567890,-5,1.5,\
+         0.000001,1.5e-7,5e-324,1.7976931348623157e+308,123456789012345680000,-0.0025,0.1]"
+    );
+    // Canonical text re-parses to the same canonical text.
+    let text = canonical_json(&v);
+    let back: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(canonical_json(&back), text);
+}
+
+#[test]
+fn seal_chains_and_roundtrips() {
+    let mut chain = RunChain::new("r1", "agent", Some("u1".into()));
+    let ts = DateTime::parse_from_rfc3339("2026-01-05T09:00:00.123Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap();
+    let e0 = chain.seal(EventKind::RunStarted, ts, body(json!({"runContext": {}})));
+    let e1 = chain.seal(
+        EventKind::ToolDecision,
+        ts,
+        body(json!({"callId": "c1", "seq": 99})),
+    );
+    assert_eq!(e0.seq(), 0);
+    assert_eq!(e0.prev_hash(), None);
+    assert_eq!(e1.seq(), 1);
+    assert_eq!(e1.prev_hash(), Some(e0.hash()));
+    assert!(!e1.body().contains_key("seq"));
+    assert_eq!(e0.id().get_version_num(), 7);
+    assert!(e0.hash_is_valid() && e1.hash_is_valid());
+    let v = e1.to_json();
+    assert_eq!(v["ts"], "2026-01-05T09:00:00.123Z");
+    assert_eq!(expected_hash(&v).as_deref(), Some(e1.hash()));
+    let text = e1.to_canonical_json();
+    assert_eq!(text, canonical_json(&e1.to_json()));
+    let back: AuditEvent = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, e1);
+    assert_eq!(back.to_canonical_json(), text);
+    let mut edited = v.clone();
+    edited["callId"] = json!("c2");
+    let parsed = AuditEvent::from_value(edited).unwrap();
+    assert!(!parsed.hash_is_valid());
+}
+
+#[test]
+fn rejects_bad_envelopes() {
+    for bad in [
+        json!(1),
+        json!({"schema": "x"}),
+        json!({"schema": SCHEMA, "id": "nope"}),
+    ] {
+        assert!(AuditEvent::from_value(bad).is_err());
+    }
+}
