@@ -25,7 +25,7 @@ impl From<FailureArg> for FailureMode {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StateArgs {
     /// Share state (counters, windows, run history and flags, reviews) with every process using
-    /// the same Redis: redis://[[USER]:PASSWORD@]HOST:PORT/DB (the password is never printed).
+    /// the same Redis: `redis://[[USER]:PASSWORD@]HOST:PORT/DB` (the password is never printed).
     #[arg(long, value_name = "URL", global = true)]
     pub state: Option<String>,
     /// Key prefix in Redis [default: toolgate].
