@@ -4,37 +4,8 @@
 mod common;
 
 use common::*;
-use serde_json::json;
-use toolgate::engine::{Decision, ManualClock, Run, RunContext};
+use toolgate::engine::{ManualClock, RunContext};
 use toolgate::policy::EffectType;
-
-/// A policy of rules each in play only for the tool named like the rule.
-fn probes(meta: &str, rules: &[(&str, &str)]) -> String {
-    let rules: Vec<String> = rules
-        .iter()
-        .map(|(id, cond)| {
-            format!(
-                r#"{{"id": "{id}", "name": "{id}", "priority": 1, "enabled": true,
-                    "selector": {{"phase": "tool.before", "tool": {{"name": "{id}"}}}},
-                    "condition": {cond}, "effect": {{"type": "block"}}}}"#
-            )
-        })
-        .collect();
-    format!(
-        r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#,
-        rules.join(",")
-    )
-}
-
-async fn probe(run: &Run, id: &str) -> Decision {
-    run.before_tool(call("probe", id, json!({}))).await
-}
-
-async fn triggered(run: &Run, id: &str) -> bool {
-    let d = probe(run, id).await;
-    assert_eq!(d.evaluated.len(), 1, "{d:?}");
-    d.evaluated[0].triggered
-}
 
 // ---------------------------------------------------------------------------------------------
 // timeGate

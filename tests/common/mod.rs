@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use toolgate::engine::{EngineBuilder, GovernanceEngine, ManualClock, RunContext, ToolCall};
+use toolgate::engine::{
+    Decision, EngineBuilder, GovernanceEngine, ManualClock, Run, RunContext, ToolCall,
+};
 use toolgate::policy::{Policy, parse_policy};
 
 /// Parses a policy, panicking with the errors.
@@ -56,4 +58,34 @@ pub fn rule(id: &str, phase: &str, tool: &str, condition: &str, effect: &str) ->
             "condition": {condition},
             "effect": {{"type": "{effect}", "reason": "{id} triggered"}}}}]"#
     )
+}
+
+/// A policy of rules each in play only for the tool named like the rule (probe it with
+/// [`probe`] / [`triggered`]).
+pub fn probes(meta: &str, rules: &[(&str, &str)]) -> String {
+    let rules: Vec<String> = rules
+        .iter()
+        .map(|(id, cond)| {
+            format!(
+                r#"{{"id": "{id}", "name": "{id}", "priority": 1, "enabled": true,
+                    "selector": {{"phase": "tool.before", "tool": {{"name": "{id}"}}}},
+                    "condition": {cond}, "effect": {{"type": "block"}}}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#,
+        rules.join(",")
+    )
+}
+
+pub async fn probe(run: &Run, id: &str) -> Decision {
+    run.before_tool(call("probe", id, serde_json::json!({})))
+        .await
+}
+
+pub async fn triggered(run: &Run, id: &str) -> bool {
+    let d = probe(run, id).await;
+    assert_eq!(d.evaluated.len(), 1, "{d:?}");
+    d.evaluated[0].triggered
 }

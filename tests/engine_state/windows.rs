@@ -3,38 +3,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolgate::engine::{Decision, Run, RunContext, ToolOutcome};
+use toolgate::engine::{RunContext, ToolOutcome};
 
 use crate::Store;
 use crate::common::*;
-
-/// A policy of rules each in play only for the tool named like the rule.
-fn probes(meta: &str, rules: &[(&str, &str)]) -> String {
-    let rules: Vec<String> = rules
-        .iter()
-        .map(|(id, cond)| {
-            format!(
-                r#"{{"id": "{id}", "name": "{id}", "priority": 1, "enabled": true,
-                    "selector": {{"phase": "tool.before", "tool": {{"name": "{id}"}}}},
-                    "condition": {cond}, "effect": {{"type": "block"}}}}"#
-            )
-        })
-        .collect();
-    format!(
-        r#"{{"policy": {{"name": "p"{meta}}}, "rules": [{}]}}"#,
-        rules.join(",")
-    )
-}
-
-async fn probe(run: &Run, id: &str) -> Decision {
-    run.before_tool(call("probe", id, json!({}))).await
-}
-
-async fn triggered(run: &Run, id: &str) -> bool {
-    let d = probe(run, id).await;
-    assert_eq!(d.evaluated.len(), 1, "{d:?}");
-    d.evaluated[0].triggered
-}
 
 // ---------------------------------------------------------------------------------------------
 // metricWindow
