@@ -49,6 +49,26 @@ pub struct Review {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+impl Review {
+    /// Records a human's decision (or an expiry) on this review: only a pending review can be
+    /// approved or denied; any review can be expired (the next identical call asks again).
+    pub(crate) fn set_decision(
+        &mut self,
+        status: ReviewStatus,
+        at: DateTime<Utc>,
+    ) -> Result<(), ReviewError> {
+        if self.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
+            return Err(ReviewError::AlreadyDecided {
+                id: self.id.clone(),
+                status: self.status,
+            });
+        }
+        self.status = status;
+        self.decided_at = Some(at);
+        Ok(())
+    }
+}
+
 /// The fingerprint of a call: SHA-256 hex of agent id, rule id, tool name, canonical JSON of
 /// the args and end-user id, separated by U+001F.
 pub fn fingerprint(
@@ -171,14 +191,7 @@ impl ReviewStore for MemoryReviewStore {
     ) -> Result<Review, ReviewError> {
         for mut r in self.by_fp.iter_mut() {
             if r.id == id {
-                if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
-                    return Err(ReviewError::AlreadyDecided {
-                        id: id.to_string(),
-                        status: r.status,
-                    });
-                }
-                r.status = status;
-                r.decided_at = Some(at);
+                r.set_decision(status, at)?;
                 return Ok(r.clone());
             }
         }
@@ -361,16 +374,8 @@ impl ReviewStore for FileReviewStore {
     ) -> Result<Review, ReviewError> {
         self.modify(|all| {
             let i = resolve(all, id)?;
-            let r = &mut all[i];
-            if r.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
-                return Err(ReviewError::AlreadyDecided {
-                    id: r.id.clone(),
-                    status: r.status,
-                });
-            }
-            r.status = status;
-            r.decided_at = Some(at);
-            Ok((r.clone(), true))
+            all[i].set_decision(status, at)?;
+            Ok((all[i].clone(), true))
         })
     }
 }

@@ -233,15 +233,8 @@ impl ReviewStore for RedisReviewStore {
             let reviews: Vec<Review> = all.iter().map(|(_, r)| r.clone()).collect();
             let i = crate::engine::resolve_review(&reviews, id)?;
             let (old, current) = &all[i];
-            if current.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
-                return Err(ReviewError::AlreadyDecided {
-                    id: current.id.clone(),
-                    status: current.status,
-                });
-            }
             let mut next = current.clone();
-            next.status = status;
-            next.decided_at = Some(at);
+            next.set_decision(status, at)?;
             let new = to_json(&next)?;
             let swapped: i64 = self.with(|con| {
                 self.cas
