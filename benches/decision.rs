@@ -496,6 +496,17 @@ fn main() {
     // `cargo bench --bench decision -- FILTER` runs the criterion cases matching FILTER; the
     // printed measurements run unless FILTER is given and does not match "summary".
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.as_deref() == Some("sustained") {
+        // The audited runs alone (for profiling the audit path).
+        let w = Workload::load();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        audited_file(&w, &rt);
+        return;
+    }
     if filter
         .as_deref()
         .is_none_or(|f| "summary".contains(f) || f.contains("summary"))

@@ -1,7 +1,11 @@
 //! Driver for `benches/callgrind.sh`: plays the support workload's runs and routes every measured
 //! `before_tool` through [`decide`], which callgrind counts instructions in.
 //!
-//! `support_calls RULES RUNS`: one warm-up run (not counted), then RUNS runs.
+//! * `support_calls RULES RUNS`: one warm-up run (not counted), then RUNS runs.
+//! * `support_calls RULES RUNS audit`: the same with the audit trail on, into the file sink
+//!   (fsync off) in a temporary directory; runs are dropped (so `run.ended` is written without
+//!   waiting for the disk) and the engine is shut down at the end. Callgrind then counts every
+//!   thread (caller, sealer, sink): the whole cost of an audited decision.
 
 use std::hint::black_box;
 
@@ -25,8 +29,20 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let rules: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
+    let audit = args.next().as_deref() == Some("audit");
     let w = Workload::load();
-    let engine = w.engine(rules);
+    let dir = std::env::temp_dir().join(format!("toolgate-callgrind-{}", std::process::id()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let engine = if audit {
+        let _guard = rt.enter();
+        w.audited_engine(rules, &dir)
+    } else {
+        w.engine(rules)
+    };
     let mut decisions = 0usize;
     for k in 0..=runs {
         let run = engine.start_run(w.context(k));
@@ -47,6 +63,11 @@ fn main() {
             }
             black_box(d);
         }
+    }
+    if audit {
+        rt.block_on(engine.shutdown())
+            .expect("the audit trail shuts down");
+        let _ = std::fs::remove_dir_all(&dir);
     }
     println!("{decisions}");
 }

@@ -153,6 +153,25 @@ impl Workload {
             .expect("the support policy compiles")
     }
 
+    /// [`engine`](Self::engine) with the audit trail on: the file sink in `dir`, fsync off
+    /// (call it inside a tokio runtime: the sink's task runs there).
+    pub fn audited_engine(&self, n: usize, dir: &std::path::Path) -> GovernanceEngine {
+        GovernanceEngine::builder()
+            .policy(self.policy(n))
+            .clock(Arc::new(FixedClock(self.clock)))
+            .audit(toolgate::audit::AuditConfig {
+                sinks: vec![toolgate::audit::SinkConfig::File(
+                    toolgate::audit::FileSinkConfig {
+                        fsync: false,
+                        ..toolgate::audit::FileSinkConfig::in_dir(dir)
+                    },
+                )],
+                ..Default::default()
+            })
+            .build()
+            .expect("the support policy compiles")
+    }
+
     /// The context of run number `k` (end users cycle).
     pub fn context(&self, k: usize) -> RunContext {
         let (id, tags) = &self.endusers[k % self.endusers.len()];

@@ -23,6 +23,7 @@ mod call;
 mod clock;
 mod conditions;
 mod decision;
+mod decision_json;
 mod evaluate;
 mod evaluations;
 mod guard;

@@ -116,7 +116,9 @@ pub(crate) fn seal_body(
             let subjects_at = scratch.len();
             let subjects_r = to_canonical(subjects, scratch).map(|()| subjects_at..scratch.len());
             let decision_at = scratch.len();
-            let decision_r = to_canonical(decision, scratch).map(|()| decision_at..scratch.len());
+            decision.write_canonical(scratch);
+            let decision_r: Result<_, crate::audit::event::ser::CanonError> =
+                Ok(decision_at..scratch.len());
             match (tool, subjects_r, decision_r) {
                 (Ok(t), Ok(s), Ok(d)) => {
                     let members = [

@@ -134,12 +134,24 @@ pub(crate) fn write_es_number(x: f64, out: &mut String) {
 /// Writes a JSON string literal with serde_json's escaping (documented on [`canonical_json`]).
 pub(crate) fn write_string(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
     out.push('"');
     // Copy runs of bytes that need no escape in one go; every byte that needs one is ASCII,
     // so slicing at it stays on a char boundary.
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Skip 8 bytes at a time while none of them needs an escape.
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            if !needs_escape(u64::from_le_bytes(word)) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
         let escape: &str = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
@@ -149,7 +161,10 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
             0x0c => "\\f",
             b'\r' => "\\r",
             0x00..=0x1f => "",
-            _ => continue,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.push_str(&s[start..i]);
         if escape.is_empty() {
@@ -159,15 +174,43 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
         } else {
             out.push_str(escape);
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.push_str(&s[start..]);
     out.push('"');
 }
 
+/// Whether any of the 8 bytes of `w` is below 0x20, a `"` or a `\\` (may say yes for a
+/// byte of 0x80 or more next to one of them: the caller then looks byte by byte).
+#[inline]
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte is zero in `x` exactly where `w` has the byte looked for; the classic test sets
+    // its high bit (and may set others only above a true hit).
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+    (below_space | quote | backslash) != 0
+}
+
 /// SHA-256 of `text`'s UTF-8 bytes, lowercase hex.
 pub fn sha256_hex(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
+    let mut buf = [0u8; 64];
+    sha256_hex_into(text.as_bytes(), &mut buf).to_string()
+}
+
+/// SHA-256 of `bytes`, lowercase hex, written into `buf` (no allocation).
+pub(crate) fn sha256_hex_into<'b>(bytes: &[u8], buf: &'b mut [u8; 64]) -> &'b str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    for (i, b) in digest.iter().enumerate() {
+        buf[2 * i] = HEX[usize::from(b >> 4)];
+        buf[2 * i + 1] = HEX[usize::from(b & 0xf)];
+    }
+    std::str::from_utf8(buf).unwrap_or("")
 }
 
 /// The hash an event's JSON ought to carry: SHA-256 of the canonical JSON of `event` without

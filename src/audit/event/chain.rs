@@ -2,12 +2,16 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use std::cell::RefCell;
+
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::canonical::{self, Member, sha256_hex};
-use super::{AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, envelope_members};
+use super::canonical::{self, Member, sha256_hex_into};
+use super::{
+    AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, Members, envelope_members, rfc3339,
+};
 use crate::audit::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
 
 /// The chain state of one run: hands out `seq` numbers and links each event to the previous
@@ -158,7 +162,7 @@ impl RunChain {
         // Only the chain writes `signature` and `keyId`.
         body.remove(SIGNATURE_FIELD);
         body.remove(KEY_ID_FIELD);
-        let members: Vec<(&str, Member<'_>)> = body
+        let members: Members<'_> = body
             .iter()
             .map(|(k, v)| (k.as_str(), Member::Json(v)))
             .collect();
@@ -198,7 +202,7 @@ impl RunChain {
         id: Uuid,
         body: &[(&str, Member<'_>)],
     ) -> Sealed {
-        let ts_text = ts.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        let ts_text = rfc3339(ts);
         let signer = match &self.signing {
             Some(s) if matches!(kind, EventKind::RunEnded | EventKind::Checkpoint) => {
                 Some(s.signer.clone())
@@ -217,29 +221,40 @@ impl RunChain {
             enduser_id: self.enduser_id.as_deref(),
             prev_hash: self.last_hash.as_deref(),
         };
-        let mut text = String::with_capacity(1024);
-        let mut at = write_event(&env, body, &[], &mut text);
-        let mut hash = sha256_hex(&text);
-        let mut signature = None;
-        if let Some(signer) = signer {
-            // The hash computed so far, without the two fields, is the signing hash.
-            let sig = signer.sign_hash(&hash);
-            let key_id = signer.key_id().to_string();
+        // The text is written into a buffer this thread keeps (no allocation per event); the
+        // line is copied out once, into its `Arc`.
+        let (line, hash, signature) = with_scratch(|text, line| {
             text.clear();
-            at = write_event(
-                &env,
-                body,
-                &[
-                    (SIGNATURE_FIELD, Member::Str(&sig)),
-                    (KEY_ID_FIELD, Member::Str(&key_id)),
-                ],
-                &mut text,
-            );
-            hash = sha256_hex(&text);
-            signature = Some((sig, key_id));
-        }
-        let line = with_hash_member(&text, at, &hash);
-        let hash: Arc<str> = Arc::from(hash);
+            let mut at = write_event(&env, body, &[], text);
+            let mut hex = [0u8; 64];
+            let mut hash: &str = sha256_hex_into(text.as_bytes(), &mut hex);
+            let mut signature = None;
+            let mut hex2 = [0u8; 64];
+            if let Some(signer) = &signer {
+                // The hash computed so far, without the two fields, is the signing hash.
+                let sig = signer.sign_hash(hash);
+                let key_id = signer.key_id().to_string();
+                text.clear();
+                at = write_event(
+                    &env,
+                    body,
+                    &[
+                        (SIGNATURE_FIELD, Member::Str(&sig)),
+                        (KEY_ID_FIELD, Member::Str(&key_id)),
+                    ],
+                    text,
+                );
+                hash = sha256_hex_into(text.as_bytes(), &mut hex2);
+                signature = Some((sig, key_id));
+            }
+            line.clear();
+            with_hash_member(text, at, hash, line);
+            (
+                Arc::<str>::from(line.as_str()),
+                Arc::<str>::from(hash),
+                signature,
+            )
+        });
         let envelope = Envelope {
             id,
             kind,
@@ -290,7 +305,7 @@ fn write_event(
     extra: &[(&str, Member<'_>)],
     out: &mut String,
 ) -> Option<usize> {
-    let mut members: Vec<(&str, Member<'_>)> = Vec::with_capacity(10 + body.len() + extra.len());
+    let mut members: Members<'_> = Members::new();
     envelope_members(env, &mut members);
     members.extend_from_slice(body);
     members.extend_from_slice(extra);
@@ -298,9 +313,10 @@ fn write_event(
 }
 
 /// The canonical text `text` (an object without `hash`) with the `hash` member put in its
-/// place: at `at`, before the first member that sorts after it (or last when none does).
-fn with_hash_member(text: &str, at: Option<usize>, hash: &str) -> Arc<str> {
-    let mut line = String::with_capacity(text.len() + hash.len() + 10);
+/// place, written into `line`: at `at`, before the first member that sorts after it (or last
+/// when none does).
+fn with_hash_member(text: &str, at: Option<usize>, hash: &str, line: &mut String) {
+    line.reserve(text.len() + hash.len() + 10);
     match at {
         Some(at) => {
             line.push_str(&text[..at]);
@@ -320,5 +336,29 @@ fn with_hash_member(text: &str, at: Option<usize>, hash: &str) -> Arc<str> {
             line.push_str("\"}");
         }
     }
-    Arc::from(line)
+}
+
+thread_local! {
+    /// Per thread: the text of the event being sealed and its line with `hash`.
+    static SCRATCH: RefCell<(String, String)> = const { RefCell::new((String::new(), String::new())) };
+}
+
+/// Runs `f` with this thread's two scratch buffers (fresh ones if they are in use).
+fn with_scratch<R>(f: impl FnOnce(&mut String, &mut String) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut bufs) => {
+            let (text, line) = &mut *bufs;
+            let r = f(text, line);
+            if text.capacity() > 1 << 20 {
+                // A huge event: do not keep its buffers.
+                *text = String::new();
+                *line = String::new();
+            }
+            r
+        }
+        Err(_) => f(
+            &mut String::with_capacity(1024),
+            &mut String::with_capacity(1024),
+        ),
+    })
 }

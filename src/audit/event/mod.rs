@@ -21,8 +21,14 @@ mod chain;
 pub(crate) mod ser;
 #[cfg(test)]
 mod tests;
+mod time_text;
 
 pub(crate) use canonical::{Member, write_canonical_members};
+pub(crate) use time_text::rfc3339;
+
+/// The members of an event being written (envelope and body; on the stack for every event
+/// the engine writes).
+pub(crate) type Members<'a> = smallvec::SmallVec<[(&'a str, Member<'a>); 24]>;
 pub use canonical::{canonical_json, expected_hash, sha256_hex};
 pub use chain::{CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECS, RunChain};
 
@@ -305,7 +311,7 @@ impl AuditEvent {
         let body = self.body();
         let mut id_buf = Uuid::encode_buffer();
         let id = self.id.hyphenated().encode_lower(&mut id_buf);
-        let mut members: Vec<(&str, Member<'_>)> = Vec::with_capacity(body.len() + 10);
+        let mut members: Members<'_> = Members::new();
         self.envelope_members(id, &mut members);
         if with_hash {
             members.push(("hash", Member::Str(&self.hash)));
@@ -318,7 +324,7 @@ impl AuditEvent {
     }
 
     /// The envelope's members without `hash`.
-    fn envelope_members<'a>(&'a self, id: &'a str, members: &mut Vec<(&'a str, Member<'a>)>) {
+    fn envelope_members<'a>(&'a self, id: &'a str, members: &mut Members<'a>) {
         envelope_members(
             &EnvelopeRef {
                 id,
@@ -474,7 +480,7 @@ pub(crate) struct EnvelopeRef<'a> {
 }
 
 /// Pushes the envelope's members (all but `hash`).
-pub(crate) fn envelope_members<'a>(e: &EnvelopeRef<'a>, members: &mut Vec<(&'a str, Member<'a>)>) {
+pub(crate) fn envelope_members<'a>(e: &EnvelopeRef<'a>, members: &mut Members<'a>) {
     members.push(("schema", Member::Str(SCHEMA)));
     members.push(("id", Member::Str(e.id)));
     members.push(("kind", Member::Str(e.kind.as_str())));

@@ -105,3 +105,16 @@ fn rejects_bad_envelopes() {
         assert!(AuditEvent::from_value(bad).is_err());
     }
 }
+
+proptest::proptest! {
+    /// The string writer (which skips 8 bytes at a time) escapes as serde_json does, wherever
+    /// the bytes that need an escape fall.
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them(
+        s in proptest::string::string_regex("([a-zé€\"\\\\\\x00-\\x1f\\x7f]|\\PC){0,40}").expect("a regex")
+    ) {
+        let mut out = String::new();
+        write_string(&s, &mut out);
+        proptest::prop_assert_eq!(out, serde_json::to_string(&s).expect("a string"));
+    }
+}
