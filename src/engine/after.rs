@@ -2,21 +2,22 @@
 //! `tool.result` event) and the after-phase rules decided; custom and LLM metrics.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
-use smallvec::SmallVec;
+use serde_json::{Value, json};
 
 use super::EngineInner;
 use super::blocking::block_on;
+use super::body::{Body, CallMetrics};
 use super::decision::Decision;
 use super::evaluate::{
     CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, needs_async,
 };
-use super::run::{PendingCall, Run, RunShared, ToolCall, ToolOutcome, obj};
+use super::run::{CallRecord, Run, RunShared, ToolCall, ToolOutcome, obj};
 use crate::audit::EventKind;
 use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase, json_number as num};
 
@@ -57,14 +58,10 @@ impl Run {
     /// blocking when no signal provider, subject extractor or tool evaluator is in play, else
     /// waits for them as [`before_tool_blocking`](Run::before_tool_blocking) does.
     pub fn after_tool_blocking(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
-        let tool = {
-            let pending = self.shared.pending.lock();
-            let p = pending.get(call_id)?;
-            (p.name.clone(), p.tags.clone())
-        };
+        let call = self.shared.pending.lock().get(call_id)?.clone();
         let awaits = {
             let policies = self.engine.policies.load();
-            let profile = policies.tools.profile(&policies, &tool.0, &tool.1);
+            let profile = policies.tools.profile(&policies, &call.name, &call.tags);
             self.engine.shared.is_some()
                 || needs_async(&self.engine, &policies, &profile.rules[1], &profile.name_lc)
                 || (self.engine.audit_enabled()
@@ -75,6 +72,7 @@ impl Run {
                         .iter()
                         .any(|(g, _)| g.is_match(&*profile.name_lc)))
         };
+        drop(call);
         let mut fut = std::pin::pin!(self.after_tool(call_id, outcome));
         if !awaits {
             // Nothing to await: one poll finishes it.
@@ -89,7 +87,7 @@ impl Run {
     async fn after_allowed(
         &self,
         call_id: &str,
-        pending: PendingCall,
+        pending: Arc<CallRecord>,
         outcome: ToolOutcome,
         now: DateTime<Utc>,
     ) -> Option<Decision> {
@@ -103,7 +101,7 @@ impl Run {
         let shared_store = self.engine.shared.clone();
 
         // Inbuilt metrics of the call: only those a metricWindow tracker or the audit trail uses.
-        let mut metrics: SmallVec<[(InbuiltMetric, f64); 5]> = SmallVec::new();
+        let mut metrics = CallMetrics::new();
         if audit || !policies.trackers.is_empty() {
             let want =
                 |m: InbuiltMetric| audit || policies.trackers_by_metric.contains_key(m.key());
@@ -232,34 +230,29 @@ impl Run {
                 });
                 self.emit(EventKind::ToolDecision, obj(body), now);
             }
-            let metrics_json: Map<String, Value> = metrics
-                .iter()
-                .map(|(m, v)| (m.key().to_string(), num(*v)))
-                .collect();
-            let mut body = obj(json!({
-                "callId": call_id,
-                "tool": {"name": pending.name, "tags": pending.tags},
-                "durationMs": num(duration_ms),
-                "metrics": metrics_json,
-            }));
-            match &outcome.error {
-                Some(e) => body.insert("error".into(), Value::String(e.clone())),
-                None => body.insert(
-                    "output".into(),
-                    outcome.output.clone().unwrap_or(Value::Null),
-                ),
-            };
             let (evaluation, slow) = self
                 .engine
                 .evaluate_tool_output(&self.shared, &pending.name, &pending.args, &outcome)
                 .await;
+            // The outcome is ours: its output moves into the event.
+            let ToolOutcome { output, error, .. } = outcome;
+            let body = Body::ToolResult {
+                call: pending,
+                duration_ms,
+                metrics,
+                outcome: match error {
+                    Some(e) => Err(e),
+                    None => Ok(output.unwrap_or(Value::Null)),
+                },
+                evaluation,
+            };
             self.engine.emit_with_evaluation(
                 &self.shared,
                 EventKind::ToolResult,
                 body,
                 now,
-                evaluation,
                 slow,
+                Some(call_id),
             );
         }
         decision
@@ -339,6 +332,38 @@ fn record_metric(
     }
 }
 
+/// The length of `v`'s compact JSON text, counted as it is written (nothing is kept).
 fn json_len(v: &Value) -> f64 {
-    serde_json::to_vec(v).map_or(0.0, |b| b.len() as f64)
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    match serde_json::to_writer(&mut n, v) {
+        Ok(()) => n.0 as f64,
+        Err(_) => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn json_len_is_the_compact_text_length() {
+        for v in [
+            json!(null),
+            json!({"a": [1, "é\n", {"b": 2.5}]}),
+            json!("x"),
+        ] {
+            let text = serde_json::to_vec(&v).expect("json");
+            assert_eq!(super::json_len(&v), text.len() as f64);
+        }
+    }
 }

@@ -101,27 +101,25 @@ impl EngineInner {
         Some(audit.sealer.push(chain, kind, at, body))
     }
 
-    /// Emits a `tool.result` or `run.ended` event with the fast evaluators' result attached,
-    /// then starts the slow evaluators, which emit a linked `evaluation.result` event.
+    /// Emits a `tool.result` or `run.ended` event (the fast evaluators' result attached to
+    /// `body` already), then starts the slow evaluators, which emit a linked
+    /// `evaluation.result` event (naming `call_id`, when given).
     pub(crate) fn emit_with_evaluation(
         self: &Arc<Self>,
         run: &Arc<RunShared>,
         kind: EventKind,
-        mut body: Map<String, Value>,
+        body: Body,
         at: DateTime<Utc>,
-        evaluation: Option<Value>,
         slow: Option<SlowEvaluation>,
+        call_id: Option<&str>,
     ) {
-        if let Some(e) = evaluation {
-            body.insert("evaluation".into(), e);
-        }
-        let call_id = body.get("callId").cloned();
-        let Some(event_id) = self.emit(run, kind, body, at) else {
+        let Some(event_id) = self.emit_body(run, kind, body, at) else {
             return;
         };
         if let Some((runner, input)) = slow {
             let engine = self.clone();
             let run2 = run.clone();
+            let call_id = call_id.map(str::to_string);
             let handle = tokio::spawn(async move {
                 let result = run_to_json(&runner, input).await;
                 let mut body = Map::new();
@@ -131,7 +129,7 @@ impl EngineInner {
                     Value::String(kind.as_str().to_string()),
                 );
                 if let Some(c) = call_id {
-                    body.insert("callId".into(), c);
+                    body.insert("callId".into(), Value::String(c));
                 }
                 body.insert("evaluation".into(), result);
                 let now = engine.clock.now();

@@ -19,6 +19,7 @@
 mod after;
 mod audit_hook;
 mod blocking;
+mod body;
 mod call;
 mod clock;
 mod conditions;
@@ -30,6 +31,7 @@ mod guard;
 mod history;
 mod hitl;
 mod observe;
+mod pending;
 mod profile;
 mod run;
 mod sealer;

@@ -31,14 +31,7 @@ use crate::state::StateKey;
 
 pub(crate) use super::call::{RunContext, ToolCall, ToolOutcome};
 
-#[derive(Debug, Clone)]
-pub(crate) struct PendingCall {
-    pub(crate) name: String,
-    pub(crate) tags: Vec<String>,
-    pub(crate) args: Value,
-}
-
-type PendingMap = std::collections::HashMap<String, PendingCall, foldhash::fast::RandomState>;
+pub(crate) use super::pending::{CallRecord, PendingCalls};
 
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
@@ -59,7 +52,7 @@ pub(crate) struct RunShared {
     pub(crate) aborted: AtomicBool,
     pub(crate) ended: AtomicBool,
     pub(crate) history: Mutex<History>,
-    pub(crate) pending: Mutex<PendingMap>,
+    pub(crate) pending: Mutex<PendingCalls>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
     pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
@@ -185,7 +178,7 @@ impl Run {
             aborted: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             history: Mutex::new(History::default()),
-            pending: Mutex::new(PendingMap::default()),
+            pending: Mutex::new(PendingCalls::default()),
             tz_cache: std::sync::OnceLock::new(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
@@ -197,12 +190,9 @@ impl Run {
             o.on_run_start(&run.shared.context)
         });
         if run.engine.audit_enabled() {
-            let ctx = serde_json::to_value(&*run.shared.context).unwrap_or(Value::Null);
-            run.emit(
-                EventKind::RunStarted,
-                obj(json!({ "runContext": ctx })),
-                now,
-            );
+            let body = Body::RunStarted(run.shared.context.clone());
+            run.engine
+                .emit_body(&run.shared, EventKind::RunStarted, body, now);
         }
         run
     }
@@ -420,42 +410,28 @@ impl Run {
             args,
             subjects,
         } = call;
-        let pending = |name, tags, args| PendingCall { name, tags, args };
+        if !self.engine.audit_enabled() && !proceeds {
+            return decision;
+        }
+        // Kept once: the pending set and the audit event share it (no copy of the arguments).
+        let call = Arc::new(CallRecord {
+            id,
+            name,
+            tags,
+            args,
+        });
+        if proceeds {
+            self.shared.pending.lock().insert(call.clone());
+        }
         if self.engine.audit_enabled() {
-            // Captured as is (the call moved, or cloned when it proceeds; the decision
-            // cloned); the sealer writes the JSON.
-            let body = |call_id, name, tags, args, decision| Body::BeforeDecision {
-                call_id,
-                name,
-                tags,
-                args,
+            // Captured as is (the decision cloned); the sealer writes the JSON.
+            let body = Body::BeforeDecision {
+                call,
                 subjects,
-                decision,
-            };
-            let body = if proceeds {
-                let b = body(
-                    id.clone(),
-                    name.clone(),
-                    tags.clone(),
-                    args.clone(),
-                    decision.clone(),
-                );
-                self.shared
-                    .pending
-                    .lock()
-                    .insert(id, pending(name, tags, args));
-                b
-            } else {
-                body(id, name, tags, args, decision.clone())
+                decision: decision.clone(),
             };
             self.engine
                 .emit_body(&self.shared, EventKind::ToolDecision, body, now);
-        } else if proceeds {
-            // The call is ours: move it into `pending` rather than cloning its arguments.
-            self.shared
-                .pending
-                .lock()
-                .insert(id, pending(name, tags, args));
         }
         decision
     }
@@ -586,13 +562,17 @@ impl Run {
                 .evaluate_run(&self.shared, final_response, status)
                 .await;
             let late_events = slow.is_some();
+            let mut body = body;
+            if let Some(e) = evaluation {
+                body.insert("evaluation".into(), e);
+            }
             self.engine.emit_with_evaluation(
                 &self.shared,
                 EventKind::RunEnded,
-                body,
+                Body::Json(body),
                 now,
-                evaluation,
                 slow,
+                None,
             );
             self.engine.await_background(&self.shared).await;
             if late_events {

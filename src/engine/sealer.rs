@@ -22,15 +22,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use parking_lot::{Condvar, Mutex};
-use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::decision::Decision;
-use super::run::obj;
-use super::subjects::SubjectRef;
-use crate::audit::event::Member;
-use crate::audit::event::ser::to_canonical;
-use crate::audit::{AuditBus, AuditEvent, EventKind, Redactor, RunChain};
+pub(crate) use super::body::{Body, seal_body};
+use crate::audit::{AuditBus, EventKind, Redactor, RunChain};
 
 /// Queue length at which the sealer is woken at once instead of after [`LINGER`].
 const WAKE_AT: usize = 4096;
@@ -40,110 +35,6 @@ const LINGER: Duration = Duration::from_millis(1);
 /// the sealer thread keeps up (it shares the cores), the queue stays bounded and nothing is
 /// dropped; the callers slow down instead.
 const HELP_AT: usize = 32_768;
-
-/// An event body as captured on the caller's thread.
-// Not boxed: the queue holds bodies by value, and a box would cost the caller an allocation.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Body {
-    /// Built as JSON already (rare events: run start and end, results, errors).
-    Json(Map<String, Value>),
-    /// A `tool.before` decision.
-    BeforeDecision {
-        call_id: String,
-        name: String,
-        tags: Vec<String>,
-        args: Value,
-        subjects: Vec<SubjectRef>,
-        decision: Decision,
-    },
-}
-
-impl Body {
-    /// The body as a JSON map (the path redaction works on).
-    pub(crate) fn into_map(self) -> Map<String, Value> {
-        match self {
-            Body::Json(m) => m,
-            Body::BeforeDecision {
-                call_id,
-                name,
-                tags,
-                args,
-                subjects,
-                decision,
-            } => obj(json!({
-                "phase": "tool.before",
-                "callId": call_id,
-                "tool": {"name": name, "tags": tags},
-                "args": args,
-                "subjects": subjects,
-                "decision": decision,
-            })),
-        }
-    }
-}
-
-/// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
-/// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted.
-/// `scratch` is reused between events.
-pub(crate) fn seal_body(
-    chain: &mut RunChain,
-    redactor: &Redactor,
-    kind: EventKind,
-    at: DateTime<Utc>,
-    id: Uuid,
-    body: Body,
-    scratch: &mut String,
-) -> AuditEvent {
-    if !redactor.applies_to(kind) {
-        if let Body::BeforeDecision {
-            call_id,
-            name,
-            tags,
-            args,
-            subjects,
-            decision,
-        } = &body
-        {
-            scratch.clear();
-            let tool = {
-                scratch.push_str("{\"name\":");
-                crate::audit::event::canonical::write_string(name, scratch);
-                scratch.push_str(",\"tags\":");
-                let r = to_canonical(tags, scratch);
-                scratch.push('}');
-                r.map(|()| 0..scratch.len())
-            };
-            let subjects_at = scratch.len();
-            let subjects_r = to_canonical(subjects, scratch).map(|()| subjects_at..scratch.len());
-            let decision_at = scratch.len();
-            decision.write_canonical(scratch);
-            let decision_r: Result<_, crate::audit::event::ser::CanonError> =
-                Ok(decision_at..scratch.len());
-            match (tool, subjects_r, decision_r) {
-                (Ok(t), Ok(s), Ok(d)) => {
-                    let members = [
-                        ("phase", Member::Str("tool.before")),
-                        ("callId", Member::Str(call_id)),
-                        ("tool", Member::Raw(&scratch[t])),
-                        ("args", Member::Json(args)),
-                        ("subjects", Member::Raw(&scratch[s])),
-                        ("decision", Member::Raw(&scratch[d])),
-                    ];
-                    return chain.seal_typed(kind, at, id, &members);
-                }
-                (t, s, d) => {
-                    let why = [t.err(), s.err(), d.err()];
-                    tracing::debug!(
-                        "audit: typed body not written directly ({why:?}); through JSON"
-                    );
-                }
-            }
-        }
-    }
-    let mut map = body.into_map();
-    redactor.redact(kind, &mut map);
-    chain.seal_with_id(kind, at, id, map)
-}
 
 struct Pending {
     chain: Arc<Mutex<RunChain>>,

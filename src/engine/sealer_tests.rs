@@ -17,8 +17,10 @@ use crate::audit::{
 use crate::engine::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
+use crate::engine::pending::CallRecord;
+use crate::engine::run::RunContext;
 use crate::engine::subjects::SubjectRef;
-use crate::policy::{EffectType, Phase};
+use crate::policy::{EffectType, InbuiltMetric, Phase};
 
 fn ts(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -109,9 +111,9 @@ fn subjects(i: usize) -> Vec<SubjectRef> {
         .collect()
 }
 
-fn before(i: usize, decision: Decision) -> Body {
-    Body::BeforeDecision {
-        call_id: format!("c{i}\u{1}"),
+fn record(i: usize) -> Arc<CallRecord> {
+    Arc::new(CallRecord {
+        id: format!("c{i}\u{1}"),
         name: if i % 2 == 0 {
             "issue_refund".into()
         } else {
@@ -123,28 +125,63 @@ fn before(i: usize, decision: Decision) -> Body {
         } else {
             tricky_args(i)
         },
+    })
+}
+
+fn before(i: usize, decision: Decision) -> Body {
+    Body::BeforeDecision {
+        call: record(i),
         subjects: subjects(i),
         decision,
+    }
+}
+
+fn result(i: usize) -> Body {
+    let all = [
+        (InbuiltMetric::BytesIn, 38.0),
+        (InbuiltMetric::BytesOut, 1e21),
+        (InbuiltMetric::DurationMs, 2.5),
+        (InbuiltMetric::RecordsIn, 0.0),
+        (InbuiltMetric::RecordsOut, 7.0),
+    ];
+    Body::ToolResult {
+        call: record(i),
+        duration_ms: [3.0, 0.125, 1e-7, 12345.678][i % 4],
+        metrics: all.iter().copied().skip(i % 3).collect(),
+        outcome: if i % 5 == 4 {
+            Err(format!("failed \"{i}\"\n"))
+        } else {
+            Ok(tricky_args(i + 1))
+        },
+        evaluation: (i % 2 == 1).then(|| json!({"passed": true, "score": 0.5, "z": [i]})),
     }
 }
 
 fn clone_body(b: &Body) -> Body {
     match b {
         Body::Json(m) => Body::Json(m.clone()),
+        Body::RunStarted(c) => Body::RunStarted(c.clone()),
         Body::BeforeDecision {
-            call_id,
-            name,
-            tags,
-            args,
+            call,
             subjects,
             decision,
         } => Body::BeforeDecision {
-            call_id: call_id.clone(),
-            name: name.clone(),
-            tags: tags.clone(),
-            args: args.clone(),
+            call: call.clone(),
             subjects: subjects.clone(),
             decision: decision.clone(),
+        },
+        Body::ToolResult {
+            call,
+            duration_ms,
+            metrics,
+            outcome,
+            evaluation,
+        } => Body::ToolResult {
+            call: call.clone(),
+            duration_ms: *duration_ms,
+            metrics: metrics.clone(),
+            outcome: outcome.clone(),
+            evaluation: evaluation.clone(),
         },
     }
 }
@@ -194,9 +231,24 @@ fn typed_before_decisions_seal_to_the_same_bytes_as_json() {
         m.insert("callId".into(), json!(format!("c{i}")));
         m.insert("output".into(), tricky_args(i));
         bodies.push((EventKind::ToolResult, Body::Json(m)));
+        bodies.push((EventKind::ToolResult, result(i)));
     }
+    let mut ctx = RunContext::new("r-1\u{2}", "agent é");
+    bodies.push((
+        EventKind::RunStarted,
+        Body::RunStarted(Arc::new(ctx.clone())),
+    ));
+    ctx.session_id = Some("s\"1".into());
+    ctx = ctx.with_enduser(
+        "u-1",
+        [
+            ("tz".into(), "Europe/Paris".into()),
+            ("a".into(), "\n".into()),
+        ],
+    );
+    bodies.push((EventKind::RunStarted, Body::RunStarted(Arc::new(ctx))));
     bodies.push((EventKind::RunEnded, Body::Json(Map::new())));
-    assert_eq!(both_ways(bodies, None), 12 * 4 + 1);
+    assert_eq!(both_ways(bodies, None), 12 * 5 + 3);
 }
 
 #[test]

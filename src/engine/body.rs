@@ -1,0 +1,217 @@
+//! Audit event bodies as the caller's thread captures them (typed: the call, decision and
+//! outcome moved or shared, not turned into JSON), and how the sealer writes each one.
+//!
+//! A typed body is written straight to canonical text, unless a redaction rule may apply to
+//! its kind: then it is turned into a JSON map, redacted, and written. Both give the same
+//! bytes (`sealer_tests.rs` holds them equal).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+use smallvec::SmallVec;
+use uuid::Uuid;
+
+use super::decision::Decision;
+use super::pending::CallRecord;
+use super::run::{RunContext, obj};
+use super::subjects::SubjectRef;
+use crate::audit::event::canonical::{write_members, write_string};
+use crate::audit::event::ser::{CanonError, to_canonical};
+use crate::audit::event::{Member, Members};
+use crate::audit::{AuditEvent, EventKind, Redactor, RunChain};
+use crate::policy::{InbuiltMetric, json_number as num};
+
+/// The inbuilt metrics of a call's result, in the order they are recorded.
+pub(crate) type CallMetrics = SmallVec<[(InbuiltMetric, f64); 5]>;
+
+/// An event body as captured on the caller's thread.
+// Not boxed: the queue holds bodies by value, and a box would cost the caller an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Body {
+    /// Built as JSON already (rare events: run end, errors, after-phase decisions).
+    Json(Map<String, Value>),
+    /// `run.started`: the run's context.
+    RunStarted(Arc<RunContext>),
+    /// A `tool.before` decision.
+    BeforeDecision {
+        call: Arc<CallRecord>,
+        subjects: Vec<SubjectRef>,
+        decision: Decision,
+    },
+    /// A `tool.result`.
+    ToolResult {
+        call: Arc<CallRecord>,
+        duration_ms: f64,
+        metrics: CallMetrics,
+        /// The output, or the error the tool reported.
+        outcome: Result<Value, String>,
+        /// The fast evaluators' result.
+        evaluation: Option<Value>,
+    },
+}
+
+impl Body {
+    /// The body as a JSON map (the path redaction works on).
+    pub(crate) fn into_map(self) -> Map<String, Value> {
+        match self {
+            Body::Json(m) => m,
+            Body::RunStarted(ctx) => {
+                let ctx = serde_json::to_value(&*ctx).unwrap_or(Value::Null);
+                obj(json!({ "runContext": ctx }))
+            }
+            Body::BeforeDecision {
+                call,
+                subjects,
+                decision,
+            } => obj(json!({
+                "phase": "tool.before",
+                "callId": call.id,
+                "tool": {"name": call.name, "tags": call.tags},
+                "args": call.args,
+                "subjects": subjects,
+                "decision": decision,
+            })),
+            Body::ToolResult {
+                call,
+                duration_ms,
+                metrics,
+                outcome,
+                evaluation,
+            } => {
+                let metrics_json: Map<String, Value> = metrics
+                    .iter()
+                    .map(|(m, v)| (m.key().to_string(), num(*v)))
+                    .collect();
+                let mut body = obj(json!({
+                    "callId": call.id,
+                    "tool": {"name": call.name, "tags": call.tags},
+                    "durationMs": num(duration_ms),
+                    "metrics": metrics_json,
+                }));
+                match outcome {
+                    Err(e) => body.insert("error".into(), Value::String(e)),
+                    Ok(v) => body.insert("output".into(), v),
+                };
+                if let Some(e) = evaluation {
+                    body.insert("evaluation".into(), e);
+                }
+                body
+            }
+        }
+    }
+}
+
+/// Writes `{"name":…,"tags":[…]}` into `out`.
+fn write_tool(name: &str, tags: &[String], out: &mut String) {
+    out.push_str("{\"name\":");
+    write_string(name, out);
+    out.push_str(",\"tags\":[");
+    for (i, t) in tags.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(t, out);
+    }
+    out.push_str("]}");
+}
+
+/// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
+/// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted.
+/// `scratch` is reused between events.
+pub(crate) fn seal_body(
+    chain: &mut RunChain,
+    redactor: &Redactor,
+    kind: EventKind,
+    at: DateTime<Utc>,
+    id: Uuid,
+    body: Body,
+    scratch: &mut String,
+) -> AuditEvent {
+    if !redactor.applies_to(kind) {
+        scratch.clear();
+        match seal_typed(chain, kind, at, id, &body, scratch) {
+            Ok(Some(event)) => return event,
+            Ok(None) => {}
+            Err(e) => tracing::debug!("audit: typed body not written directly ({e}); through JSON"),
+        }
+    }
+    let mut map = body.into_map();
+    redactor.redact(kind, &mut map);
+    chain.seal_with_id(kind, at, id, map)
+}
+
+/// Seals a typed body, its parts written into `scratch` first; `None` for a JSON body.
+fn seal_typed(
+    chain: &mut RunChain,
+    kind: EventKind,
+    at: DateTime<Utc>,
+    id: Uuid,
+    body: &Body,
+    scratch: &mut String,
+) -> Result<Option<AuditEvent>, CanonError> {
+    match body {
+        Body::Json(_) => Ok(None),
+        Body::RunStarted(ctx) => {
+            to_canonical(&**ctx, scratch)?;
+            let members = [("runContext", Member::Raw(scratch))];
+            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+        }
+        Body::BeforeDecision {
+            call,
+            subjects,
+            decision,
+        } => {
+            write_tool(&call.name, &call.tags, scratch);
+            let tool = 0..scratch.len();
+            let subjects_at = scratch.len();
+            to_canonical(subjects, scratch)?;
+            let subjects = subjects_at..scratch.len();
+            let decision_at = scratch.len();
+            decision.write_canonical(scratch);
+            let decision = decision_at..scratch.len();
+            let members = [
+                ("phase", Member::Str("tool.before")),
+                ("callId", Member::Str(&call.id)),
+                ("tool", Member::Raw(&scratch[tool])),
+                ("args", Member::Json(&call.args)),
+                ("subjects", Member::Raw(&scratch[subjects])),
+                ("decision", Member::Raw(&scratch[decision])),
+            ];
+            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+        }
+        Body::ToolResult {
+            call,
+            duration_ms,
+            metrics,
+            outcome,
+            evaluation,
+        } => {
+            write_tool(&call.name, &call.tags, scratch);
+            let tool = 0..scratch.len();
+            let values: SmallVec<[Value; 5]> = metrics.iter().map(|(_, v)| num(*v)).collect();
+            let mut metric_members: Members<'_> = metrics
+                .iter()
+                .zip(&values)
+                .map(|((m, _), v)| (m.key(), Member::Json(v)))
+                .collect();
+            let metrics_at = scratch.len();
+            write_members(&mut metric_members, "", scratch);
+            let metrics_text = metrics_at..scratch.len();
+            let duration = num(*duration_ms);
+            let mut members: SmallVec<[(&str, Member<'_>); 6]> = SmallVec::new();
+            members.push(("callId", Member::Str(&call.id)));
+            members.push(("tool", Member::Raw(&scratch[tool])));
+            members.push(("durationMs", Member::Json(&duration)));
+            members.push(("metrics", Member::Raw(&scratch[metrics_text])));
+            match outcome {
+                Ok(v) => members.push(("output", Member::Json(v))),
+                Err(e) => members.push(("error", Member::Str(e))),
+            }
+            if let Some(e) = evaluation {
+                members.push(("evaluation", Member::Json(e)));
+            }
+            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+        }
+    }
+}
