@@ -180,6 +180,9 @@ impl EngineInner {
         args: &Value,
         outcome: &ToolOutcome,
     ) -> (Option<Value>, Option<SlowEvaluation>) {
+        if self.evals.per_tool.is_empty() {
+            return (None, None);
+        }
         let tool_lc = tool.to_lowercase();
         let Some((_, set)) = self
             .evals
