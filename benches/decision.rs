@@ -39,6 +39,12 @@ use toolgate::policy::parse_policy_value;
 mod support;
 use support::{Workload, play};
 
+// The allocator the `toolgate` binary uses (feature `mimalloc`, on by default); build with
+// `--no-default-features` to measure with the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

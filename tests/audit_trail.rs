@@ -279,6 +279,7 @@ async fn a_dead_sink_never_delays_emit_and_flush_is_bounded() {
         BusConfig {
             queue_capacity: 1_000,
             max_batch: 256,
+            ..BusConfig::default()
         },
     );
     let events = fake_run("r", "a", 2_500);

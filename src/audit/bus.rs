@@ -38,6 +38,11 @@ pub struct BusConfig {
     pub queue_capacity: usize,
     /// Most events handed to one `write_batch` call.
     pub max_batch: usize,
+    /// Run the sinks' tasks on a thread of the bus's own (instead of the tokio runtime current
+    /// at [`AuditBus::new`]), so that a thread waiting for room in a sink's queue
+    /// ([`AuditBus::emit_all_within`]) can never be the one that would make that room. The
+    /// engine's bus does.
+    pub own_thread: bool,
 }
 
 impl Default for BusConfig {
@@ -45,6 +50,26 @@ impl Default for BusConfig {
         BusConfig {
             queue_capacity: 65_536,
             max_batch: 1_024,
+            own_thread: false,
+        }
+    }
+}
+
+/// Where a producer waits for room in a sink's queue; sink tasks signal it as they take events.
+#[derive(Default)]
+struct Room {
+    lock: parking_lot::Mutex<()>,
+    freed: parking_lot::Condvar,
+    /// Producers waiting (the tasks signal only when there are some).
+    waiting: AtomicUsize,
+}
+
+impl Room {
+    fn signal(&self) {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            // Taking the lock orders this signal after the waiter's check of the queue.
+            drop(self.lock.lock());
+            self.freed.notify_all();
         }
     }
 }
@@ -66,6 +91,7 @@ struct Inner {
     /// Per sink: events inside `Events` hand-offs not yet taken by its task (bounded by the
     /// queue capacity, as single events are by the channel).
     in_batches: Vec<Arc<AtomicUsize>>,
+    room: Arc<Room>,
     capacity: usize,
     closed: AtomicBool,
     dropped: AtomicU64,
@@ -108,14 +134,20 @@ impl AuditBus {
         let mut senders = Vec::with_capacity(sinks.len());
         let mut in_batches = Vec::with_capacity(sinks.len());
         let mut workers = Vec::with_capacity(sinks.len());
+        let room = Arc::new(Room::default());
         for sink in sinks {
             let (tx, rx) = mpsc::channel(capacity);
             senders.push(tx);
             let counter = Arc::new(AtomicUsize::new(0));
             in_batches.push(counter.clone());
-            workers.push(worker(sink, rx, max_batch, counter));
+            workers.push(worker(sink, rx, max_batch, counter, room.clone()));
         }
-        match tokio::runtime::Handle::try_current() {
+        let current = if config.own_thread {
+            Err(())
+        } else {
+            tokio::runtime::Handle::try_current().map_err(|_| ())
+        };
+        match current {
             Ok(handle) => {
                 for w in workers {
                     handle.spawn(w);
@@ -145,6 +177,7 @@ impl AuditBus {
             inner: Arc::new(Inner {
                 senders,
                 in_batches,
+                room,
                 capacity,
                 closed: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
@@ -197,6 +230,19 @@ impl AuditBus {
     /// task, not one per event). Never blocks; problems are logged and counted, as for
     /// [`AuditBus::emit`].
     pub fn emit_all(&self, events: Vec<AuditEvent>) {
+        self.hand_off(events, None);
+    }
+
+    /// [`emit_all`](AuditBus::emit_all) that waits, up to `wait`, for room in a full sink
+    /// queue instead of dropping the events at once: the producer is slowed down to the pace
+    /// of the slowest sink (backpressure). Past `wait` the events are dropped for that sink,
+    /// logged and counted. It blocks the calling thread: call it from a thread that does not
+    /// run the sinks' tasks (see [`BusConfig::own_thread`]).
+    pub fn emit_all_within(&self, events: Vec<AuditEvent>, wait: Duration) {
+        self.hand_off(events, Some(std::time::Instant::now() + wait));
+    }
+
+    fn hand_off(&self, events: Vec<AuditEvent>, deadline: Option<std::time::Instant>) {
         if events.is_empty() {
             return;
         }
@@ -217,23 +263,12 @@ impl AuditBus {
             .zip(&self.inner.in_batches)
             .enumerate()
         {
-            // An empty queue takes any hand-off: memory stays within capacity plus one batch.
-            let waiting = queued.load(Ordering::Acquire);
-            let why = if waiting > 0 && waiting + events.len() > self.inner.capacity {
-                Some("queue full")
-            } else {
-                queued.fetch_add(events.len(), Ordering::AcqRel);
-                match tx.try_send(Msg::Events(events.clone())) {
-                    Ok(()) => None,
-                    Err(e) => {
-                        queued.fetch_sub(events.len(), Ordering::AcqRel);
-                        Some(match e {
-                            mpsc::error::TrySendError::Full(_) => "queue full",
-                            mpsc::error::TrySendError::Closed(_) => "sink stopped",
-                        })
-                    }
+            let mut why = self.try_hand_off(tx, queued, &events);
+            if why == Some("queue full") {
+                if let Some(deadline) = deadline {
+                    why = self.wait_and_hand_off(tx, queued, &events, deadline);
                 }
-            };
+            }
             if let Some(why) = why {
                 let before = self.inner.dropped.fetch_add(n, Ordering::Relaxed);
                 tracing::error!(
@@ -243,6 +278,56 @@ impl AuditBus {
                 );
             }
         }
+    }
+
+    /// Hands `events` to one sink's queue if it has room; else why not.
+    fn try_hand_off(
+        &self,
+        tx: &mpsc::Sender<Msg>,
+        queued: &AtomicUsize,
+        events: &Arc<[Arc<AuditEvent>]>,
+    ) -> Option<&'static str> {
+        // An empty queue takes any hand-off: memory stays within capacity plus one batch.
+        let waiting = queued.load(Ordering::Acquire);
+        if waiting > 0 && waiting + events.len() > self.inner.capacity {
+            return Some("queue full");
+        }
+        queued.fetch_add(events.len(), Ordering::AcqRel);
+        match tx.try_send(Msg::Events(events.clone())) {
+            Ok(()) => None,
+            Err(e) => {
+                queued.fetch_sub(events.len(), Ordering::AcqRel);
+                Some(match e {
+                    mpsc::error::TrySendError::Full(_) => "queue full",
+                    mpsc::error::TrySendError::Closed(_) => "sink stopped",
+                })
+            }
+        }
+    }
+
+    /// Waits (until `deadline`) for the sink's task to take events, then hands `events` off.
+    fn wait_and_hand_off(
+        &self,
+        tx: &mpsc::Sender<Msg>,
+        queued: &AtomicUsize,
+        events: &Arc<[Arc<AuditEvent>]>,
+        deadline: std::time::Instant,
+    ) -> Option<&'static str> {
+        let room = &self.inner.room;
+        room.waiting.fetch_add(1, Ordering::AcqRel);
+        let mut guard = room.lock.lock();
+        let why = loop {
+            match self.try_hand_off(tx, queued, events) {
+                Some("queue full") => {}
+                other => break other,
+            }
+            if room.freed.wait_until(&mut guard, deadline).timed_out() {
+                break self.try_hand_off(tx, queued, events);
+            }
+        };
+        drop(guard);
+        room.waiting.fetch_sub(1, Ordering::AcqRel);
+        why
     }
 
     /// Counters.
@@ -330,9 +415,11 @@ async fn worker(
     mut rx: mpsc::Receiver<Msg>,
     max_batch: usize,
     in_batches: Arc<AtomicUsize>,
+    room: Arc<Room>,
 ) {
     let take = |batch: &mut Vec<Arc<AuditEvent>>, es: Arc<[Arc<AuditEvent>]>| {
         in_batches.fetch_sub(es.len(), Ordering::AcqRel);
+        room.signal();
         batch.extend(es.iter().cloned());
     };
     let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
@@ -364,6 +451,7 @@ async fn worker(
             }
         }
         batch.clear();
+        room.signal();
         match control {
             None => {}
             Some(Msg::Flush(reply, deadline)) => {
@@ -398,6 +486,7 @@ mod tests {
             BusConfig {
                 queue_capacity: 4,
                 max_batch: 3,
+                ..BusConfig::default()
             },
         );
         let mut chain = RunChain::new("r", "a", None);

@@ -33,7 +33,7 @@ impl AuditState {
         signer: Option<Arc<RunSigner>>,
     ) -> AuditState {
         AuditState {
-            sealer: Sealer::start(bus, redactor),
+            sealer: Sealer::start(bus, redactor, flush_timeout),
             flush_timeout,
             signer,
         }

@@ -157,6 +157,7 @@ pub struct EngineBuilder {
     extra_sinks: Vec<Arc<dyn AuditSink>>,
     signer: Option<Arc<RunSigner>>,
     flush_timeout: Duration,
+    audit_queue: usize,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
@@ -179,6 +180,7 @@ impl Default for EngineBuilder {
             extra_sinks: Vec::new(),
             signer: None,
             flush_timeout: Duration::from_secs(5),
+            audit_queue: BusConfig::default().queue_capacity,
             tool_evals: Vec::new(),
             run_eval: None,
             observers: Vec::new(),
@@ -266,6 +268,16 @@ impl EngineBuilder {
         self
     }
 
+    /// Events queued for one audit sink (default 65,536) past which the audit worker waits
+    /// for the sink to take some (at most the flush timeout per batch) instead of queueing
+    /// more: a sink slower than the decisions slows the audit worker, then the callers
+    /// (past 32,768 events waiting to be sealed they seal, and wait, themselves), so memory
+    /// stays bounded and no event is dropped unless a sink stays stuck past the timeout.
+    pub fn audit_queue_capacity(mut self, events: usize) -> Self {
+        self.audit_queue = events.max(1);
+        self
+    }
+
     /// Adds an audit sink (turning the audit trail on), e.g. a `MemorySink` in tests or your own.
     pub fn audit_sink(mut self, sink: Arc<dyn AuditSink>) -> Self {
         self.extra_sinks.push(sink);
@@ -333,7 +345,16 @@ impl EngineBuilder {
                 (None, None) => None,
             };
             Some(AuditState::new(
-                AuditBus::new(sinks, BusConfig::default()),
+                // The sinks' tasks run on the bus's own thread: the sealer (and a caller
+                // sealing past the queue's limit) can wait for room without stalling them.
+                AuditBus::new(
+                    sinks,
+                    BusConfig {
+                        own_thread: true,
+                        queue_capacity: self.audit_queue,
+                        ..BusConfig::default()
+                    },
+                ),
                 redactor,
                 self.flush_timeout,
                 signer,
@@ -476,6 +497,13 @@ impl GovernanceEngine {
             Some(a) => a.drained_bus().flush(a.flush_timeout).await,
             None => Ok(()),
         }
+    }
+
+    /// Audit events captured and not yet sealed (0 without an audit trail): how far the
+    /// audit worker is behind the decisions. It grows while a sink is slower than the
+    /// decisions (see [`EngineBuilder::audit_queue_capacity`]).
+    pub fn audit_backlog(&self) -> usize {
+        self.inner.audit.as_ref().map_or(0, |a| a.sealer.backlog())
     }
 
     /// The current compiled policies.

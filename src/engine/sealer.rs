@@ -52,6 +52,8 @@ struct Shared {
     processing: Mutex<(Vec<Pending>, String)>,
     bus: AuditBus,
     redactor: Redactor,
+    /// How long a hand-off waits for room in a full sink queue before it drops the batch.
+    full_wait: Duration,
     stop: AtomicBool,
 }
 
@@ -81,8 +83,10 @@ impl Shared {
                 sealed.push(c);
             }
         }
-        // One hand-off per batch: the sinks' tasks are woken once, not per event.
-        self.bus.emit_all(sealed);
+        // One hand-off per batch: the sinks' tasks are woken once, not per event. A sink
+        // whose queue is full makes this wait (up to `full_wait`) rather than lose events:
+        // meanwhile the queue grows to `HELP_AT` and the callers, helping, wait here too.
+        self.bus.emit_all_within(sealed, self.full_wait);
     }
 }
 
@@ -99,13 +103,14 @@ pub(crate) struct Sealer {
 
 impl Sealer {
     /// Starts the sealer thread (if the thread cannot start, events are sealed at flush).
-    pub(crate) fn start(bus: AuditBus, redactor: Redactor) -> Sealer {
+    pub(crate) fn start(bus: AuditBus, redactor: Redactor, full_wait: Duration) -> Sealer {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Vec::new()),
             wake: Condvar::new(),
             processing: Mutex::new((Vec::new(), String::new())),
             bus,
             redactor,
+            full_wait,
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -157,6 +162,11 @@ impl Sealer {
     /// Seals and hands to the bus everything queued so far, on the caller's thread.
     pub(crate) fn drain(&self) {
         self.shared.drain();
+    }
+
+    /// Events queued and not yet taken for sealing.
+    pub(crate) fn backlog(&self) -> usize {
+        self.shared.queue.lock().len()
     }
 
     /// The bus the sealed events go to.

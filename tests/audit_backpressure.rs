@@ -1,0 +1,93 @@
+//! A sink slower than the decisions slows the audit worker down instead of losing events: the
+//! trail stays whole (every event delivered, every chain intact) with a tiny sink queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use toolgate::audit::{AuditError, AuditEvent, AuditSink, MemorySink, verify_events};
+use toolgate::engine::{GovernanceEngine, RunContext, ToolCall, ToolOutcome};
+use toolgate::policy::parse_policy;
+
+/// Holds its first batch until the test opens the gate (a sink stalled on a slow disk), then
+/// passes everything on to a memory sink.
+struct GatedSink {
+    inner: MemorySink,
+    gate: Semaphore,
+    first: Notify,
+}
+
+#[async_trait]
+impl AuditSink for GatedSink {
+    async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        if self.inner.is_empty() {
+            self.first.notify_one();
+            let _permit = self.gate.acquire().await;
+        }
+        self.inner.write_batch(events).await
+    }
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sink_slows_the_audit_worker_and_loses_nothing() {
+    let policy = parse_policy(
+        &json!({"rules": [{"name": "big refunds", "selector": {"phase": "tool.before",
+            "tool": {"name": "refund"}}, "condition": {"kind": "toolArg", "type": "number", "path": "amount",
+            "op": "gt", "value": 100}, "effect": {"type": "block", "reason": "too big"}}]})
+        .to_string(),
+        None,
+    )
+    .expect("policy");
+    let sink = Arc::new(GatedSink {
+        inner: MemorySink::new(),
+        gate: Semaphore::new(0),
+        first: Notify::new(),
+    });
+    let engine = GovernanceEngine::builder()
+        .policy(policy)
+        .audit_sink(sink.clone())
+        // Four events fit in the sink's queue: everything past them must wait, not drop.
+        .audit_queue_capacity(4)
+        .audit_flush_timeout(Duration::from_secs(60))
+        .build()
+        .expect("engine");
+    let runs = 12;
+    for r in 0..runs {
+        let run = engine.start_run(RunContext::new(format!("run-{r}"), "agent"));
+        for c in 0..5 {
+            let amount = if c % 2 == 0 { 10 } else { 500 };
+            let id = format!("c{c}");
+            let call = ToolCall::new(&id, "refund", json!({"amount": amount}));
+            if run.before_tool_blocking(call).is_allowed() {
+                let outcome = ToolOutcome::ok(json!({"ok": true}), Duration::from_millis(1));
+                run.after_tool_blocking(&id, outcome);
+            }
+        }
+        // Dropped, not ended: `run.ended` is queued without waiting for the sink.
+        drop(run);
+        if r == 0 {
+            // The sink now holds the first run's batch.
+            sink.first.notified().await;
+        }
+        // The first runs are each taken by the audit worker on its own: the second fills the
+        // sink's queue past its 4 events, the third is a hand-off that must wait for room
+        // (the worker then waits, and the runs after it queue up behind it).
+        while r < 3 && engine.audit_backlog() > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    sink.gate.add_permits(1);
+    engine.flush().await.expect("flush");
+    let events = sink.inner.events();
+    // Per run: run.started, 5 decisions, 3 results, run.ended.
+    assert_eq!(events.len(), runs * 10, "every event reached the sink");
+    let report = verify_events(events.iter().map(|e| &**e));
+    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
+    assert_eq!(report.runs, runs);
+    engine.shutdown().await.expect("shutdown");
+}
