@@ -39,6 +39,8 @@ pub(crate) enum Body {
         subjects: Vec<SubjectRef>,
         decision: Decision,
     },
+    /// `run.ended`.
+    RunEnded(RunEndedBody),
     /// A `tool.result`.
     ToolResult {
         call: Arc<CallRecord>,
@@ -72,6 +74,20 @@ impl Body {
                 "subjects": subjects,
                 "decision": decision,
             })),
+            Body::RunEnded(b) => {
+                let mut body = obj(json!({
+                    "status": b.status,
+                    "totals": b.totals(),
+                    "aborted": b.aborted,
+                }));
+                if let Some(r) = b.final_response {
+                    body.insert("finalResponse".into(), Value::String(r));
+                }
+                if let Some(e) = b.evaluation {
+                    body.insert("evaluation".into(), e);
+                }
+                body
+            }
             Body::ToolResult {
                 call,
                 duration_ms,
@@ -99,6 +115,38 @@ impl Body {
                 body
             }
         }
+    }
+}
+
+/// The body of `run.ended`: the run's status and totals.
+pub(crate) struct RunEndedBody {
+    pub(crate) status: String,
+    pub(crate) calls: u64,
+    pub(crate) allowed: u64,
+    pub(crate) blocked: u64,
+    pub(crate) hitl: u64,
+    pub(crate) tokens_in: u64,
+    pub(crate) tokens_out: u64,
+    pub(crate) cost_usd: f64,
+    pub(crate) duration_ms: i64,
+    pub(crate) aborted: bool,
+    pub(crate) final_response: Option<String>,
+    /// The run evaluators' result.
+    pub(crate) evaluation: Option<Value>,
+}
+
+impl RunEndedBody {
+    fn totals(&self) -> Value {
+        json!({
+            "calls": self.calls,
+            "allowed": self.allowed,
+            "blocked": self.blocked,
+            "hitl": self.hitl,
+            "llmTokensIn": self.tokens_in,
+            "llmTokensOut": self.tokens_out,
+            "llmCostUsd": num(self.cost_usd),
+            "durationMs": self.duration_ms,
+        })
     }
 }
 
@@ -178,6 +226,36 @@ fn seal_typed(
                 ("subjects", Member::Raw(&scratch[subjects])),
                 ("decision", Member::Raw(&scratch[decision])),
             ];
+            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+        }
+        Body::RunEnded(b) => {
+            let cost = num(b.cost_usd);
+            let duration = Value::from(b.duration_ms);
+            let mut totals: Members<'_> = Members::new();
+            totals.extend([
+                ("allowed", Member::U64(b.allowed)),
+                ("blocked", Member::U64(b.blocked)),
+                ("calls", Member::U64(b.calls)),
+                ("durationMs", Member::Json(&duration)),
+                ("hitl", Member::U64(b.hitl)),
+                ("llmCostUsd", Member::Json(&cost)),
+                ("llmTokensIn", Member::U64(b.tokens_in)),
+                ("llmTokensOut", Member::U64(b.tokens_out)),
+            ]);
+            write_members(&mut totals, "", scratch);
+            let mut members: SmallVec<[(&str, Member<'_>); 5]> = SmallVec::new();
+            members.push(("status", Member::Str(&b.status)));
+            members.push(("totals", Member::Raw(scratch)));
+            members.push((
+                "aborted",
+                Member::Raw(if b.aborted { "true" } else { "false" }),
+            ));
+            if let Some(r) = &b.final_response {
+                members.push(("finalResponse", Member::Str(r)));
+            }
+            if let Some(e) = &b.evaluation {
+                members.push(("evaluation", Member::Json(e)));
+            }
             Ok(Some(chain.seal_typed(kind, at, id, &members)))
         }
         Body::ToolResult {

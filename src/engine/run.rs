@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::blocking::block_on;
+use super::body::RunEndedBody;
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
     CallView, DecisionCtx, RuleVerdict, base_decision, evaluate_rules, evaluate_rules_sync,
@@ -26,7 +27,7 @@ use super::profile::ToolProfile;
 use super::sealer::Body;
 use super::{EngineInner, FailureMode};
 use crate::audit::EventKind;
-use crate::policy::{CompiledPolicies, EffectType, Phase, Scope, json_number as num};
+use crate::policy::{CompiledPolicies, EffectType, Phase, Scope};
 use crate::state::StateKey;
 
 pub(crate) use super::call::{RunContext, ToolCall, ToolOutcome};
@@ -94,29 +95,22 @@ impl RunShared {
     }
 
     /// The body of `run.ended`.
-    fn ended_body(
-        &self,
-        status: &str,
-        final_response: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> Map<String, Value> {
+    fn ended_body(&self, status: &str, final_response: Option<&str>, now: DateTime<Utc>) -> Body {
         let t = &self.totals;
-        let totals = json!({
-            "calls": t.calls.load(Ordering::Relaxed),
-            "allowed": t.allowed.load(Ordering::Relaxed),
-            "blocked": t.blocked.load(Ordering::Relaxed),
-            "hitl": t.hitl.load(Ordering::Relaxed),
-            "llmTokensIn": t.tokens_in.load(Ordering::Relaxed),
-            "llmTokensOut": t.tokens_out.load(Ordering::Relaxed),
-            "llmCostUsd": num(t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6),
-            "durationMs": now.timestamp_millis() - self.started_ms,
-        });
-        let aborted = self.aborted.load(Ordering::Acquire);
-        let mut body = obj(json!({"status": status, "totals": totals, "aborted": aborted}));
-        if let Some(r) = final_response {
-            body.insert("finalResponse".into(), Value::String(r.to_string()));
-        }
-        body
+        Body::RunEnded(RunEndedBody {
+            status: status.to_string(),
+            calls: t.calls.load(Ordering::Relaxed),
+            allowed: t.allowed.load(Ordering::Relaxed),
+            blocked: t.blocked.load(Ordering::Relaxed),
+            hitl: t.hitl.load(Ordering::Relaxed),
+            tokens_in: t.tokens_in.load(Ordering::Relaxed),
+            tokens_out: t.tokens_out.load(Ordering::Relaxed),
+            cost_usd: t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
+            duration_ms: now.timestamp_millis() - self.started_ms,
+            aborted: self.aborted.load(Ordering::Acquire),
+            final_response: final_response.map(str::to_string),
+            evaluation: None,
+        })
     }
 }
 
@@ -134,7 +128,7 @@ impl Drop for RunShared {
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
             let body = self.ended_body("dropped", None, now);
-            self.engine.emit(self, EventKind::RunEnded, body, now);
+            self.engine.emit_body(self, EventKind::RunEnded, body, now);
         }
     }
 }
@@ -563,13 +557,13 @@ impl Run {
                 .await;
             let late_events = slow.is_some();
             let mut body = body;
-            if let Some(e) = evaluation {
-                body.insert("evaluation".into(), e);
+            if let Body::RunEnded(b) = &mut body {
+                b.evaluation = evaluation;
             }
             self.engine.emit_with_evaluation(
                 &self.shared,
                 EventKind::RunEnded,
-                Body::Json(body),
+                body,
                 now,
                 slow,
                 None,

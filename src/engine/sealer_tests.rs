@@ -14,6 +14,7 @@ use crate::audit::{
     AuditEvent, EventKind, RedactAction, RedactionConfig, RedactionRule, Redactor, RunChain,
     RunSigner, canonical_json,
 };
+use crate::engine::body::RunEndedBody;
 use crate::engine::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
@@ -157,8 +158,31 @@ fn result(i: usize) -> Body {
     }
 }
 
+fn ended(i: usize) -> Body {
+    Body::RunEnded(RunEndedBody {
+        status: ["success", "dropped", "err\"or\n"][i % 3].into(),
+        calls: i as u64,
+        allowed: u64::MAX,
+        blocked: 0,
+        hitl: 3,
+        tokens_in: 1_000_000,
+        tokens_out: 7,
+        cost_usd: [0.0, 0.125, 1e-7, 12.5][i % 4],
+        duration_ms: [0, -5, 1_234_567, i64::MIN][i % 4],
+        aborted: i % 2 == 1,
+        final_response: (i % 3 == 1).then(|| format!("done é {i}\u{1}")),
+        evaluation: (i % 4 == 2).then(|| json!({"passed": false, "score": 0.25})),
+    })
+}
+
 fn clone_body(b: &Body) -> Body {
     match b {
+        Body::RunEnded(e) => Body::RunEnded(RunEndedBody {
+            status: e.status.clone(),
+            final_response: e.final_response.clone(),
+            evaluation: e.evaluation.clone(),
+            ..*e
+        }),
         Body::Json(m) => Body::Json(m.clone()),
         Body::RunStarted(c) => Body::RunStarted(c.clone()),
         Body::BeforeDecision {
@@ -248,7 +272,10 @@ fn typed_before_decisions_seal_to_the_same_bytes_as_json() {
     );
     bodies.push((EventKind::RunStarted, Body::RunStarted(Arc::new(ctx))));
     bodies.push((EventKind::RunEnded, Body::Json(Map::new())));
-    assert_eq!(both_ways(bodies, None), 12 * 5 + 3);
+    for i in 0..8 {
+        bodies.push((EventKind::RunEnded, ended(i)));
+    }
+    assert_eq!(both_ways(bodies, None), 12 * 5 + 3 + 8);
 }
 
 #[test]
@@ -261,7 +288,10 @@ fn typed_path_matches_on_a_signed_chain() {
         .collect();
     bodies.push((EventKind::RunEnded, Body::Json(Map::new())));
     bodies.push((EventKind::Checkpoint, Body::Json(Map::new())));
-    assert_eq!(both_ways(bodies, Some(signer)), 5);
+    bodies.push((EventKind::ToolResult, result(1)));
+    bodies.push((EventKind::RunEnded, ended(1)));
+    bodies.push((EventKind::RunEnded, ended(2)));
+    assert_eq!(both_ways(bodies, Some(signer)), 8);
 }
 
 #[test]
