@@ -352,6 +352,9 @@ impl EngineBuilder {
                     BusConfig {
                         own_thread: true,
                         queue_capacity: self.audit_queue,
+                        // Large hand-offs to the sinks: the file sink syncs once per batch
+                        // that ends a run.
+                        max_batch: 8_192,
                         ..BusConfig::default()
                     },
                 ),
