@@ -355,7 +355,6 @@ impl EngineBuilder {
                         // Large hand-offs to the sinks: the file sink syncs once per batch
                         // that ends a run.
                         max_batch: 8_192,
-                        ..BusConfig::default()
                     },
                 ),
                 redactor,
