@@ -37,6 +37,10 @@ pub(crate) struct ToolProfile {
     pub(crate) counters: Box<[u32]>,
     /// Bit `i` set: a call of this tool satisfies sequence entry `i`.
     pub(crate) seq_bits: Box<[u64]>,
+    /// Per phase: some rule in play asks a signal provider.
+    pub(crate) has_signal: [bool; 2],
+    /// Per phase: some rule in play needs subjects.
+    pub(crate) needs_subjects: [bool; 2],
     /// Per phase, the state the rules in play read (worked out for a shared store only).
     pub(crate) state_plan: std::sync::OnceLock<[super::shared_state::StatePlan; 2]>,
 }
@@ -51,6 +55,11 @@ impl ToolProfile {
                 .map(|r| r as u32)
                 .collect::<Box<[u32]>>()
         });
+        let any = |rs: &[u32], f: fn(&crate::policy::CompiledRule) -> bool| {
+            rs.iter().any(|&i| f(&policies.rules[i as usize]))
+        };
+        let has_signal = [0, 1].map(|p| any(&rules[p], |r| r.has_signal));
+        let needs_subjects = [0, 1].map(|p| any(&rules[p], |r| r.needs_subjects));
         let counters = selected_counters(policies, &name_lc, &tags_lc);
         let mut seq_bits = vec![0u64; policies.seq_entries.len().div_ceil(64)];
         for (i, e) in policies.seq_entries.iter().enumerate() {
@@ -71,8 +80,24 @@ impl ToolProfile {
             rules,
             counters,
             seq_bits: seq_bits.into_boxed_slice(),
+            has_signal,
+            needs_subjects,
             state_plan: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
+    /// subject extractor registered for the tool when a rule in play needs subjects (as
+    /// `evaluate::needs_async`, from the flags worked out once).
+    pub(crate) fn needs_async(&self, engine: &super::EngineInner, phase: Phase) -> bool {
+        let p = crate::policy::phase_slot(phase);
+        self.has_signal[p]
+            || (self.needs_subjects[p]
+                && engine
+                    .extractors
+                    .load()
+                    .iter()
+                    .any(|e| e.glob.is_match(&*self.name_lc)))
     }
 
     /// Whether maxCalls counter `counter` counts calls of this tool.
@@ -142,11 +167,15 @@ impl Default for ToolCache {
     }
 }
 
+/// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
+/// or terminators: a collision only costs a comparison, as lookups compare name and tags).
 fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> u64 {
-    use std::hash::{BuildHasher, Hash};
+    use std::hash::BuildHasher;
     let mut h = seed.build_hasher();
-    name.hash(&mut h);
-    tags.hash(&mut h);
+    h.write(name.as_bytes());
+    for t in tags {
+        h.write(t.as_bytes());
+    }
     h.finish()
 }
 

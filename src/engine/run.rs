@@ -18,7 +18,7 @@ use super::blocking::block_on;
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
     CallView, DecisionCtx, RuleVerdict, base_decision, evaluate_rules, evaluate_rules_sync,
-    extract_subjects, needs_async,
+    extract_subjects,
 };
 use super::history::History;
 use super::hitl::{Review, fingerprint};
@@ -310,8 +310,7 @@ impl Run {
         }
         let policies = self.engine.policies.load();
         let profile = policies.tools.profile(&policies, &call.name, &call.tags);
-        if shared_store || needs_async(&self.engine, &policies, &profile.rules[0], &profile.name_lc)
-        {
+        if shared_store || profile.needs_async(&self.engine, Phase::Before) {
             return Err(AsyncPlan {
                 policies: arc_swap::Guard::into_inner(policies),
                 profile,
@@ -326,10 +325,10 @@ impl Run {
                 &profile,
                 view,
                 now,
-                call.subjects.clone(),
+                clone_subjects(&call.subjects),
             );
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
-            self.conclude_before(call, now, ctx, verdict)
+            self.conclude_before(call, now, &mut ctx, verdict)
         });
         Ok(std::panic::catch_unwind(decide).unwrap_or_else(|_| self.before_failure(call, now)))
     }
@@ -362,7 +361,7 @@ impl Run {
             extract_subjects(&mut ctx, rules).await;
         }
         let verdict = evaluate_rules(&mut ctx, rules).await;
-        self.conclude_before(call, now, ctx, verdict)
+        self.conclude_before(call, now, &mut ctx, verdict)
     }
 
     /// Turns the verdict into the decision: hitl lookup, then counters (kept when the call
@@ -371,7 +370,7 @@ impl Run {
         &self,
         call: &ToolCall,
         now: DateTime<Utc>,
-        mut ctx: DecisionCtx<'_>,
+        ctx: &mut DecisionCtx<'_>,
         verdict: RuleVerdict,
     ) -> (Decision, bool) {
         let mut d = base_decision(Phase::Before, &verdict, ctx.policies);
@@ -384,7 +383,7 @@ impl Run {
         if ctx.remote.is_some() {
             // A shared store: the caller writes the outcome.
         } else if proceeds {
-            count_allowed(&self.engine, &ctx, &ctx.permits);
+            count_allowed(&self.engine, ctx, &ctx.permits);
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
                 self.engine.state.release(&key, permit);
@@ -614,6 +613,13 @@ pub(crate) fn aborted_decision() -> Decision {
             "the run was aborted by an earlier human-review request",
         )),
     )
+}
+
+/// The caller's subjects, for a decision to add to (no allocation when there are none).
+pub(crate) fn clone_subjects(
+    s: &[super::subjects::SubjectRef],
+) -> Vec<super::subjects::SubjectRef> {
+    if s.is_empty() { Vec::new() } else { s.to_vec() }
 }
 
 pub(crate) fn call_view<'a>(
