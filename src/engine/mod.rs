@@ -25,6 +25,7 @@ mod conditions;
 mod decision;
 mod evaluate;
 mod evaluations;
+mod fp_cache;
 mod guard;
 mod history;
 mod hitl;
@@ -116,6 +117,8 @@ pub(crate) struct EngineInner {
     /// A store shared by processes: when set, decisions read and write state there instead.
     pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
     pub(crate) reviews: Arc<dyn ReviewStore>,
+    /// Hitl fingerprints of the calls seen (see `fp_cache.rs`).
+    pub(crate) fingerprints: fp_cache::FingerprintCache,
     pub(crate) signals: ArcSwap<SignalRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
@@ -367,6 +370,7 @@ impl EngineBuilder {
                 state: self.state,
                 shared: self.shared,
                 reviews: self.reviews,
+                fingerprints: fp_cache::FingerprintCache::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),

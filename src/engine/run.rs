@@ -21,7 +21,7 @@ use super::evaluate::{
     extract_subjects,
 };
 use super::history::History;
-use super::hitl::{Review, fingerprint};
+use super::hitl::Review;
 use super::profile::ToolProfile;
 use super::sealer::Body;
 use super::{EngineInner, FailureMode};
@@ -489,7 +489,10 @@ impl Run {
         let ctx = &self.shared.context;
         let rule_id = d.rule_id.as_deref().unwrap_or("");
         let enduser = ctx.enduser.as_ref().map(|u| u.id.as_str());
-        let fp = fingerprint(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
+        let fp =
+            self.engine
+                .fingerprints
+                .get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
         let store = &self.engine.reviews;
         let existing = store.get(&fp).filter(|r| {
             !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
