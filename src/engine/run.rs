@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::blocking::block_on;
 use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
 use super::evaluate::{
-    CallView, DecisionCtx, RuleVerdict, base_decision, evaluate_rules, evaluate_rules_sync,
+    CallView, DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
     extract_subjects,
 };
 use super::history::History;
@@ -250,14 +250,17 @@ impl Run {
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
-        let (decision, proceeds) = match self.before_sync(&call, now) {
-            Ok(d) => d,
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
             Err(plan) => {
                 let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
-                match futures::FutureExt::catch_unwind(fut).await {
+                let (d, p) = match futures::FutureExt::catch_unwind(fut).await {
                     Ok(d) => d,
                     Err(_) => self.before_failure(&call, now),
-                }
+                };
+                decision = d;
+                p
             }
         };
         self.finish_before(call, decision, proceeds, started, now)
@@ -274,14 +277,17 @@ impl Run {
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
-        let (decision, proceeds) = match self.before_sync(&call, now) {
-            Ok(d) => d,
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
             Err(plan) => {
                 let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
-                match block_on(futures::FutureExt::catch_unwind(fut)) {
+                let (d, p) = match block_on(futures::FutureExt::catch_unwind(fut)) {
                     Some(Ok(d)) => d,
                     _ => self.before_failure(&call, now),
-                }
+                };
+                decision = d;
+                p
             }
         };
         self.finish_before(call, decision, proceeds, started, now)
@@ -297,16 +303,19 @@ impl Run {
         (d, false)
     }
 
-    /// The decision and whether the call proceeds, when nothing needs awaiting; else the
-    /// plan for the async path.
+    /// Whether the call proceeds, the decision written to `out` (fresh from
+    /// [`blank_decision`]), when nothing needs awaiting; else the plan for the async path.
+    /// (Written in place: a decision is large, and moving it costs a copy each time.)
     fn before_sync(
         &self,
         call: &ToolCall,
         now: DateTime<Utc>,
-    ) -> Result<(Decision, bool), AsyncPlan> {
+        out: &mut Decision,
+    ) -> Result<bool, AsyncPlan> {
         let shared_store = self.engine.shared.is_some();
         if !shared_store && self.is_aborted() {
-            return Ok((aborted_decision(), false));
+            *out = aborted_decision();
+            return Ok(false);
         }
         let policies = self.engine.policies.load();
         let profile = policies.tools.profile(&policies, &call.name, &call.tags);
@@ -328,9 +337,16 @@ impl Run {
                 clone_subjects(&call.subjects),
             );
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
-            self.conclude_before(call, now, &mut ctx, verdict)
+            self.conclude_before_into(call, now, &mut ctx, verdict, out)
         });
-        Ok(std::panic::catch_unwind(decide).unwrap_or_else(|_| self.before_failure(call, now)))
+        match std::panic::catch_unwind(decide) {
+            Ok(proceeds) => Ok(proceeds),
+            Err(_) => {
+                let (d, proceeds) = self.before_failure(call, now);
+                *out = d;
+                Ok(proceeds)
+            }
+        }
     }
 
     async fn decide_before_async(
@@ -373,10 +389,25 @@ impl Run {
         ctx: &mut DecisionCtx<'_>,
         verdict: RuleVerdict,
     ) -> (Decision, bool) {
-        let mut d = base_decision(Phase::Before, &verdict, ctx.policies);
+        let mut d = blank_decision();
+        let proceeds = self.conclude_before_into(call, now, ctx, verdict, &mut d);
+        (d, proceeds)
+    }
+
+    /// [`conclude_before`](Run::conclude_before), writing the decision to `d` (fresh from
+    /// [`blank_decision`]).
+    pub(crate) fn conclude_before_into(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        ctx: &mut DecisionCtx<'_>,
+        verdict: RuleVerdict,
+        d: &mut Decision,
+    ) -> bool {
+        base_decision_into(d, Phase::Before, &verdict, ctx.policies);
         d.evaluated = verdict.evaluated;
         if d.effect == EffectType::Hitl {
-            self.resolve_hitl(&mut d, call, now);
+            self.resolve_hitl(d, call, now);
         }
         d.signals = std::mem::take(&mut ctx.signals);
         let proceeds = d.effect == EffectType::Allow;
@@ -389,7 +420,7 @@ impl Run {
                 self.engine.state.release(&key, permit);
             }
         }
-        (d, proceeds)
+        proceeds
     }
 
     /// Totals, latency, the `tool.decision` event; an allowed call waits in `pending`.
@@ -604,6 +635,16 @@ impl Run {
             self.engine.flush_audit().await;
         }
     }
+}
+
+/// A decision to write a before decision into (see `before_sync`).
+pub(crate) fn blank_decision() -> Decision {
+    Decision::simple(
+        Phase::Before,
+        EffectType::Allow,
+        DecisionCode::Allowed,
+        None,
+    )
 }
 
 /// The decision on a call of an aborted run.
