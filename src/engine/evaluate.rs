@@ -304,7 +304,7 @@ impl Combiner {
     }
 
     /// Resets the per-rule state of the context before rule `i` is evaluated.
-    #[inline]
+    #[inline(always)]
     fn start(&self, ctx: &mut DecisionCtx<'_>, i: usize) {
         let rule = &ctx.policies.rules[i];
         ctx.missing.clear();
@@ -315,7 +315,7 @@ impl Combiner {
     }
 
     /// Folds in rule `i`, whose condition came out `t`.
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, ctx: &mut DecisionCtx<'_>, i: usize, t: Tri) {
         let policies = ctx.policies;
         let rule = &policies.rules[i];
@@ -348,7 +348,7 @@ impl Combiner {
         });
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish(self) -> RuleVerdict {
         let (enforced, full) = self.outcomes.split_at(self.n_policies);
         let decided = overall(enforced);

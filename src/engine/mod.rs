@@ -36,6 +36,7 @@ mod sealer;
 mod shared_state;
 mod signals;
 mod subjects;
+mod tz;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -119,6 +120,8 @@ pub(crate) struct EngineInner {
     pub(crate) reviews: Arc<dyn ReviewStore>,
     /// Hitl fingerprints of the calls seen (see `fp_cache.rs`).
     pub(crate) fingerprints: fp_cache::FingerprintCache,
+    /// End-user time zone names parsed (see `tz.rs`).
+    pub(crate) tz_names: tz::TzNames,
     pub(crate) signals: ArcSwap<SignalRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
@@ -371,6 +374,7 @@ impl EngineBuilder {
                 shared: self.shared,
                 reviews: self.reviews,
                 fingerprints: fp_cache::FingerprintCache::default(),
+                tz_names: tz::TzNames::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),

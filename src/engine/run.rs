@@ -62,6 +62,8 @@ pub(crate) struct RunShared {
     pub(crate) pending: Mutex<PendingMap>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
     pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
+    /// The local time of the last second a `timeGate` asked (see `tz.rs`).
+    pub(crate) local_memo: Mutex<Option<super::tz::LocalMemo>>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     pub(crate) run_key: Arc<str>,
@@ -75,20 +77,6 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    /// The time zone named by the end user's tag `tag` (parsed once per run for the first tag
-    /// asked; other tags are parsed each time).
-    pub(crate) fn enduser_tz(&self, tag: &str) -> Option<chrono_tz::Tz> {
-        let parse = || {
-            self.context
-                .enduser
-                .as_ref()
-                .and_then(|u| u.tags.get(tag))
-                .and_then(|v| v.parse::<chrono_tz::Tz>().ok())
-        };
-        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
-        if &**cached_tag == tag { *tz } else { parse() }
-    }
-
     pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
         StateKey {
             slot,
@@ -187,6 +175,7 @@ impl Run {
             history: Mutex::new(History::default()),
             pending: Mutex::new(PendingMap::default()),
             tz_cache: std::sync::OnceLock::new(),
+            local_memo: Mutex::new(None),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
             resume_pending: AtomicBool::new(false),
