@@ -90,6 +90,28 @@ pub fn fingerprint(
     hex::encode(h.finalize())
 }
 
+/// The part of a [`Review`] a decision reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewHead {
+    /// Review id.
+    pub id: String,
+    /// Status.
+    pub status: ReviewStatus,
+    /// When a pending review expires.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ReviewHead {
+    /// The head of `review`.
+    pub fn of(review: &Review) -> ReviewHead {
+        ReviewHead {
+            id: review.id.clone(),
+            status: review.status,
+            expires_at: review.expires_at,
+        }
+    }
+}
+
 /// Errors of a review store.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -134,6 +156,11 @@ pub const MIN_ID_PREFIX: usize = 8;
 pub trait ReviewStore: Send + Sync + 'static {
     /// The review for a fingerprint, if any (the newest).
     fn get(&self, fingerprint: &str) -> Option<Review>;
+    /// What a decision reads of [`get`](ReviewStore::get)'s review: its id, status and expiry
+    /// (a store can answer without copying the rest; the default calls `get`).
+    fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
+        self.get(fingerprint).map(|r| ReviewHead::of(&r))
+    }
     /// Stores a new review, unless one is already there for the fingerprint; returns the one
     /// stored (so parallel identical calls share a review).
     fn insert_if_absent(&self, review: Review) -> Review;
@@ -164,6 +191,10 @@ impl MemoryReviewStore {
 impl ReviewStore for MemoryReviewStore {
     fn get(&self, fingerprint: &str) -> Option<Review> {
         self.by_fp.get(fingerprint).map(|r| r.clone())
+    }
+
+    fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
+        self.by_fp.get(fingerprint).map(|r| ReviewHead::of(&r))
     }
 
     fn insert_if_absent(&self, review: Review) -> Review {

@@ -51,7 +51,9 @@ pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus
 pub use guard::{Guarded, Refusal};
 #[cfg(feature = "redis")]
 pub(crate) use hitl::resolve as resolve_review;
-pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
+pub use hitl::{
+    FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead, ReviewStore, fingerprint,
+};
 pub use observe::DecisionObserver;
 pub use run::Run;
 

@@ -167,6 +167,23 @@ impl Default for ToolCache {
     }
 }
 
+/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
+/// overlapping words from each end.
+#[inline]
+fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
+    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
+    match n {
+        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        _ => a == b,
+    }
+}
+
 /// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
 /// or terminators: a collision only costs a comparison, as lookups compare name and tags).
 fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> u64 {
@@ -196,7 +213,14 @@ impl ToolCache {
         let find = |map: &ProfileMap| {
             map.get(&h).and_then(|v| {
                 v.iter()
-                    .find(|p| &*p.name == name && &*p.tags == tags)
+                    .find(|p| {
+                        eq_bytes(p.name.as_bytes(), name.as_bytes())
+                            && p.tags.len() == tags.len()
+                            && p.tags
+                                .iter()
+                                .zip(tags)
+                                .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
+                    })
                     .cloned()
             })
         };
@@ -263,6 +287,33 @@ mod tests {
         let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
         assert!(crate::engine::history::bit(&auth.seq_bits, 1));
         assert!(auth.counters.is_empty());
+    }
+
+    #[test]
+    fn eq_bytes_is_byte_equality() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnoq",
+            "bbcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefgX",
+            "Xbcdefgh",
+            "abcdXfgh",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(eq_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
+            }
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::evaluate::{
     extract_subjects,
 };
 use super::history::History;
-use super::hitl::Review;
+use super::hitl::{Review, ReviewHead};
 use super::profile::ToolProfile;
 use super::sealer::Body;
 use super::{EngineInner, FailureMode};
@@ -514,14 +514,17 @@ impl Run {
                 .fingerprints
                 .get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
         let store = &self.engine.reviews;
-        let existing = store.get(&fp).filter(|r| {
+        let existing = store.head(&fp).filter(|r| {
             !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
                 && r.status != ReviewStatus::Expired
         });
         let review = match existing {
             Some(r) => r,
             None => {
-                if let Some(old) = store.get(&fp).filter(|r| r.status == ReviewStatus::Pending) {
+                if let Some(old) = store
+                    .head(&fp)
+                    .filter(|r| r.status == ReviewStatus::Pending)
+                {
                     let _ = store.decide(&old.id, ReviewStatus::Expired, now);
                 }
                 let review = Review {
@@ -556,7 +559,7 @@ impl Run {
                     d.abort_run = true;
                     return;
                 }
-                stored
+                ReviewHead::of(&stored)
             }
         };
         let (effect, code, abort) = match review.status {
