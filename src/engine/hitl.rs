@@ -178,7 +178,8 @@ pub trait ReviewStore: Send + Sync + 'static {
 /// Reviews in memory.
 #[derive(Debug, Default)]
 pub struct MemoryReviewStore {
-    by_fp: DashMap<String, Review>,
+    /// Boxed: a small table entry (the table grows in small allocations).
+    by_fp: DashMap<String, Box<Review>>,
 }
 
 impl MemoryReviewStore {
@@ -190,26 +191,34 @@ impl MemoryReviewStore {
 
 impl ReviewStore for MemoryReviewStore {
     fn get(&self, fingerprint: &str) -> Option<Review> {
-        self.by_fp.get(fingerprint).map(|r| r.clone())
+        self.by_fp
+            .get(fingerprint)
+            .map(|r| Review::clone(r.value()))
     }
 
     fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
-        self.by_fp.get(fingerprint).map(|r| ReviewHead::of(&r))
+        self.by_fp
+            .get(fingerprint)
+            .map(|r| ReviewHead::of(r.value()))
     }
 
     fn insert_if_absent(&self, review: Review) -> Review {
         let mut e = self
             .by_fp
             .entry(review.fingerprint.clone())
-            .or_insert_with(|| review.clone());
+            .or_insert_with(|| Box::new(review.clone()));
         if e.status == ReviewStatus::Expired {
-            *e = review;
+            **e = review;
         }
-        e.clone()
+        Review::clone(e.value())
     }
 
     fn list(&self) -> Vec<Review> {
-        let mut v: Vec<Review> = self.by_fp.iter().map(|r| r.clone()).collect();
+        let mut v: Vec<Review> = self
+            .by_fp
+            .iter()
+            .map(|r| Review::clone(r.value()))
+            .collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         v
     }
@@ -223,7 +232,7 @@ impl ReviewStore for MemoryReviewStore {
         for mut r in self.by_fp.iter_mut() {
             if r.id == id {
                 r.set_decision(status, at)?;
-                return Ok(r.clone());
+                return Ok(Review::clone(r.value()));
             }
         }
         Err(ReviewError::NotFound(id.to_string()))
