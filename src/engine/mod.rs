@@ -32,6 +32,7 @@ mod hitl;
 mod observe;
 mod profile;
 mod run;
+mod run_hitl;
 mod sealer;
 mod shared_state;
 mod signals;
