@@ -152,6 +152,8 @@ type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHash
 pub(crate) struct ToolCache {
     generation: u64,
     map: ArcSwap<ProfileMap>,
+    /// Bumped after each change of `map` (see [`MapSnapshot`]).
+    version: AtomicU64,
     writer: parking_lot::Mutex<()>,
     seed: foldhash::fast::RandomState,
 }
@@ -161,6 +163,7 @@ impl Default for ToolCache {
         ToolCache {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             map: ArcSwap::from_pointee(ProfileMap::default()),
+            version: AtomicU64::new(0),
             writer: parking_lot::Mutex::new(()),
             seed: foldhash::fast::RandomState::default(),
         }
@@ -196,6 +199,28 @@ fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> 
     h.finish()
 }
 
+/// The profile of `name` with `tags` in `map` under key `h`.
+fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<ToolProfile>> {
+    map.get(&h).and_then(|v| {
+        v.iter()
+            .find(|p| {
+                eq_bytes(p.name.as_bytes(), name.as_bytes())
+                    && p.tags.len() == tags.len()
+                    && p.tags
+                        .iter()
+                        .zip(tags)
+                        .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
+            })
+            .cloned()
+    })
+}
+
+/// A run's copy of the profile map it last read: (policy generation, map version, map).
+/// Lookups through it take an uncontended lock instead of an `ArcSwap` load; it holds the
+/// map (of the policy set the run last decided under) as long as the run lives.
+#[derive(Debug, Default)]
+pub(crate) struct MapSnapshot(parking_lot::Mutex<Option<(u64, u64, Arc<ProfileMap>)>>);
+
 impl ToolCache {
     /// Identifies the policy set (distinct for every compilation in this process).
     pub(crate) fn generation(&self) -> u64 {
@@ -210,33 +235,57 @@ impl ToolCache {
         tags: &[String],
     ) -> Arc<ToolProfile> {
         let h = key_hash(&self.seed, name, tags);
-        let find = |map: &ProfileMap| {
-            map.get(&h).and_then(|v| {
-                v.iter()
-                    .find(|p| {
-                        eq_bytes(p.name.as_bytes(), name.as_bytes())
-                            && p.tags.len() == tags.len()
-                            && p.tags
-                                .iter()
-                                .zip(tags)
-                                .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
-                    })
-                    .cloned()
-            })
-        };
-        if let Some(p) = find(&self.map.load()) {
+        if let Some(p) = find(&self.map.load(), h, name, tags) {
             return p;
         }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    /// [`profile`](ToolCache::profile), reading the map through a run's snapshot (refreshed
+    /// when the map changed since, or the policies did).
+    pub(crate) fn profile_in(
+        &self,
+        policies: &CompiledPolicies,
+        name: &str,
+        tags: &[String],
+        snapshot: &MapSnapshot,
+    ) -> Arc<ToolProfile> {
+        let h = key_hash(&self.seed, name, tags);
+        let version = self.version.load(Ordering::Acquire);
+        {
+            let mut snap = snapshot.0.lock();
+            let fresh = matches!(&*snap, Some((g, v, _)) if *g == self.generation && *v == version);
+            if !fresh {
+                *snap = Some((self.generation, version, self.map.load_full()));
+            }
+            if let Some(p) = snap
+                .as_ref()
+                .and_then(|(_, _, map)| find(map, h, name, tags))
+            {
+                return p;
+            }
+        }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    fn compute_and_cache(
+        &self,
+        policies: &CompiledPolicies,
+        h: u64,
+        name: &str,
+        tags: &[String],
+    ) -> Arc<ToolProfile> {
         let profile = Arc::new(ToolProfile::compute(policies, name, tags));
         let _w = self.writer.lock();
         let current = self.map.load_full();
-        if let Some(p) = find(&current) {
+        if let Some(p) = find(&current, h, name, tags) {
             return p;
         }
         if current.len() < MAX_TOOLS {
             let mut next = (*current).clone();
             next.entry(h).or_default().push(profile.clone());
             self.map.store(Arc::new(next));
+            self.version.fetch_add(1, Ordering::Release);
         }
         profile
     }
@@ -287,6 +336,32 @@ mod tests {
         let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
         assert!(crate::engine::history::bit(&auth.seq_bits, 1));
         assert!(auth.counters.is_empty());
+    }
+
+    #[test]
+    fn a_run_snapshot_finds_the_cached_profiles_and_sees_new_ones() {
+        let c = compiled();
+        let snap = MapSnapshot::default();
+        let a = c.tools.profile_in(&c, "t", &["x".to_string()], &snap);
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile(&c, "t", &["x".to_string()])
+        ));
+        let b = c.tools.profile(&c, "u", &[]);
+        assert!(Arc::ptr_eq(&b, &c.tools.profile_in(&c, "u", &[], &snap)));
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile_in(&c, "t", &["x".to_string()], &snap)
+        ));
+        let other = compiled();
+        let o = other
+            .tools
+            .profile_in(&other, "t", &["x".to_string()], &snap);
+        assert!(!Arc::ptr_eq(&a, &o));
+        assert!(Arc::ptr_eq(
+            &o,
+            &other.tools.profile(&other, "t", &["x".to_string()])
+        ));
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub(crate) struct RunShared {
     pub(crate) pending: Mutex<PendingMap>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
     pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
+    /// The profile map last read (see `profile.rs`).
+    pub(crate) profiles: super::profile::MapSnapshot,
     /// The local time of the last second a `timeGate` asked (see `tz.rs`).
     pub(crate) local_memo: Mutex<Option<super::tz::LocalMemo>>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
@@ -175,6 +177,7 @@ impl Run {
             pending: Mutex::new(PendingMap::default()),
             tz_cache: std::sync::OnceLock::new(),
             local_memo: Mutex::new(None),
+            profiles: Default::default(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
             resume_pending: AtomicBool::new(false),
@@ -306,7 +309,10 @@ impl Run {
             return Ok(false);
         }
         let policies = self.engine.policies.load();
-        let profile = policies.tools.profile(&policies, &call.name, &call.tags);
+        let profile =
+            policies
+                .tools
+                .profile_in(&policies, &call.name, &call.tags, &self.shared.profiles);
         if shared_store || profile.needs_async(&self.engine, Phase::Before) {
             return Err(AsyncPlan {
                 policies: arc_swap::Guard::into_inner(policies),
