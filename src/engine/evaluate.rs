@@ -291,7 +291,7 @@ struct Combiner {
 }
 
 impl Combiner {
-    #[inline]
+    #[inline(always)]
     fn new(ctx: &mut DecisionCtx<'_>, rules: usize) -> Combiner {
         let n_policies = ctx.policies.policies.len();
         Combiner {
