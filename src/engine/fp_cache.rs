@@ -5,7 +5,8 @@
 //! The key is a cheap keyed hash of the inputs; a hit is confirmed by comparing the inputs
 //! exactly (numbers by representation, so a hit always has the same canonical JSON), so the
 //! fingerprint is always the one [`fingerprint`] computes. Arguments nested deeper than
-//! [`MAX_DEPTH`] are not cached. Past [`CAPACITY`] entries the cache starts over.
+//! [`MAX_DEPTH`] or larger than about [`MAX_ARGS_BYTES`] are not cached (so the cache holds a
+//! few megabytes at most). Past [`CAPACITY`] entries the cache starts over.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -20,6 +21,10 @@ pub(crate) const CAPACITY: usize = 1024;
 
 /// Arguments nested deeper than this are fingerprinted without the cache.
 pub(crate) const MAX_DEPTH: usize = 32;
+
+/// Arguments larger than this (string bytes plus 8 per value) are fingerprinted without the
+/// cache.
+pub(crate) const MAX_ARGS_BYTES: usize = 4096;
 
 struct Entry {
     agent_id: Box<str>,
@@ -58,7 +63,8 @@ impl FingerprintCache {
             h.write(part.as_bytes());
         }
         h.write_u8(u8::from(enduser_id.is_some()));
-        if !hash_value(args, &mut h, 0) {
+        let mut budget = MAX_ARGS_BYTES;
+        if !hash_value(args, &mut h, 0, &mut budget) {
             return fingerprint(agent_id, rule_id, tool_name, args, enduser_id);
         }
         let key = h.finish();
@@ -92,11 +98,18 @@ impl FingerprintCache {
     }
 }
 
-/// Hashes a JSON value; false when it is nested deeper than [`MAX_DEPTH`].
-fn hash_value(v: &Value, h: &mut impl Hasher, depth: usize) -> bool {
-    if depth > MAX_DEPTH {
+/// Hashes a JSON value; false when it is nested deeper than [`MAX_DEPTH`] or larger than
+/// `budget` (what is left of it is updated).
+fn hash_value(v: &Value, h: &mut impl Hasher, depth: usize, budget: &mut usize) -> bool {
+    let size = 8 + match v {
+        Value::String(s) => s.len(),
+        Value::Object(m) => m.keys().map(String::len).sum(),
+        _ => 0,
+    };
+    if depth > MAX_DEPTH || size > *budget {
         return false;
     }
+    *budget -= size;
     match v {
         Value::Null => h.write_u8(0),
         Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
@@ -118,7 +131,7 @@ fn hash_value(v: &Value, h: &mut impl Hasher, depth: usize) -> bool {
             h.write_u8(5);
             h.write_usize(items.len());
             for item in items {
-                if !hash_value(item, h, depth + 1) {
+                if !hash_value(item, h, depth + 1, budget) {
                     return false;
                 }
             }
@@ -128,7 +141,7 @@ fn hash_value(v: &Value, h: &mut impl Hasher, depth: usize) -> bool {
             h.write_usize(map.len());
             for (k, item) in map {
                 h.write(k.as_bytes());
-                if !hash_value(item, h, depth + 1) {
+                if !hash_value(item, h, depth + 1, budget) {
                     return false;
                 }
             }
@@ -212,9 +225,13 @@ mod tests {
         for _ in 0..(MAX_DEPTH + 2) {
             deep = json!([deep]);
         }
-        assert_eq!(
-            c.get("a", "r", "t", &deep, None),
-            fingerprint("a", "r", "t", &deep, None)
-        );
+        let big = json!({"body": "x".repeat(MAX_ARGS_BYTES)});
+        for args in [&deep, &big] {
+            assert_eq!(
+                c.get("a", "r", "t", args, None),
+                fingerprint("a", "r", "t", args, None)
+            );
+        }
+        assert_eq!(c.map.lock().len(), calls.len() * 3);
     }
 }
