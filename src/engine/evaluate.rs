@@ -349,7 +349,8 @@ impl Combiner {
     }
 
     #[inline(always)]
-    fn finish(self) -> RuleVerdict {
+    /// The verdict (by reference: moving the combiner in would copy it).
+    fn finish(&mut self) -> RuleVerdict {
         let (enforced, full) = self.outcomes.split_at(self.n_policies);
         let decided = overall(enforced);
         let shadow_effect = if self.any_shadow {
@@ -361,7 +362,7 @@ impl Combiner {
             effect: decided.map_or(EffectType::Allow, |o| o.effect),
             rule: decided.map(|o| o.rule as usize),
             shadow_effect,
-            evaluated: self.evaluated,
+            evaluated: std::mem::take(&mut self.evaluated),
         }
     }
 }
