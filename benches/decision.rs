@@ -502,6 +502,10 @@ fn main() {
     // `cargo bench --bench decision -- FILTER` runs the criterion cases matching FILTER; the
     // printed measurements run unless FILTER is given and does not match "summary".
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.as_deref() == Some("threads") {
+        threads(&Workload::load());
+        return;
+    }
     if filter.as_deref() == Some("sustained") {
         // The audited runs alone (for profiling the audit path).
         let w = Workload::load();

@@ -176,10 +176,10 @@ async fn call_user_code<T>(
 #[derive(Clone, Copy)]
 struct Outcome {
     effect: EffectType,
-    rule: usize,
+    rule: u32,
 }
 
-fn fold(slot: &mut Option<Outcome>, combine: Combine, effect: EffectType, rule: usize) {
+fn fold(slot: &mut Option<Outcome>, combine: Combine, effect: EffectType, rule: u32) {
     match (slot.as_ref(), combine) {
         (None, _) => *slot = Some(Outcome { effect, rule }),
         (Some(_), Combine::PriorityFirst) => {}
@@ -291,6 +291,7 @@ struct Combiner {
 }
 
 impl Combiner {
+    #[inline(always)]
     fn new(ctx: &mut DecisionCtx<'_>, rules: usize) -> Combiner {
         let n_policies = ctx.policies.policies.len();
         Combiner {
@@ -303,6 +304,7 @@ impl Combiner {
     }
 
     /// Resets the per-rule state of the context before rule `i` is evaluated.
+    #[inline(always)]
     fn start(&self, ctx: &mut DecisionCtx<'_>, i: usize) {
         let rule = &ctx.policies.rules[i];
         ctx.missing.clear();
@@ -313,6 +315,7 @@ impl Combiner {
     }
 
     /// Folds in rule `i`, whose condition came out `t`.
+    #[inline(always)]
     fn push(&mut self, ctx: &mut DecisionCtx<'_>, i: usize, t: Tri) {
         let policies = ctx.policies;
         let rule = &policies.rules[i];
@@ -328,11 +331,11 @@ impl Combiner {
         let combine = policies.policies[p].combine;
         if triggered {
             let (enforced, full) = self.outcomes.split_at_mut(self.n_policies);
-            fold(&mut full[p], combine, effect, i);
+            fold(&mut full[p], combine, effect, i as u32);
             if rule.shadow {
                 self.any_shadow = true;
             } else {
-                fold(&mut enforced[p], combine, effect, i);
+                fold(&mut enforced[p], combine, effect, i as u32);
             }
         }
         self.evaluated.push(EvaluatedRule {
@@ -345,7 +348,9 @@ impl Combiner {
         });
     }
 
-    fn finish(self) -> RuleVerdict {
+    #[inline(always)]
+    /// The verdict (by reference: moving the combiner in would copy it).
+    fn finish(&mut self) -> RuleVerdict {
         let (enforced, full) = self.outcomes.split_at(self.n_policies);
         let decided = overall(enforced);
         let shadow_effect = if self.any_shadow {
@@ -355,9 +360,9 @@ impl Combiner {
         };
         RuleVerdict {
             effect: decided.map_or(EffectType::Allow, |o| o.effect),
-            rule: decided.map(|o| o.rule),
+            rule: decided.map(|o| o.rule as usize),
             shadow_effect,
-            evaluated: self.evaluated,
+            evaluated: std::mem::take(&mut self.evaluated),
         }
     }
 }
@@ -421,21 +426,32 @@ pub(crate) fn base_decision(
     verdict: &RuleVerdict,
     policies: &CompiledPolicies,
 ) -> Decision {
+    let mut d = Decision::simple(phase, verdict.effect, DecisionCode::Allowed, None);
+    base_decision_into(&mut d, phase, verdict, policies);
+    d
+}
+
+/// [`base_decision`], written into `d` (a decision fresh from `Decision::simple`): sets the
+/// phase, effect, code, reason, rule, policy and shadow fields.
+pub(crate) fn base_decision_into(
+    d: &mut Decision,
+    phase: Phase,
+    verdict: &RuleVerdict,
+    policies: &CompiledPolicies,
+) {
     let rule = verdict.rule.map(|i| &policies.rules[i]);
-    let code = match verdict.effect {
+    d.phase = phase;
+    d.effect = verdict.effect;
+    d.code = match verdict.effect {
         EffectType::Allow => DecisionCode::Allowed,
         EffectType::Block => DecisionCode::BlockedRule,
         EffectType::Hitl => DecisionCode::BlockedHitlRequested,
     };
-    let mut d = Decision::simple(
-        phase,
-        verdict.effect,
-        code,
-        rule.and_then(|r| r.reason.clone()),
-    );
-    d.rule_id = rule.map(|r| r.id.clone());
-    d.policy_id = rule.and_then(|r| r.policy_id.clone());
+    if let Some(r) = rule {
+        d.reason.clone_from(&r.reason);
+        d.rule_id = Some(r.id.clone());
+        d.policy_id.clone_from(&r.policy_id);
+    }
     d.shadow = verdict.shadow_effect.is_some();
     d.shadow_effect = verdict.shadow_effect;
-    d
 }

@@ -90,6 +90,28 @@ pub fn fingerprint(
     hex::encode(h.finalize())
 }
 
+/// The part of a [`Review`] a decision reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewHead {
+    /// Review id.
+    pub id: String,
+    /// Status.
+    pub status: ReviewStatus,
+    /// When a pending review expires.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ReviewHead {
+    /// The head of `review`.
+    pub fn of(review: &Review) -> ReviewHead {
+        ReviewHead {
+            id: review.id.clone(),
+            status: review.status,
+            expires_at: review.expires_at,
+        }
+    }
+}
+
 /// Errors of a review store.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -134,6 +156,11 @@ pub const MIN_ID_PREFIX: usize = 8;
 pub trait ReviewStore: Send + Sync + 'static {
     /// The review for a fingerprint, if any (the newest).
     fn get(&self, fingerprint: &str) -> Option<Review>;
+    /// What a decision reads of [`get`](ReviewStore::get)'s review: its id, status and expiry
+    /// (a store can answer without copying the rest; the default calls `get`).
+    fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
+        self.get(fingerprint).map(|r| ReviewHead::of(&r))
+    }
     /// Stores a new review, unless one is already there for the fingerprint; returns the one
     /// stored (so parallel identical calls share a review).
     fn insert_if_absent(&self, review: Review) -> Review;
@@ -151,7 +178,8 @@ pub trait ReviewStore: Send + Sync + 'static {
 /// Reviews in memory.
 #[derive(Debug, Default)]
 pub struct MemoryReviewStore {
-    by_fp: DashMap<String, Review>,
+    /// Boxed: a small table entry (the table grows in small allocations).
+    by_fp: DashMap<String, Box<Review>>,
 }
 
 impl MemoryReviewStore {
@@ -163,22 +191,34 @@ impl MemoryReviewStore {
 
 impl ReviewStore for MemoryReviewStore {
     fn get(&self, fingerprint: &str) -> Option<Review> {
-        self.by_fp.get(fingerprint).map(|r| r.clone())
+        self.by_fp
+            .get(fingerprint)
+            .map(|r| Review::clone(r.value()))
+    }
+
+    fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
+        self.by_fp
+            .get(fingerprint)
+            .map(|r| ReviewHead::of(r.value()))
     }
 
     fn insert_if_absent(&self, review: Review) -> Review {
         let mut e = self
             .by_fp
             .entry(review.fingerprint.clone())
-            .or_insert_with(|| review.clone());
+            .or_insert_with(|| Box::new(review.clone()));
         if e.status == ReviewStatus::Expired {
-            *e = review;
+            **e = review;
         }
-        e.clone()
+        Review::clone(e.value())
     }
 
     fn list(&self) -> Vec<Review> {
-        let mut v: Vec<Review> = self.by_fp.iter().map(|r| r.clone()).collect();
+        let mut v: Vec<Review> = self
+            .by_fp
+            .iter()
+            .map(|r| Review::clone(r.value()))
+            .collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         v
     }
@@ -192,7 +232,7 @@ impl ReviewStore for MemoryReviewStore {
         for mut r in self.by_fp.iter_mut() {
             if r.id == id {
                 r.set_decision(status, at)?;
-                return Ok(r.clone());
+                return Ok(Review::clone(r.value()));
             }
         }
         Err(ReviewError::NotFound(id.to_string()))

@@ -27,6 +27,7 @@ mod decision;
 mod decision_json;
 mod evaluate;
 mod evaluations;
+mod fp_cache;
 mod guard;
 mod history;
 mod hitl;
@@ -34,10 +35,12 @@ mod observe;
 mod pending;
 mod profile;
 mod run;
+mod run_hitl;
 mod sealer;
 mod shared_state;
 mod signals;
 mod subjects;
+mod tz;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,7 +55,9 @@ pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus
 pub use guard::{Guarded, Refusal};
 #[cfg(feature = "redis")]
 pub(crate) use hitl::resolve as resolve_review;
-pub use hitl::{FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewStore, fingerprint};
+pub use hitl::{
+    FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead, ReviewStore, fingerprint,
+};
 pub use observe::DecisionObserver;
 pub use run::Run;
 
@@ -119,6 +124,10 @@ pub(crate) struct EngineInner {
     /// A store shared by processes: when set, decisions read and write state there instead.
     pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
     pub(crate) reviews: Arc<dyn ReviewStore>,
+    /// Hitl fingerprints of the calls seen (see `fp_cache.rs`).
+    pub(crate) fingerprints: fp_cache::FingerprintCache,
+    /// End-user time zone names parsed (see `tz.rs`).
+    pub(crate) tz_names: tz::TzNames,
     pub(crate) signals: ArcSwap<SignalRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
@@ -393,6 +402,8 @@ impl EngineBuilder {
                 state: self.state,
                 shared: self.shared,
                 reviews: self.reviews,
+                fingerprints: fp_cache::FingerprintCache::default(),
+                tz_names: tz::TzNames::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),

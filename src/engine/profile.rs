@@ -37,6 +37,10 @@ pub(crate) struct ToolProfile {
     pub(crate) counters: Box<[u32]>,
     /// Bit `i` set: a call of this tool satisfies sequence entry `i`.
     pub(crate) seq_bits: Box<[u64]>,
+    /// Per phase: some rule in play asks a signal provider.
+    pub(crate) has_signal: [bool; 2],
+    /// Per phase: some rule in play needs subjects.
+    pub(crate) needs_subjects: [bool; 2],
     /// Per phase, the state the rules in play read (worked out for a shared store only).
     pub(crate) state_plan: std::sync::OnceLock<[super::shared_state::StatePlan; 2]>,
 }
@@ -51,6 +55,11 @@ impl ToolProfile {
                 .map(|r| r as u32)
                 .collect::<Box<[u32]>>()
         });
+        let any = |rs: &[u32], f: fn(&crate::policy::CompiledRule) -> bool| {
+            rs.iter().any(|&i| f(&policies.rules[i as usize]))
+        };
+        let has_signal = [0, 1].map(|p| any(&rules[p], |r| r.has_signal));
+        let needs_subjects = [0, 1].map(|p| any(&rules[p], |r| r.needs_subjects));
         let counters = selected_counters(policies, &name_lc, &tags_lc);
         let mut seq_bits = vec![0u64; policies.seq_entries.len().div_ceil(64)];
         for (i, e) in policies.seq_entries.iter().enumerate() {
@@ -71,8 +80,24 @@ impl ToolProfile {
             rules,
             counters,
             seq_bits: seq_bits.into_boxed_slice(),
+            has_signal,
+            needs_subjects,
             state_plan: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
+    /// subject extractor registered for the tool when a rule in play needs subjects (as
+    /// `evaluate::needs_async`, from the flags worked out once).
+    pub(crate) fn needs_async(&self, engine: &super::EngineInner, phase: Phase) -> bool {
+        let p = crate::policy::phase_slot(phase);
+        self.has_signal[p]
+            || (self.needs_subjects[p]
+                && engine
+                    .extractors
+                    .load()
+                    .iter()
+                    .any(|e| e.glob.is_match(&*self.name_lc)))
     }
 
     /// Whether maxCalls counter `counter` counts calls of this tool.
@@ -127,6 +152,8 @@ type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHash
 pub(crate) struct ToolCache {
     generation: u64,
     map: ArcSwap<ProfileMap>,
+    /// Bumped after each change of `map` (see [`MapSnapshot`]).
+    version: AtomicU64,
     writer: parking_lot::Mutex<()>,
     seed: foldhash::fast::RandomState,
 }
@@ -136,19 +163,63 @@ impl Default for ToolCache {
         ToolCache {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             map: ArcSwap::from_pointee(ProfileMap::default()),
+            version: AtomicU64::new(0),
             writer: parking_lot::Mutex::new(()),
             seed: foldhash::fast::RandomState::default(),
         }
     }
 }
 
+/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
+/// overlapping words from each end.
+#[inline]
+fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
+    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
+    match n {
+        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        _ => a == b,
+    }
+}
+
+/// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
+/// or terminators: a collision only costs a comparison, as lookups compare name and tags).
 fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> u64 {
-    use std::hash::{BuildHasher, Hash};
+    use std::hash::BuildHasher;
     let mut h = seed.build_hasher();
-    name.hash(&mut h);
-    tags.hash(&mut h);
+    h.write(name.as_bytes());
+    for t in tags {
+        h.write(t.as_bytes());
+    }
     h.finish()
 }
+
+/// The profile of `name` with `tags` in `map` under key `h`.
+fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<ToolProfile>> {
+    map.get(&h).and_then(|v| {
+        v.iter()
+            .find(|p| {
+                eq_bytes(p.name.as_bytes(), name.as_bytes())
+                    && p.tags.len() == tags.len()
+                    && p.tags
+                        .iter()
+                        .zip(tags)
+                        .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
+            })
+            .cloned()
+    })
+}
+
+/// A run's copy of the profile map it last read: (policy generation, map version, map).
+/// Lookups through it take an uncontended lock instead of an `ArcSwap` load; it holds the
+/// map (of the policy set the run last decided under) as long as the run lives.
+#[derive(Debug, Default)]
+pub(crate) struct MapSnapshot(parking_lot::Mutex<Option<(u64, u64, Arc<ProfileMap>)>>);
 
 impl ToolCache {
     /// Identifies the policy set (distinct for every compilation in this process).
@@ -164,26 +235,57 @@ impl ToolCache {
         tags: &[String],
     ) -> Arc<ToolProfile> {
         let h = key_hash(&self.seed, name, tags);
-        let find = |map: &ProfileMap| {
-            map.get(&h).and_then(|v| {
-                v.iter()
-                    .find(|p| &*p.name == name && &*p.tags == tags)
-                    .cloned()
-            })
-        };
-        if let Some(p) = find(&self.map.load()) {
+        if let Some(p) = find(&self.map.load(), h, name, tags) {
             return p;
         }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    /// [`profile`](ToolCache::profile), reading the map through a run's snapshot (refreshed
+    /// when the map changed since, or the policies did).
+    pub(crate) fn profile_in(
+        &self,
+        policies: &CompiledPolicies,
+        name: &str,
+        tags: &[String],
+        snapshot: &MapSnapshot,
+    ) -> Arc<ToolProfile> {
+        let h = key_hash(&self.seed, name, tags);
+        let version = self.version.load(Ordering::Acquire);
+        {
+            let mut snap = snapshot.0.lock();
+            let fresh = matches!(&*snap, Some((g, v, _)) if *g == self.generation && *v == version);
+            if !fresh {
+                *snap = Some((self.generation, version, self.map.load_full()));
+            }
+            if let Some(p) = snap
+                .as_ref()
+                .and_then(|(_, _, map)| find(map, h, name, tags))
+            {
+                return p;
+            }
+        }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    fn compute_and_cache(
+        &self,
+        policies: &CompiledPolicies,
+        h: u64,
+        name: &str,
+        tags: &[String],
+    ) -> Arc<ToolProfile> {
         let profile = Arc::new(ToolProfile::compute(policies, name, tags));
         let _w = self.writer.lock();
         let current = self.map.load_full();
-        if let Some(p) = find(&current) {
+        if let Some(p) = find(&current, h, name, tags) {
             return p;
         }
         if current.len() < MAX_TOOLS {
             let mut next = (*current).clone();
             next.entry(h).or_default().push(profile.clone());
             self.map.store(Arc::new(next));
+            self.version.fetch_add(1, Ordering::Release);
         }
         profile
     }
@@ -234,6 +336,59 @@ mod tests {
         let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
         assert!(crate::engine::history::bit(&auth.seq_bits, 1));
         assert!(auth.counters.is_empty());
+    }
+
+    #[test]
+    fn a_run_snapshot_finds_the_cached_profiles_and_sees_new_ones() {
+        let c = compiled();
+        let snap = MapSnapshot::default();
+        let a = c.tools.profile_in(&c, "t", &["x".to_string()], &snap);
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile(&c, "t", &["x".to_string()])
+        ));
+        let b = c.tools.profile(&c, "u", &[]);
+        assert!(Arc::ptr_eq(&b, &c.tools.profile_in(&c, "u", &[], &snap)));
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile_in(&c, "t", &["x".to_string()], &snap)
+        ));
+        let other = compiled();
+        let o = other
+            .tools
+            .profile_in(&other, "t", &["x".to_string()], &snap);
+        assert!(!Arc::ptr_eq(&a, &o));
+        assert!(Arc::ptr_eq(
+            &o,
+            &other.tools.profile(&other, "t", &["x".to_string()])
+        ));
+    }
+
+    #[test]
+    fn eq_bytes_is_byte_equality() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnoq",
+            "bbcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefgX",
+            "Xbcdefgh",
+            "abcdXfgh",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(eq_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
+            }
+        }
     }
 
     #[test]

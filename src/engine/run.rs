@@ -16,13 +16,12 @@ use serde_json::{Map, Value, json};
 
 use super::blocking::block_on;
 use super::body::RunEndedBody;
-use super::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
+use super::decision::{Decision, DecisionCode};
 use super::evaluate::{
-    CallView, DecisionCtx, RuleVerdict, base_decision, evaluate_rules, evaluate_rules_sync,
-    extract_subjects, needs_async,
+    CallView, DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
+    extract_subjects,
 };
 use super::history::History;
-use super::hitl::{Review, fingerprint};
 use super::profile::ToolProfile;
 use super::sealer::Body;
 use super::{EngineInner, FailureMode};
@@ -56,6 +55,10 @@ pub(crate) struct RunShared {
     pub(crate) pending: Mutex<PendingCalls>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
     pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
+    /// The profile map last read (see `profile.rs`).
+    pub(crate) profiles: super::profile::MapSnapshot,
+    /// The local time of the last second a `timeGate` asked (see `tz.rs`).
+    pub(crate) local_memo: Mutex<Option<super::tz::LocalMemo>>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     pub(crate) run_key: Arc<str>,
@@ -69,20 +72,6 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    /// The time zone named by the end user's tag `tag` (parsed once per run for the first tag
-    /// asked; other tags are parsed each time).
-    pub(crate) fn enduser_tz(&self, tag: &str) -> Option<chrono_tz::Tz> {
-        let parse = || {
-            self.context
-                .enduser
-                .as_ref()
-                .and_then(|u| u.tags.get(tag))
-                .and_then(|v| v.parse::<chrono_tz::Tz>().ok())
-        };
-        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
-        if &**cached_tag == tag { *tz } else { parse() }
-    }
-
     pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
         StateKey {
             slot,
@@ -174,6 +163,8 @@ impl Run {
             history: Mutex::new(History::default()),
             pending: Mutex::new(PendingCalls::default()),
             tz_cache: std::sync::OnceLock::new(),
+            local_memo: Mutex::new(None),
+            profiles: Default::default(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
             resume_pending: AtomicBool::new(false),
@@ -234,14 +225,17 @@ impl Run {
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
-        let (decision, proceeds) = match self.before_sync(&call, now) {
-            Ok(d) => d,
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
             Err(plan) => {
                 let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
-                match futures::FutureExt::catch_unwind(fut).await {
+                let (d, p) = match futures::FutureExt::catch_unwind(fut).await {
                     Ok(d) => d,
                     Err(_) => self.before_failure(&call, now),
-                }
+                };
+                decision = d;
+                p
             }
         };
         self.finish_before(call, decision, proceeds, started, now)
@@ -258,14 +252,17 @@ impl Run {
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
-        let (decision, proceeds) = match self.before_sync(&call, now) {
-            Ok(d) => d,
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
             Err(plan) => {
                 let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
-                match block_on(futures::FutureExt::catch_unwind(fut)) {
+                let (d, p) = match block_on(futures::FutureExt::catch_unwind(fut)) {
                     Some(Ok(d)) => d,
                     _ => self.before_failure(&call, now),
-                }
+                };
+                decision = d;
+                p
             }
         };
         self.finish_before(call, decision, proceeds, started, now)
@@ -281,21 +278,26 @@ impl Run {
         (d, false)
     }
 
-    /// The decision and whether the call proceeds, when nothing needs awaiting; else the
-    /// plan for the async path.
+    /// Whether the call proceeds, the decision written to `out` (fresh from
+    /// [`blank_decision`]), when nothing needs awaiting; else the plan for the async path.
+    /// (Written in place: a decision is large, and moving it costs a copy each time.)
     fn before_sync(
         &self,
         call: &ToolCall,
         now: DateTime<Utc>,
-    ) -> Result<(Decision, bool), AsyncPlan> {
+        out: &mut Decision,
+    ) -> Result<bool, AsyncPlan> {
         let shared_store = self.engine.shared.is_some();
         if !shared_store && self.is_aborted() {
-            return Ok((aborted_decision(), false));
+            *out = aborted_decision();
+            return Ok(false);
         }
         let policies = self.engine.policies.load();
-        let profile = policies.tools.profile(&policies, &call.name, &call.tags);
-        if shared_store || needs_async(&self.engine, &policies, &profile.rules[0], &profile.name_lc)
-        {
+        let profile =
+            policies
+                .tools
+                .profile_in(&policies, &call.name, &call.tags, &self.shared.profiles);
+        if shared_store || profile.needs_async(&self.engine, Phase::Before) {
             return Err(AsyncPlan {
                 policies: arc_swap::Guard::into_inner(policies),
                 profile,
@@ -310,12 +312,19 @@ impl Run {
                 &profile,
                 view,
                 now,
-                call.subjects.clone(),
+                clone_subjects(&call.subjects),
             );
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
-            self.conclude_before(call, now, ctx, verdict)
+            self.conclude_before_into(call, now, &mut ctx, verdict, out)
         });
-        Ok(std::panic::catch_unwind(decide).unwrap_or_else(|_| self.before_failure(call, now)))
+        match std::panic::catch_unwind(decide) {
+            Ok(proceeds) => Ok(proceeds),
+            Err(_) => {
+                let (d, proceeds) = self.before_failure(call, now);
+                *out = d;
+                Ok(proceeds)
+            }
+        }
     }
 
     async fn decide_before_async(
@@ -346,7 +355,7 @@ impl Run {
             extract_subjects(&mut ctx, rules).await;
         }
         let verdict = evaluate_rules(&mut ctx, rules).await;
-        self.conclude_before(call, now, ctx, verdict)
+        self.conclude_before(call, now, &mut ctx, verdict)
     }
 
     /// Turns the verdict into the decision: hitl lookup, then counters (kept when the call
@@ -355,26 +364,41 @@ impl Run {
         &self,
         call: &ToolCall,
         now: DateTime<Utc>,
-        mut ctx: DecisionCtx<'_>,
+        ctx: &mut DecisionCtx<'_>,
         verdict: RuleVerdict,
     ) -> (Decision, bool) {
-        let mut d = base_decision(Phase::Before, &verdict, ctx.policies);
+        let mut d = blank_decision();
+        let proceeds = self.conclude_before_into(call, now, ctx, verdict, &mut d);
+        (d, proceeds)
+    }
+
+    /// [`conclude_before`](Run::conclude_before), writing the decision to `d` (fresh from
+    /// [`blank_decision`]).
+    pub(crate) fn conclude_before_into(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        ctx: &mut DecisionCtx<'_>,
+        verdict: RuleVerdict,
+        d: &mut Decision,
+    ) -> bool {
+        base_decision_into(d, Phase::Before, &verdict, ctx.policies);
         d.evaluated = verdict.evaluated;
         if d.effect == EffectType::Hitl {
-            self.resolve_hitl(&mut d, call, now);
+            self.resolve_hitl(d, call, now);
         }
         d.signals = std::mem::take(&mut ctx.signals);
         let proceeds = d.effect == EffectType::Allow;
         if ctx.remote.is_some() {
             // A shared store: the caller writes the outcome.
         } else if proceeds {
-            count_allowed(&self.engine, &ctx, &ctx.permits);
+            count_allowed(&self.engine, ctx, &ctx.permits);
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
                 self.engine.state.release(&key, permit);
             }
         }
-        (d, proceeds)
+        proceeds
     }
 
     /// Totals, latency, the `tool.decision` event; an allowed call waits in `pending`.
@@ -451,80 +475,6 @@ impl Run {
         d
     }
 
-    pub(crate) fn resolve_hitl(
-        &self,
-        d: &mut Decision,
-        call: &ToolCall,
-        now: chrono::DateTime<chrono::Utc>,
-    ) {
-        let ctx = &self.shared.context;
-        let rule_id = d.rule_id.as_deref().unwrap_or("");
-        let enduser = ctx.enduser.as_ref().map(|u| u.id.as_str());
-        let fp = fingerprint(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
-        let store = &self.engine.reviews;
-        let existing = store.get(&fp).filter(|r| {
-            !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
-                && r.status != ReviewStatus::Expired
-        });
-        let review = match existing {
-            Some(r) => r,
-            None => {
-                if let Some(old) = store.get(&fp).filter(|r| r.status == ReviewStatus::Pending) {
-                    let _ = store.decide(&old.id, ReviewStatus::Expired, now);
-                }
-                let review = Review {
-                    id: uuid::Uuid::now_v7().to_string(),
-                    fingerprint: fp.clone(),
-                    status: ReviewStatus::Pending,
-                    agent_id: ctx.agent_id.clone(),
-                    rule_id: rule_id.to_string(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    enduser_id: enduser.map(str::to_string),
-                    run_id: ctx.run_id.clone(),
-                    call_id: call.id.clone(),
-                    reason: d.reason.as_deref().map(str::to_string),
-                    created_at: now,
-                    decided_at: None,
-                    expires_at: self
-                        .engine
-                        .review_ttl
-                        .and_then(|t| chrono::Duration::from_std(t).ok())
-                        .map(|t| now + t),
-                };
-                let stored = store.insert_if_absent(review.clone());
-                if stored.id == review.id {
-                    d.code = DecisionCode::BlockedHitlRequested;
-                    d.hitl = Some(HitlInfo {
-                        review_id: stored.id,
-                        status: ReviewStatus::Pending,
-                        fingerprint: fp,
-                    });
-                    self.abort();
-                    d.abort_run = true;
-                    return;
-                }
-                stored
-            }
-        };
-        let (effect, code, abort) = match review.status {
-            ReviewStatus::Approved => (EffectType::Allow, DecisionCode::AllowedHitlApproved, false),
-            ReviewStatus::Denied => (EffectType::Block, DecisionCode::BlockedHitlDenied, false),
-            _ => (EffectType::Hitl, DecisionCode::BlockedHitlPending, true),
-        };
-        d.effect = effect;
-        d.code = code;
-        d.abort_run = abort;
-        if abort {
-            self.abort();
-        }
-        d.hitl = Some(HitlInfo {
-            review_id: review.id,
-            status: review.status,
-            fingerprint: fp,
-        });
-    }
-
     pub(crate) fn abort(&self) {
         self.shared.aborted.store(true, Ordering::Release);
     }
@@ -578,6 +528,16 @@ impl Run {
     }
 }
 
+/// A decision to write a before decision into (see `before_sync`).
+pub(crate) fn blank_decision() -> Decision {
+    Decision::simple(
+        Phase::Before,
+        EffectType::Allow,
+        DecisionCode::Allowed,
+        None,
+    )
+}
+
 /// The decision on a call of an aborted run.
 pub(crate) fn aborted_decision() -> Decision {
     Decision::simple(
@@ -588,6 +548,13 @@ pub(crate) fn aborted_decision() -> Decision {
             "the run was aborted by an earlier human-review request",
         )),
     )
+}
+
+/// The caller's subjects, for a decision to add to (no allocation when there are none).
+pub(crate) fn clone_subjects(
+    s: &[super::subjects::SubjectRef],
+) -> Vec<super::subjects::SubjectRef> {
+    if s.is_empty() { Vec::new() } else { s.to_vec() }
 }
 
 pub(crate) fn call_view<'a>(

@@ -345,7 +345,7 @@ impl Run {
             extract_subjects(&mut ctx, rules).await;
         }
         let verdict = evaluate_rules(&mut ctx, rules).await;
-        let (decision, proceeds) = self.conclude_before(call, now, ctx, verdict);
+        let (decision, proceeds) = self.conclude_before(call, now, &mut ctx, verdict);
 
         let mut settlement = Settlement::default();
         if proceeds {

@@ -22,12 +22,29 @@ pub use shared::{SharedStateError, SharedStateStore, StateSnapshot};
 pub use window::{SlidingWindow, WindowStats};
 
 /// Identifies one counter or metric window.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct StateKey {
     /// Stable identity of the counter or tracker definition.
     pub slot: u64,
     /// The scope instance: run id, agent id, or `agent\u{1f}enduser`.
     pub scope: Arc<str>,
+}
+
+impl PartialEq for StateKey {
+    fn eq(&self, other: &Self) -> bool {
+        // Keys of one run share its scope string: no byte comparison then.
+        self.slot == other.slot
+            && (Arc::ptr_eq(&self.scope, &other.scope) || self.scope == other.scope)
+    }
+}
+
+impl Eq for StateKey {}
+
+impl std::hash::Hash for StateKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.slot);
+        state.write(self.scope.as_bytes());
+    }
 }
 
 /// A slot taken in a counter by [`StateStore::try_acquire`]; give it back with

@@ -146,6 +146,7 @@ fn not(t: Tri) -> Tri {
     }
 }
 
+#[inline(always)]
 fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
     match c {
         CCond::ToolName(t) => tool_name::eval(t, ctx),

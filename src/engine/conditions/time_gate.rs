@@ -1,5 +1,4 @@
 //! `timeGate`: true when the end user's local time is inside any window.
-use chrono::{Datelike, TimeZone, Timelike};
 use chrono_tz::Tz;
 
 use super::Tri;
@@ -22,9 +21,7 @@ pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCt
         ctx.note_missing("timeGate: no valid timezone for the end user".to_string());
         return Tri::Unknown;
     };
-    let local = tz.from_utc_datetime(&ctx.now.naive_utc());
-    let day = local.weekday();
-    let minute = (local.hour() * 60 + local.minute()) as u16;
+    let (day, minute) = ctx.run.local_day_minute(tz, &ctx.now, ctx.now_ms);
     windows.iter().any(|w| in_window(w, day, minute)).into()
 }
 
