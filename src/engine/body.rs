@@ -218,13 +218,14 @@ fn seal_typed(
             let decision_at = scratch.len();
             decision.write_canonical(scratch);
             let decision = decision_at..scratch.len();
+            // In key order (then merged with the envelope's without sorting).
             let members = [
-                ("phase", Member::Str("tool.before")),
-                ("callId", Member::Str(&call.id)),
-                ("tool", Member::Raw(&scratch[tool])),
                 ("args", Member::Json(&call.args)),
-                ("subjects", Member::Raw(&scratch[subjects])),
+                ("callId", Member::Str(&call.id)),
                 ("decision", Member::Raw(&scratch[decision])),
+                ("phase", Member::Str("tool.before")),
+                ("subjects", Member::Raw(&scratch[subjects])),
+                ("tool", Member::Raw(&scratch[tool])),
             ];
             Ok(Some(chain.seal_typed(kind, at, id, &members)))
         }
@@ -244,18 +245,17 @@ fn seal_typed(
             ]);
             write_members(&mut totals, "", scratch);
             let mut members: SmallVec<[(&str, Member<'_>); 5]> = SmallVec::new();
-            members.push(("status", Member::Str(&b.status)));
-            members.push(("totals", Member::Raw(scratch)));
-            members.push((
-                "aborted",
-                Member::Raw(if b.aborted { "true" } else { "false" }),
-            ));
-            if let Some(r) = &b.final_response {
-                members.push(("finalResponse", Member::Str(r)));
-            }
+            // In key order (then merged with the envelope's without sorting).
+            let aborted = if b.aborted { "true" } else { "false" };
+            members.push(("aborted", Member::Raw(aborted)));
             if let Some(e) = &b.evaluation {
                 members.push(("evaluation", Member::Json(e)));
             }
+            if let Some(r) = &b.final_response {
+                members.push(("finalResponse", Member::Str(r)));
+            }
+            members.push(("status", Member::Str(&b.status)));
+            members.push(("totals", Member::Raw(scratch)));
             Ok(Some(chain.seal_typed(kind, at, id, &members)))
         }
         Body::ToolResult {
@@ -277,18 +277,21 @@ fn seal_typed(
             write_members(&mut metric_members, "", scratch);
             let metrics_text = metrics_at..scratch.len();
             let duration = num(*duration_ms);
+            // In key order (then merged with the envelope's without sorting).
             let mut members: SmallVec<[(&str, Member<'_>); 6]> = SmallVec::new();
             members.push(("callId", Member::Str(&call.id)));
-            members.push(("tool", Member::Raw(&scratch[tool])));
             members.push(("durationMs", Member::Json(&duration)));
-            members.push(("metrics", Member::Raw(&scratch[metrics_text])));
-            match outcome {
-                Ok(v) => members.push(("output", Member::Json(v))),
-                Err(e) => members.push(("error", Member::Str(e))),
+            if let Err(e) = outcome {
+                members.push(("error", Member::Str(e)));
             }
             if let Some(e) = evaluation {
                 members.push(("evaluation", Member::Json(e)));
             }
+            members.push(("metrics", Member::Raw(&scratch[metrics_text])));
+            if let Ok(v) = outcome {
+                members.push(("output", Member::Json(v)));
+            }
+            members.push(("tool", Member::Raw(&scratch[tool])));
             Ok(Some(chain.seal_typed(kind, at, id, &members)))
         }
     }

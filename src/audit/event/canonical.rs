@@ -259,7 +259,9 @@ pub(crate) fn write_members(
     out: &mut String,
 ) -> Option<usize> {
     use std::fmt::Write as _;
-    members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    if !members.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
+        members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    }
     let mut at = None;
     out.push('{');
     for (i, (k, v)) in members.iter().enumerate() {

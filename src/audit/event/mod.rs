@@ -480,16 +480,17 @@ pub(crate) struct EnvelopeRef<'a> {
 }
 
 /// Pushes the envelope's members (all but `hash`).
+/// Pushes the envelope's members, in byte order of their keys.
 pub(crate) fn envelope_members<'a>(e: &EnvelopeRef<'a>, members: &mut Members<'a>) {
-    members.push(("schema", Member::Str(SCHEMA)));
-    members.push(("id", Member::Str(e.id)));
-    members.push(("kind", Member::Str(e.kind.as_str())));
-    members.push(("ts", Member::Str(e.ts_text)));
-    members.push(("runId", Member::Str(e.run_id)));
-    members.push(("seq", Member::U64(e.seq)));
     members.push(("agentId", Member::Str(e.agent_id)));
     if let Some(u) = e.enduser_id {
         members.push(("enduserId", Member::Str(u)));
     }
+    members.push(("id", Member::Str(e.id)));
+    members.push(("kind", Member::Str(e.kind.as_str())));
     members.push(("prevHash", e.prev_hash.map_or(Member::Null, Member::Str)));
+    members.push(("runId", Member::Str(e.run_id)));
+    members.push(("schema", Member::Str(SCHEMA)));
+    members.push(("seq", Member::U64(e.seq)));
+    members.push(("ts", Member::Str(e.ts_text)));
 }
