@@ -137,45 +137,43 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
     // Copy runs of bytes that need no escape in one go; every byte that needs one is ASCII,
-    // so slicing at it stays on a char boundary.
+    // so slicing at it stays on a char boundary. The bytes are looked at 8 at a time (the
+    // last, shorter group padded with a letter); only a group holding a byte that may need
+    // an escape is looked at byte by byte.
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
-        // Skip 8 bytes at a time while none of them needs an escape.
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            if !needs_escape(u64::from_le_bytes(word)) {
-                i += 8;
-                continue;
-            }
+        let n = (bytes.len() - i).min(8);
+        let mut word = [b'a'; 8];
+        word[..n].copy_from_slice(&bytes[i..i + n]);
+        if !needs_escape(u64::from_le_bytes(word)) {
+            i += n;
+            continue;
         }
-        let b = bytes[i];
-        let escape: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            0x08 => "\\b",
-            b'\t' => "\\t",
-            b'\n' => "\\n",
-            0x0c => "\\f",
-            b'\r' => "\\r",
-            0x00..=0x1f => "",
-            _ => {
-                i += 1;
-                continue;
+        for (j, &b) in bytes.iter().enumerate().skip(i).take(n) {
+            let escape: &str = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                0x08 => "\\b",
+                b'\t' => "\\t",
+                b'\n' => "\\n",
+                0x0c => "\\f",
+                b'\r' => "\\r",
+                0x00..=0x1f => "",
+                _ => continue,
+            };
+            out.push_str(&s[start..j]);
+            if escape.is_empty() {
+                out.push_str("\\u00");
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 0xf)] as char);
+            } else {
+                out.push_str(escape);
             }
-        };
-        out.push_str(&s[start..i]);
-        if escape.is_empty() {
-            out.push_str("\\u00");
-            out.push(HEX[usize::from(b >> 4)] as char);
-            out.push(HEX[usize::from(b & 0xf)] as char);
-        } else {
-            out.push_str(escape);
+            start = j + 1;
         }
-        i += 1;
-        start = i;
+        i += n;
     }
     out.push_str(&s[start..]);
     out.push('"');
