@@ -506,15 +506,16 @@ fn main() {
         threads(&Workload::load());
         return;
     }
-    if filter.as_deref() == Some("sustained") {
-        // The audited runs alone (for profiling the audit path).
-        let w = Workload::load();
-        let rt = tokio::runtime::Builder::new_multi_thread()
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .expect("a tokio runtime");
-        audited_file(&w, &rt);
+            .expect("a tokio runtime")
+    };
+    if filter.as_deref() == Some("sustained") {
+        // The audited runs alone (for profiling the audit path).
+        audited_file(&Workload::load(), &runtime());
         return;
     }
     if filter
@@ -522,11 +523,7 @@ fn main() {
         .is_none_or(|f| "summary".contains(f) || f.contains("summary"))
     {
         let w = Workload::load();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime");
+        let rt = runtime();
         support_percentiles(&w);
         audited_file(&w, &rt);
         threads(&w);
