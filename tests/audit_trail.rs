@@ -397,3 +397,58 @@ fn two_agents_may_reuse_a_run_id() {
     let report = verify_paths(&[&path]);
     assert!(report.is_ok(), "{:?}", report.breaks);
 }
+
+/// Says when it is handed its first batch, then never returns.
+struct StuckOnFirst(std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>);
+#[async_trait]
+impl AuditSink for StuckOnFirst {
+    async fn write_batch(&self, _events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        if let Some(tx) = self.0.lock().ok().and_then(|mut t| t.take()) {
+            let _ = tx.send(());
+        }
+        futures::future::pending::<()>().await;
+        Ok(())
+    }
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_hand_off_that_waits_for_a_stuck_sink_gives_up_at_its_deadline_and_counts_the_loss() {
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let memory = Arc::new(MemorySink::new());
+    let bus = AuditBus::new(
+        vec![
+            Arc::new(StuckOnFirst(std::sync::Mutex::new(Some(entered_tx)))),
+            memory.clone(),
+        ],
+        BusConfig {
+            queue_capacity: 4,
+            max_batch: 256,
+            own_thread: true,
+        },
+    );
+    let mut events = fake_run("r", "a", 6).into_iter();
+    let mut batch = |n: usize| events.by_ref().take(n).collect::<Vec<_>>();
+    let wait = Duration::from_millis(200);
+    // The stuck sink's task takes the first batch and never comes back for more.
+    bus.emit_all_within(batch(3), wait);
+    entered.recv().expect("the sink got its first batch");
+    // The second fits in its queue (4 events); the third never will: it waits out its
+    // deadline, then is dropped for the stuck sink only (the memory sink takes everything).
+    bus.emit_all_within(batch(3), wait);
+    let started = Instant::now();
+    bus.emit_all_within(batch(3), wait);
+    assert!(started.elapsed() >= wait, "it waited for room first");
+    assert_eq!(
+        bus.stats(),
+        toolgate::audit::BusStats {
+            emitted: 9,
+            dropped: 3
+        }
+    );
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let _ = rt.block_on(bus.flush(Duration::from_secs(1)));
+    assert_eq!(memory.len(), 9, "the healthy sink got every event");
+}
