@@ -2,7 +2,7 @@
 //! trail stays whole (every event delivered, every chain intact) with a tiny sink queue.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -56,7 +56,10 @@ async fn a_stalled_sink_slows_the_audit_worker_and_loses_nothing() {
         .audit_flush_timeout(Duration::from_secs(60))
         .build()
         .expect("engine");
-    let runs = 12;
+    // Four runs of 10 events. The sink holds the first run's batch; the second goes to its
+    // empty queue and fills it past its 4 events; the third must wait for room, and so the
+    // fourth stays in the backlog: the audit worker is waiting, not dropping.
+    let runs = 4;
     for r in 0..runs {
         let run = engine.start_run(RunContext::new(format!("run-{r}"), "agent"));
         for c in 0..5 {
@@ -74,11 +77,19 @@ async fn a_stalled_sink_slows_the_audit_worker_and_loses_nothing() {
             // The sink now holds the first run's batch.
             sink.first.notified().await;
         }
-        // The first runs are each taken by the audit worker on its own: the second fills the
-        // sink's queue past its 4 events, the third is a hand-off that must wait for room
-        // (the worker then waits, and the runs after it queue up behind it).
-        while r < 3 && engine.audit_backlog() > 0 {
+        // Each run is taken by the audit worker before the next one starts (the backlog is
+        // empty once the worker has taken it, even while it then waits for room). The last
+        // one stays in the backlog while the worker waits: the bound ends the wait.
+        let bound = if r + 1 == runs { 300 } else { 5_000 };
+        let deadline = Instant::now() + Duration::from_millis(bound);
+        while engine.audit_backlog() > 0 && Instant::now() < deadline {
             tokio::task::yield_now().await;
+        }
+        if r + 1 == runs {
+            assert!(
+                engine.audit_backlog() > 0,
+                "the audit worker waits for room"
+            );
         }
     }
     sink.gate.add_permits(1);
