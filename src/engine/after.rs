@@ -14,12 +14,14 @@ use super::EngineInner;
 use super::blocking::block_on;
 use super::body::{Body, CallMetrics};
 use super::decision::Decision;
-use super::evaluate::{
-    CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects, needs_async,
-};
+use super::evaluate::{CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects};
+use super::profile::ToolProfile;
 use super::run::{CallRecord, Run, RunShared, ToolCall, ToolOutcome, obj};
 use crate::audit::EventKind;
 use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase, json_number as num};
+
+/// The policies a decision is made under and the called tool's profile in them.
+type LookedUp = (Arc<CompiledPolicies>, Arc<ToolProfile>);
 
 impl Run {
     /// Records the outcome of an allowed call and decides the after-phase rules
@@ -28,11 +30,22 @@ impl Run {
     ///
     /// An after-phase `block` means the output must not reach the agent; `hitl` stops the run.
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
+        self.after_tool_with(call_id, outcome, None).await
+    }
+
+    /// [`after_tool`](Run::after_tool), with the policies and the tool's profile when the
+    /// caller has looked them up already.
+    async fn after_tool_with(
+        &self,
+        call_id: &str,
+        outcome: ToolOutcome,
+        looked_up: Option<LookedUp>,
+    ) -> Option<Decision> {
         let pending = self.shared.pending.lock().remove(call_id)?;
         let now = self.engine.clock.now();
         // Observers see the outcome after the decision; copied only when one is registered.
         let observed = (!self.engine.observers.is_empty()).then(|| outcome.clone());
-        let fut = AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now));
+        let fut = AssertUnwindSafe(self.after_allowed(call_id, pending, outcome, now, looked_up));
         let decision = match futures::FutureExt::catch_unwind(fut).await {
             Ok(d) => d,
             Err(_) => Some(self.after_failure(call_id, now)),
@@ -58,22 +71,25 @@ impl Run {
     /// blocking when no signal provider, subject extractor or tool evaluator is in play, else
     /// waits for them as [`before_tool_blocking`](Run::before_tool_blocking) does.
     pub fn after_tool_blocking(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
-        let call = self.shared.pending.lock().get(call_id)?.clone();
-        let awaits = {
-            let policies = self.engine.policies.load();
+        let (policies, profile) = {
+            let pending = self.shared.pending.lock();
+            let call = pending.get(call_id)?;
+            let policies = self.engine.policies.load_full();
             let profile = policies.tools.profile(&policies, &call.name, &call.tags);
-            self.engine.shared.is_some()
-                || needs_async(&self.engine, &policies, &profile.rules[1], &profile.name_lc)
-                || (self.engine.audit_enabled()
-                    && self
-                        .engine
-                        .evals
-                        .per_tool
-                        .iter()
-                        .any(|(g, _)| g.is_match(&*profile.name_lc)))
+            (policies, profile)
         };
-        drop(call);
-        let mut fut = std::pin::pin!(self.after_tool(call_id, outcome));
+        let awaits = self.engine.shared.is_some()
+            || profile.needs_async(&self.engine, Phase::After)
+            || (self.engine.audit_enabled()
+                && self
+                    .engine
+                    .evals
+                    .per_tool
+                    .iter()
+                    .any(|(g, _)| g.is_match(&*profile.name_lc)));
+        // The profile looked up here serves the decision too.
+        let mut fut =
+            std::pin::pin!(self.after_tool_with(call_id, outcome, Some((policies, profile))));
         if !awaits {
             // Nothing to await: one poll finishes it.
             if let Poll::Ready(d) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
@@ -90,12 +106,16 @@ impl Run {
         pending: Arc<CallRecord>,
         outcome: ToolOutcome,
         now: DateTime<Utc>,
+        looked_up: Option<LookedUp>,
     ) -> Option<Decision> {
         let started = Instant::now();
-        let policies = self.engine.policies.load_full();
-        let profile = policies
-            .tools
-            .profile(&policies, &pending.name, &pending.tags);
+        let (policies, profile) = looked_up.unwrap_or_else(|| {
+            let policies = self.engine.policies.load_full();
+            let profile = policies
+                .tools
+                .profile(&policies, &pending.name, &pending.tags);
+            (policies, profile)
+        });
         let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
         let audit = self.engine.audit_enabled();
         let shared_store = self.engine.shared.clone();

@@ -396,30 +396,6 @@ pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> R
     c.finish()
 }
 
-/// Whether deciding on these rules awaits anything: a signal provider, or a subject extractor
-/// registered for the tool when a rule needs subjects.
-pub(crate) fn needs_async(
-    engine: &EngineInner,
-    policies: &CompiledPolicies,
-    rules: &[u32],
-    name_lc: &str,
-) -> bool {
-    let mut subjects = false;
-    for &i in rules {
-        let r = &policies.rules[i as usize];
-        if r.has_signal {
-            return true;
-        }
-        subjects |= r.needs_subjects;
-    }
-    subjects
-        && engine
-            .extractors
-            .load()
-            .iter()
-            .any(|e| e.glob.is_match(name_lc))
-}
-
 /// Builds the decision from a verdict (hitl handled by the caller).
 pub(crate) fn base_decision(
     phase: Phase,
