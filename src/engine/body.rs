@@ -29,7 +29,8 @@ pub(crate) type CallMetrics = SmallVec<[(InbuiltMetric, f64); 5]>;
 // Not boxed: the queue holds bodies by value, and a box would cost the caller an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Body {
-    /// Built as JSON already (rare events: run end, errors, after-phase decisions).
+    /// Built as JSON already (rare events: errors, after-phase decisions, LLM results,
+    /// checkpoints, late evaluations, changed tools).
     Json(Map<String, Value>),
     /// `run.started`: the run's context.
     RunStarted(Arc<RunContext>),

@@ -84,9 +84,14 @@ impl RunShared {
     }
 
     /// The body of `run.ended`.
-    fn ended_body(&self, status: &str, final_response: Option<&str>, now: DateTime<Utc>) -> Body {
+    fn ended_body(
+        &self,
+        status: &str,
+        final_response: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> RunEndedBody {
         let t = &self.totals;
-        Body::RunEnded(RunEndedBody {
+        RunEndedBody {
             status: status.to_string(),
             calls: t.calls.load(Ordering::Relaxed),
             allowed: t.allowed.load(Ordering::Relaxed),
@@ -99,7 +104,7 @@ impl RunShared {
             aborted: self.aborted.load(Ordering::Acquire),
             final_response: final_response.map(str::to_string),
             evaluation: None,
-        })
+        }
     }
 }
 
@@ -116,7 +121,7 @@ impl Drop for RunShared {
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
-            let body = self.ended_body("dropped", None, now);
+            let body = Body::RunEnded(self.ended_body("dropped", None, now));
             self.engine.emit_body(self, EventKind::RunEnded, body, now);
         }
     }
@@ -499,21 +504,18 @@ impl Run {
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
-            let body = self.shared.ended_body(status, final_response, now);
+            let mut body = self.shared.ended_body(status, final_response, now);
             self.engine.await_background(&self.shared).await;
             let (evaluation, slow) = self
                 .engine
                 .evaluate_run(&self.shared, final_response, status)
                 .await;
             let late_events = slow.is_some();
-            let mut body = body;
-            if let Body::RunEnded(b) = &mut body {
-                b.evaluation = evaluation;
-            }
+            body.evaluation = evaluation;
             self.engine.emit_with_evaluation(
                 &self.shared,
                 EventKind::RunEnded,
-                body,
+                Body::RunEnded(body),
                 now,
                 slow,
                 None,

@@ -22,17 +22,16 @@ impl Run {
                 .fingerprints
                 .get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
         let store = &self.engine.reviews;
-        let existing = store.head(&fp).filter(|r| {
+        let head = store.head(&fp);
+        let live = |r: &ReviewHead| {
             !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
                 && r.status != ReviewStatus::Expired
-        });
-        let review = match existing {
-            Some(r) => r,
-            None => {
-                if let Some(old) = store
-                    .head(&fp)
-                    .filter(|r| r.status == ReviewStatus::Pending)
-                {
+        };
+        let review = match head {
+            Some(r) if live(&r) => r,
+            old => {
+                // A pending review past its expiry is marked expired before a new one starts.
+                if let Some(old) = old.filter(|r| r.status == ReviewStatus::Pending) {
                     let _ = store.decide(&old.id, ReviewStatus::Expired, now);
                 }
                 let review = Review {
