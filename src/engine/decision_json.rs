@@ -3,17 +3,16 @@
 //! sorted. The result is byte for byte what the generic canonical serializer writes for the
 //! derived `Serialize` form (`tests` below hold the two equal).
 
+use std::fmt::Write as _;
+
 use super::decision::{Decision, EvaluatedRule, HitlInfo};
 use crate::audit::event::canonical::write_string;
 use crate::audit::event::ser::to_canonical;
 
-/// Writes `key` (a plain ASCII key: no escapes needed) and the colon, after a comma unless
-/// `first`.
-fn key(out: &mut String, first: &mut bool, key: &str) {
-    if !std::mem::take(first) {
-        out.push(',');
-    }
-    out.push('"');
+/// Writes `,"key":` (`key` is a plain ASCII key: no escapes needed). Every object here starts
+/// with a member that is always present, written with its opening brace.
+fn key(out: &mut String, key: &str) {
+    out.push_str(",\"");
     out.push_str(key);
     out.push_str("\":");
 }
@@ -29,43 +28,18 @@ fn bool_text(b: bool) -> &'static str {
     if b { "true" } else { "false" }
 }
 
-fn push_u64(out: &mut String, n: u64) {
-    let mut buf = itoa_buf();
-    out.push_str(format_u64(n, &mut buf));
-}
-
-fn itoa_buf() -> [u8; 20] {
-    [0u8; 20]
-}
-
-/// `n` in decimal, written into the end of `buf`.
-fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[i..]).unwrap_or("0")
-}
-
 impl EvaluatedRule {
     /// Writes the canonical JSON of this entry (keys: effect, error, missing, ruleId, shadow,
     /// triggered).
     fn write_canonical(&self, out: &mut String) {
-        let first = &mut true;
-        out.push('{');
-        key(out, first, "effect");
+        out.push_str("{\"effect\":");
         write_string(self.effect.as_str(), out);
         if let Some(e) = &self.error {
-            key(out, first, "error");
+            key(out, "error");
             write_string(e, out);
         }
         if !self.missing.is_empty() {
-            key(out, first, "missing");
+            key(out, "missing");
             out.push('[');
             for (i, m) in self.missing.iter().enumerate() {
                 if i > 0 {
@@ -75,13 +49,13 @@ impl EvaluatedRule {
             }
             out.push(']');
         }
-        key(out, first, "ruleId");
+        key(out, "ruleId");
         write_string(&self.rule_id, out);
         if self.shadow {
-            key(out, first, "shadow");
+            key(out, "shadow");
             out.push_str("true");
         }
-        key(out, first, "triggered");
+        key(out, "triggered");
         out.push_str(bool_text(self.triggered));
         out.push('}');
     }
@@ -108,19 +82,17 @@ impl HitlInfo {
 impl Decision {
     /// Appends the canonical JSON of this decision to `out`.
     pub(crate) fn write_canonical(&self, out: &mut String) {
-        let first = &mut true;
-        out.push('{');
-        key(out, first, "abortRun");
+        out.push_str("{\"abortRun\":");
         out.push_str(bool_text(self.abort_run));
-        key(out, first, "code");
+        key(out, "code");
         write_string(self.code.as_str(), out);
-        key(out, first, "effect");
+        key(out, "effect");
         write_string(self.effect.as_str(), out);
         if let Some(e) = &self.error {
-            key(out, first, "error");
+            key(out, "error");
             write_string(e, out);
         }
-        key(out, first, "evaluated");
+        key(out, "evaluated");
         out.push('[');
         for (i, r) in self.evaluated.iter().enumerate() {
             if i > 0 {
@@ -130,29 +102,29 @@ impl Decision {
         }
         out.push(']');
         if let Some(h) = &self.hitl {
-            key(out, first, "hitl");
+            key(out, "hitl");
             h.write_canonical(out);
         }
-        key(out, first, "latencyNs");
-        push_u64(out, self.latency_ns);
-        key(out, first, "phase");
+        key(out, "latencyNs");
+        let _ = write!(out, "{}", self.latency_ns);
+        key(out, "phase");
         write_string(self.phase.as_str(), out);
         if let Some(p) = &self.policy_id {
-            key(out, first, "policyId");
+            key(out, "policyId");
             write_string(p, out);
         }
-        key(out, first, "reason");
+        key(out, "reason");
         opt_str(out, self.reason.as_deref());
-        key(out, first, "ruleId");
+        key(out, "ruleId");
         opt_str(out, self.rule_id.as_deref());
-        key(out, first, "shadow");
+        key(out, "shadow");
         out.push_str(bool_text(self.shadow));
         if let Some(e) = self.shadow_effect {
-            key(out, first, "shadowEffect");
+            key(out, "shadowEffect");
             write_string(e.as_str(), out);
         }
         if !self.signals.is_empty() {
-            key(out, first, "signals");
+            key(out, "signals");
             // Rare (signal providers in play) and holding arbitrary JSON: the generic writer.
             let at = out.len();
             if to_canonical(&self.signals, out).is_err() {

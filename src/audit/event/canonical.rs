@@ -202,12 +202,8 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// SHA-256 of `bytes`, lowercase hex, written into `buf` (no allocation).
 pub(crate) fn sha256_hex_into<'b>(bytes: &[u8], buf: &'b mut [u8; 64]) -> &'b str {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    for (i, b) in digest.iter().enumerate() {
-        buf[2 * i] = HEX[usize::from(b >> 4)];
-        buf[2 * i + 1] = HEX[usize::from(b & 0xf)];
-    }
+    // 32 bytes always fit 64 hex digits.
+    let _ = hex::encode_to_slice(Sha256::digest(bytes), buf);
     std::str::from_utf8(buf).unwrap_or("")
 }
 

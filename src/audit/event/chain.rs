@@ -1,8 +1,7 @@
 //! [`RunChain`]: the chain state of one run, which seals its events.
 
-use std::sync::Arc;
-
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
