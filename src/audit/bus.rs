@@ -55,6 +55,22 @@ impl Default for BusConfig {
     }
 }
 
+/// Why a sink's queue did not take a hand-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    Full,
+    Stopped,
+}
+
+impl Refused {
+    fn as_str(self) -> &'static str {
+        match self {
+            Refused::Full => "queue full",
+            Refused::Stopped => "sink stopped",
+        }
+    }
+}
+
 /// Where a producer waits for room in a sink's queue; sink tasks signal it as they take events.
 #[derive(Default)]
 struct Room {
@@ -263,13 +279,11 @@ impl AuditBus {
             .zip(&self.inner.in_batches)
             .enumerate()
         {
-            let mut why = self.try_hand_off(tx, queued, &events);
-            if why == Some("queue full") {
-                if let Some(deadline) = deadline {
-                    why = self.wait_and_hand_off(tx, queued, &events, deadline);
-                }
+            let mut refused = self.try_hand_off(tx, queued, &events);
+            if let (Some(Refused::Full), Some(deadline)) = (refused, deadline) {
+                refused = self.wait_and_hand_off(tx, queued, &events, deadline);
             }
-            if let Some(why) = why {
+            if let Some(why) = refused.map(Refused::as_str) {
                 let before = self.inner.dropped.fetch_add(n, Ordering::Relaxed);
                 tracing::error!(
                     sink = i,
@@ -286,11 +300,11 @@ impl AuditBus {
         tx: &mpsc::Sender<Msg>,
         queued: &AtomicUsize,
         events: &Arc<[Arc<AuditEvent>]>,
-    ) -> Option<&'static str> {
+    ) -> Option<Refused> {
         // An empty queue takes any hand-off: memory stays within capacity plus one batch.
         let waiting = queued.load(Ordering::Acquire);
         if waiting > 0 && waiting + events.len() > self.inner.capacity {
-            return Some("queue full");
+            return Some(Refused::Full);
         }
         queued.fetch_add(events.len(), Ordering::AcqRel);
         match tx.try_send(Msg::Events(events.clone())) {
@@ -298,8 +312,8 @@ impl AuditBus {
             Err(e) => {
                 queued.fetch_sub(events.len(), Ordering::AcqRel);
                 Some(match e {
-                    mpsc::error::TrySendError::Full(_) => "queue full",
-                    mpsc::error::TrySendError::Closed(_) => "sink stopped",
+                    mpsc::error::TrySendError::Full(_) => Refused::Full,
+                    mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
                 })
             }
         }
@@ -312,13 +326,13 @@ impl AuditBus {
         queued: &AtomicUsize,
         events: &Arc<[Arc<AuditEvent>]>,
         deadline: std::time::Instant,
-    ) -> Option<&'static str> {
+    ) -> Option<Refused> {
         let room = &self.inner.room;
         room.waiting.fetch_add(1, Ordering::AcqRel);
         let mut guard = room.lock.lock();
         let why = loop {
             match self.try_hand_off(tx, queued, events) {
-                Some("queue full") => {}
+                Some(Refused::Full) => {}
                 other => break other,
             }
             if room.freed.wait_until(&mut guard, deadline).timed_out() {
