@@ -89,6 +89,7 @@ impl ToolProfile {
     /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
     /// subject extractor registered for the tool when a rule in play needs subjects (from the
     /// flags worked out once with the profile).
+    #[inline]
     pub(crate) fn needs_async(&self, engine: &super::EngineInner, phase: Phase) -> bool {
         let p = crate::policy::phase_slot(phase);
         self.has_signal[p]
