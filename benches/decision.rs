@@ -417,11 +417,13 @@ fn audited_file(w: &Workload, rt: &Runtime) {
         let runs = 5_000;
         rt.block_on(engine.flush()).expect("flush");
         let before = written(&dir, &counter);
+        let cpu_before = thread_cpu();
         let t = std::time::Instant::now();
         let v = decision_latencies(w, &engine, runs, &|_: &Run| {});
         let decided = t.elapsed().as_secs_f64();
         rt.block_on(engine.flush()).expect("flush");
         let secs = t.elapsed().as_secs_f64();
+        let cpu = cpu_since(&cpu_before);
         let events = written(&dir, &counter) - before;
         println!(
             "audited/{label} throughput: {:.0} decisions/s, {:.0} events/s ({} runs of {} calls with their results, {events} events, all sealed and written; {:.0}% of the time deciding, the rest draining)",
@@ -431,9 +433,47 @@ fn audited_file(w: &Workload, rt: &Runtime) {
             w.calls.len(),
             100.0 * decided / secs
         );
+        println!(
+            "audited/{label} CPU per decision by thread: {}",
+            cpu.iter()
+                .map(|(name, ns)| format!("{name} {:.2} µs", *ns as f64 / 1000.0 / v.len() as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         rt.block_on(engine.shutdown()).expect("shutdown");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// CPU time so far of each thread of this process, by thread name (Linux's
+/// `/proc/self/task/*/schedstat`; empty elsewhere).
+fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let ns: u64 = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+            .unwrap_or(0);
+        *out.entry(name.trim().to_string()).or_default() += ns;
+    }
+    out
+}
+
+/// CPU time by thread name since `before` (threads that used less than 1 ms left out).
+fn cpu_since(before: &std::collections::BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    thread_cpu()
+        .into_iter()
+        .map(|(name, ns)| {
+            let spent = ns.saturating_sub(before.get(&name).copied().unwrap_or(0));
+            (name, spent)
+        })
+        .filter(|(_, ns)| *ns >= 1_000_000)
+        .collect()
 }
 
 /// A sink that counts what it gets.

@@ -3,10 +3,8 @@
 //! sorted. The result is byte for byte what the generic canonical serializer writes for the
 //! derived `Serialize` form (`tests` below hold the two equal).
 
-use std::fmt::Write as _;
-
 use super::decision::{Decision, EvaluatedRule, HitlInfo};
-use crate::audit::event::canonical::write_string;
+use crate::audit::event::canonical::{write_int, write_string};
 use crate::audit::event::ser::to_canonical;
 
 /// Writes `,"key":` (`key` is a plain ASCII key: no escapes needed). Every object here starts
@@ -106,7 +104,7 @@ impl Decision {
             h.write_canonical(out);
         }
         key(out, "latencyNs");
-        let _ = write!(out, "{}", self.latency_ns);
+        write_int(self.latency_ns, out);
         key(out, "phase");
         write_string(self.phase.as_str(), out);
         if let Some(p) = &self.policy_id {

@@ -75,16 +75,21 @@ fn write_value_members<'a>(
 /// Writes a number: integers held as `i64`/`u64` in decimal, every other number as ECMAScript's
 /// `Number.prototype.toString` writes it (the form RFC 8785 uses).
 fn write_number(n: &serde_json::Number, out: &mut String) {
-    use std::fmt::Write as _;
     if let Some(u) = n.as_u64() {
-        let _ = write!(out, "{u}");
+        write_int(u, out);
     } else if let Some(i) = n.as_i64() {
-        let _ = write!(out, "{i}");
+        write_int(i, out);
     } else if let Some(f) = n.as_f64() {
         write_es_number(f, out);
     } else {
         out.push_str("null");
     }
+}
+
+/// Writes an integer in decimal.
+#[inline]
+pub(crate) fn write_int(n: impl itoa::Integer, out: &mut String) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// ECMAScript `Number::toString(x)` (radix 10), built on Rust's shortest round-trip digits.
@@ -133,50 +138,66 @@ pub(crate) fn write_es_number(x: f64, out: &mut String) {
 
 /// Writes a JSON string literal with serde_json's escaping (documented on [`canonical_json`]).
 pub(crate) fn write_string(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
-    // Copy runs of bytes that need no escape in one go; every byte that needs one is ASCII,
-    // so slicing at it stays on a char boundary. The bytes are looked at 8 at a time (the
-    // last, shorter group padded with a letter); only a group holding a byte that may need
-    // an escape is looked at byte by byte.
+    // Find the first byte that needs an escape, 8 bytes at a time (most strings have none,
+    // and are copied in one go). Every such byte is ASCII, so slicing at it stays on a char
+    // boundary.
     let bytes = s.as_bytes();
+    let (words, tail) = bytes.as_chunks::<8>();
+    let first = words
+        .iter()
+        .position(|w| needs_escape(u64::from_le_bytes(*w)))
+        .map(|k| k * 8)
+        .or_else(|| {
+            tail.iter()
+                .position(|&b| escape_of(b).is_some())
+                .map(|k| words.len() * 8 + k)
+        });
+    match first {
+        None => out.push_str(s),
+        Some(from) => write_escaped(s, from, out),
+    }
+    out.push('"');
+}
+
+/// The escape of byte `b` inside a string literal (`Some("")` for the `\u00xx` form), or
+/// `None` when it is written as is.
+#[inline]
+fn escape_of(b: u8) -> Option<&'static str> {
+    match b {
+        b'"' => Some("\\\""),
+        b'\\' => Some("\\\\"),
+        0x08 => Some("\\b"),
+        b'\t' => Some("\\t"),
+        b'\n' => Some("\\n"),
+        0x0c => Some("\\f"),
+        b'\r' => Some("\\r"),
+        0x00..=0x1f => Some(""),
+        _ => None,
+    }
+}
+
+/// Writes `s` escaped, byte by byte from `from` (no byte before it needs an escape).
+#[cold]
+fn write_escaped(s: &str, from: usize, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let n = (bytes.len() - i).min(8);
-        let mut word = [b'a'; 8];
-        word[..n].copy_from_slice(&bytes[i..i + n]);
-        if !needs_escape(u64::from_le_bytes(word)) {
-            i += n;
+    for (j, &b) in s.as_bytes().iter().enumerate().skip(from) {
+        let Some(escape) = escape_of(b) else {
             continue;
+        };
+        out.push_str(&s[start..j]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
+        } else {
+            out.push_str(escape);
         }
-        for (j, &b) in bytes.iter().enumerate().skip(i).take(n) {
-            let escape: &str = match b {
-                b'"' => "\\\"",
-                b'\\' => "\\\\",
-                0x08 => "\\b",
-                b'\t' => "\\t",
-                b'\n' => "\\n",
-                0x0c => "\\f",
-                b'\r' => "\\r",
-                0x00..=0x1f => "",
-                _ => continue,
-            };
-            out.push_str(&s[start..j]);
-            if escape.is_empty() {
-                out.push_str("\\u00");
-                out.push(HEX[usize::from(b >> 4)] as char);
-                out.push(HEX[usize::from(b & 0xf)] as char);
-            } else {
-                out.push_str(escape);
-            }
-            start = j + 1;
-        }
-        i += n;
+        start = j + 1;
     }
     out.push_str(&s[start..]);
-    out.push('"');
 }
 
 /// Whether any of the 8 bytes of `w` is below 0x20, a `"` or a `\\` (may say yes for a
@@ -252,7 +273,6 @@ pub(crate) fn write_members(
     mark: &str,
     out: &mut String,
 ) -> Option<usize> {
-    use std::fmt::Write as _;
     if !members.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
         members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     }
@@ -269,9 +289,7 @@ pub(crate) fn write_members(
         out.push(':');
         match v {
             Member::Str(s) => write_string(s, out),
-            Member::U64(n) => {
-                let _ = write!(out, "{n}");
-            }
+            Member::U64(n) => write_int(*n, out),
             Member::Null => out.push_str("null"),
             Member::Json(v) => write_canonical(v, out),
             Member::Raw(text) => out.push_str(text),

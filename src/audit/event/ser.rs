@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use serde::ser::{self, Serialize};
 
-use super::canonical::{write_es_number, write_string};
+use super::canonical::{write_es_number, write_int, write_string};
 
 /// Why a value could not be written directly (the caller falls back to `serde_json::Value`).
 #[derive(Debug)]
@@ -80,7 +80,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.serialize_i64(i64::from(v))
     }
     fn serialize_i64(self, v: i64) -> Result<(), CanonError> {
-        push_display(self.out, v);
+        write_int(v, self.out);
         Ok(())
     }
     fn serialize_i128(self, v: i128) -> Result<(), CanonError> {
@@ -102,7 +102,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.serialize_u64(u64::from(v))
     }
     fn serialize_u64(self, v: u64) -> Result<(), CanonError> {
-        push_display(self.out, v);
+        write_int(v, self.out);
         Ok(())
     }
     fn serialize_u128(self, v: u128) -> Result<(), CanonError> {
@@ -135,7 +135,7 @@ impl<'a> ser::Serializer for Canon<'a> {
             if i > 0 {
                 self.out.push(',');
             }
-            push_display(self.out, b);
+            write_int(*b, self.out);
         }
         self.out.push(']');
         Ok(())
