@@ -112,7 +112,7 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("redis/before_tool/{name}"), |b| {
             b.iter(|| {
                 i += 1;
-                if i % 5 == 0 {
+                if i.is_multiple_of(5) {
                     run = run_for(&engine, i);
                 }
                 rt.block_on(run.before_tool(make(i)))

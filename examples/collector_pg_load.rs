@@ -109,7 +109,7 @@ async fn round(
                     return Ok::<_, String>(lat);
                 };
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n % (batches / 10).max(1) == 0 {
+                if n.is_multiple_of((batches / 10).max(1)) {
                     eprintln!(
                         "  {collectors} collector(s): {}/{total} events posted, {:.0} events/s so far",
                         n * 100,

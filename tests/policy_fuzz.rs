@@ -328,11 +328,11 @@ fn mutate(mut v: Value, muts: &[(prop::sample::Index, Mutation)]) -> Value {
         match m {
             Mutation::Replace(r) => *node = r.clone(),
             Mutation::RemoveKey(k) => {
-                if let Value::Object(map) = node {
-                    if !map.is_empty() {
-                        let key = map.keys().nth(k.index(map.len())).unwrap().clone();
-                        map.remove(&key);
-                    }
+                if let Value::Object(map) = node
+                    && !map.is_empty()
+                {
+                    let key = map.keys().nth(k.index(map.len())).unwrap().clone();
+                    map.remove(&key);
                 }
             }
             Mutation::AddKey(k, val) => {
@@ -341,10 +341,10 @@ fn mutate(mut v: Value, muts: &[(prop::sample::Index, Mutation)]) -> Value {
                 }
             }
             Mutation::Duplicate => {
-                if let Value::Array(a) = node {
-                    if let Some(first) = a.first().cloned() {
-                        a.push(first);
-                    }
+                if let Value::Array(a) = node
+                    && let Some(first) = a.first().cloned()
+                {
+                    a.push(first);
                 }
             }
         }

@@ -156,10 +156,10 @@ impl Redactor {
             .and_then(Value::as_str)
             .map(str::to_owned);
         for rule in &self.rules {
-            if let Some(kinds) = &rule.kinds {
-                if !kinds.contains(&kind) {
-                    continue;
-                }
+            if let Some(kinds) = &rule.kinds
+                && !kinds.contains(&kind)
+            {
+                continue;
             }
             if let Some(tools) = &rule.tools {
                 match &tool_name {

@@ -296,16 +296,16 @@ impl Verifier {
         for (key, mut entries) in runs {
             let mut last_in_file: HashMap<Option<usize>, u64> = HashMap::new();
             for e in &entries {
-                if let Some(&prev) = last_in_file.get(&e.loc.file) {
-                    if e.seq < prev {
-                        self.push_break(
-                            e.loc,
-                            Some(&key),
-                            Some(e.seq),
-                            BreakKind::OutOfOrder,
-                            format!("out of order: appears after seq {prev}"),
-                        );
-                    }
+                if let Some(&prev) = last_in_file.get(&e.loc.file)
+                    && e.seq < prev
+                {
+                    self.push_break(
+                        e.loc,
+                        Some(&key),
+                        Some(e.seq),
+                        BreakKind::OutOfOrder,
+                        format!("out of order: appears after seq {prev}"),
+                    );
                 }
                 let slot = last_in_file.entry(e.loc.file).or_insert(e.seq);
                 *slot = (*slot).max(e.seq);

@@ -128,10 +128,10 @@ impl Run {
             if want(InbuiltMetric::BytesIn) {
                 metrics.push((InbuiltMetric::BytesIn, json_len(&pending.args)));
             }
-            if let Some(output) = &outcome.output {
-                if want(InbuiltMetric::BytesOut) {
-                    metrics.push((InbuiltMetric::BytesOut, json_len(output)));
-                }
+            if let Some(output) = &outcome.output
+                && want(InbuiltMetric::BytesOut)
+            {
+                metrics.push((InbuiltMetric::BytesOut, json_len(output)));
             }
             metrics.push((InbuiltMetric::DurationMs, duration_ms));
             if let Value::Array(a) = &pending.args {

@@ -106,10 +106,10 @@ impl Run {
             Ok(v) => ToolOutcome::ok(v, duration),
             Err(e) => ToolOutcome::err(e, duration),
         };
-        if let Some(after) = self.after_tool(&id, outcome.clone()).await {
-            if after.effect != EffectType::Allow {
-                return Guarded::Refused(refusal(after));
-            }
+        if let Some(after) = self.after_tool(&id, outcome.clone()).await
+            && after.effect != EffectType::Allow
+        {
+            return Guarded::Refused(refusal(after));
         }
         Guarded::Ran { outcome, decision }
     }

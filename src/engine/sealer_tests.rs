@@ -115,7 +115,7 @@ fn subjects(i: usize) -> Vec<SubjectRef> {
 fn record(i: usize) -> Arc<CallRecord> {
     Arc::new(CallRecord {
         id: format!("c{i}\u{1}"),
-        name: if i % 2 == 0 {
+        name: if i.is_multiple_of(2) {
             "issue_refund".into()
         } else {
             "kb\"search".into()

@@ -294,15 +294,15 @@ impl TrackerSpec {
         let Some(name) = tool_lc else {
             return false;
         };
-        if let Some(g) = &self.filter_names {
-            if !g.is_match(name) {
-                return false;
-            }
+        if let Some(g) = &self.filter_names
+            && !g.is_match(name)
+        {
+            return false;
         }
-        if let Some(t) = &self.filter_tags {
-            if !t.iter().any(|t| tags_lc.contains(t)) {
-                return false;
-            }
+        if let Some(t) = &self.filter_tags
+            && !t.iter().any(|t| tags_lc.contains(t))
+        {
+            return false;
         }
         true
     }

@@ -217,10 +217,10 @@ impl Parser {
         if let Some(Some(tz)) = &timezone {
             self.timezone(tz, "policy.timezone");
         }
-        if let Some(v) = o.map.get("version") {
-            if !(v.is_string() || v.is_u64()) {
-                self.err("policy.version", "expected a string or a whole number");
-            }
+        if let Some(v) = o.map.get("version")
+            && !(v.is_string() || v.is_u64())
+        {
+            self.err("policy.version", "expected a string or a whole number");
         }
         Some(PolicyMeta {
             name: name?,

@@ -113,12 +113,12 @@ impl SlidingWindow {
 
     /// Removes the most recent event at time `t` (used to give back a counter slot).
     pub fn remove_at(&mut self, t: i64) {
-        if let Some(pos) = self.events.iter().rposition(|e| e.0 == t) {
-            if let Some((_, v, seq)) = self.events.remove(pos) {
-                self.sum -= v;
-                self.mins.retain(|m| m.2 != seq);
-                self.maxs.retain(|m| m.2 != seq);
-            }
+        if let Some(pos) = self.events.iter().rposition(|e| e.0 == t)
+            && let Some((_, v, seq)) = self.events.remove(pos)
+        {
+            self.sum -= v;
+            self.mins.retain(|m| m.2 != seq);
+            self.maxs.retain(|m| m.2 != seq);
         }
     }
 }

@@ -29,9 +29,9 @@ pub(crate) fn rfc3339(ts: DateTime<Utc>) -> String {
     put(17, d.second(), 2);
     let (digits, value) = if nanos == 0 {
         (0, 0)
-    } else if nanos % 1_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000) {
         (3, nanos / 1_000_000)
-    } else if nanos % 1_000 == 0 {
+    } else if nanos.is_multiple_of(1_000) {
         (6, nanos / 1_000)
     } else {
         (9, nanos)

@@ -201,12 +201,13 @@ impl State {
         }
         let max = self.config.max_file_bytes;
         let fsync = self.config.fsync;
-        if let Some(cur) = &self.current {
-            if cur.size > 0 && cur.size + line.len() as u64 + 1 > max {
-                let next = cur.segment + 1;
-                self.finish_current(fsync)?;
-                self.current = Some(open_segment(&self.config.dir, date, next)?);
-            }
+        if let Some(cur) = &self.current
+            && cur.size > 0
+            && cur.size + line.len() as u64 + 1 > max
+        {
+            let next = cur.segment + 1;
+            self.finish_current(fsync)?;
+            self.current = Some(open_segment(&self.config.dir, date, next)?);
         }
         match self.current.as_mut() {
             Some(cur) => {

@@ -19,10 +19,10 @@ impl Parser {
             ],
         )?;
         let sop = self.string_op(&o, op)?;
-        if let StringOp::Glob(g) = &sop {
-            if !self.glob(g, &join(path, "value")) {
-                return None;
-            }
+        if let StringOp::Glob(g) = &sop
+            && !self.glob(g, &join(path, "value"))
+        {
+            return None;
         }
         Some(Condition::ToolName(sop))
     }

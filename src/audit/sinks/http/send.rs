@@ -207,10 +207,8 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                             let interval = Duration::from_millis(shared.config.batch_interval_ms);
                             let due = st.mem.len() >= shared.config.batch_size.max(1)
                                 || st.oldest_at.is_some_and(|t| t.elapsed() >= interval);
-                            if due {
-                                if let Err(e) = spill(&shared, &mut st, &[]).await {
-                                    tracing::error!("audit http sink cannot spool: {e}");
-                                }
+                            if due && let Err(e) = spill(&shared, &mut st, &[]).await {
+                                tracing::error!("audit http sink cannot spool: {e}");
                             }
                         }
                         if !retry_pause(&shared, &mut attempt, error, after).await {
@@ -273,11 +271,11 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                             if let Err(e) = spill(&shared, &mut st, &[]).await {
                                 tracing::error!("audit http sink cannot spool: {e}");
                                 // Put the batch back in front of the queue rather than lose it.
-                                if let Some(inf) = st.inflight.take() {
-                                    if !inf.spooled {
-                                        for ev in inf.events.into_iter().rev() {
-                                            st.mem.push_front(ev);
-                                        }
+                                if let Some(inf) = st.inflight.take()
+                                    && !inf.spooled
+                                {
+                                    for ev in inf.events.into_iter().rev() {
+                                        st.mem.push_front(ev);
                                     }
                                 }
                             }
