@@ -53,6 +53,8 @@ async fn a_stalled_sink_slows_the_audit_worker_and_loses_nothing() {
         .audit_sink(sink.clone())
         // Four events fit in the sink's queue: everything past them must wait, not drop.
         .audit_queue_capacity(4)
+        // One sealer: the runs below are taken one after the other by the same worker.
+        .audit_sealer_threads(1)
         .audit_flush_timeout(Duration::from_secs(60))
         .build()
         .expect("engine");
@@ -101,4 +103,67 @@ async fn a_stalled_sink_slows_the_audit_worker_and_loses_nothing() {
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
     assert_eq!(report.runs, runs);
     engine.shutdown().await.expect("shutdown");
+}
+
+/// A sink that records the order events arrive in.
+struct Recording(MemorySink);
+
+#[async_trait]
+impl AuditSink for Recording {
+    async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+        self.0.write_batch(events).await
+    }
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+/// With several sealer threads, runs are sealed on different threads at once, and each run's
+/// events still reach the sink whole and in `seq` order (its hash chain is intact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_sealed_on_several_threads_keep_their_order() {
+    let sink = Arc::new(Recording(MemorySink::new()));
+    let engine = Arc::new(
+        GovernanceEngine::builder()
+            .policy(parse_policy(r#"{"rules": []}"#, None).expect("policy"))
+            .audit_sink(sink.clone())
+            .audit_sealer_threads(3)
+            .build()
+            .expect("engine"),
+    );
+    // Four callers, 25 runs each, interleaved: every sealer gets runs of every caller.
+    let callers: Vec<_> = (0..4)
+        .map(|t| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for r in 0..25 {
+                    let run = engine.start_run(RunContext::new(format!("run-{t}-{r}"), "agent"));
+                    for c in 0..20 {
+                        let id = format!("c{c}");
+                        let call = ToolCall::new(&id, "lookup", json!({"n": c}));
+                        assert!(run.before_tool_blocking(call).is_allowed());
+                        let out = ToolOutcome::ok(json!({"n": c}), Duration::from_millis(1));
+                        run.after_tool_blocking(&id, out);
+                    }
+                    drop(run);
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().expect("a caller");
+    }
+    engine.flush().await.expect("flush");
+    let events = sink.0.events();
+    // Per run: run.started, 20 decisions, 20 results, run.ended.
+    assert_eq!(events.len(), 100 * 42, "every event reached the sink");
+    let mut next_seq = std::collections::HashMap::new();
+    for e in &events {
+        let seq = next_seq.entry(e.run_id().to_string()).or_insert(0u64);
+        assert_eq!(e.seq(), *seq, "run {} arrived out of order", e.run_id());
+        *seq += 1;
+    }
+    let report = verify_events(events.iter().map(|e| &**e));
+    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
+    assert_eq!(report.runs, 100);
 }

@@ -30,10 +30,11 @@ impl AuditState {
         bus: AuditBus,
         redactor: Redactor,
         flush_timeout: Duration,
+        sealers: Option<usize>,
         signer: Option<Arc<RunSigner>>,
     ) -> AuditState {
         AuditState {
-            sealer: Sealer::start(bus, redactor, flush_timeout),
+            sealer: Sealer::start(bus, redactor, flush_timeout, sealers),
             flush_timeout,
             signer,
         }
@@ -52,6 +53,8 @@ pub(crate) type SlowEvaluation = (Arc<crate::eval::EvaluationRunner>, Evaluation
 /// Per-run audit state: the run's hash chain and its background evaluations.
 pub(crate) struct RunAudit {
     chain: Option<Arc<Mutex<RunChain>>>,
+    /// The sealer shard the run's events go to.
+    shard: usize,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -62,6 +65,7 @@ impl EngineInner {
 
     pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
         RunAudit {
+            shard: self.audit.as_ref().map_or(0, |a| a.sealer.assign_shard()),
             chain: self.audit.as_ref().map(|a| {
                 Arc::new(Mutex::new(
                     RunChain::new(
@@ -98,7 +102,7 @@ impl EngineInner {
     ) -> Option<uuid::Uuid> {
         let audit = self.audit.as_ref()?;
         let chain = run.audit.chain.as_ref()?;
-        Some(audit.sealer.push(chain, kind, at, body))
+        Some(audit.sealer.push(run.audit.shard, chain, kind, at, body))
     }
 
     /// Emits a `tool.result` or `run.ended` event (the fast evaluators' result attached to
@@ -165,10 +169,10 @@ impl EngineInner {
     }
 
     pub(crate) async fn flush_audit(&self) {
-        if let Some(a) = &self.audit {
-            if let Err(e) = a.drained_bus().flush(a.flush_timeout).await {
-                tracing::warn!("audit flush: {e}");
-            }
+        if let Some(a) = &self.audit
+            && let Err(e) = a.drained_bus().flush(a.flush_timeout).await
+        {
+            tracing::warn!("audit flush: {e}");
         }
     }
 

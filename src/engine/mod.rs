@@ -167,6 +167,7 @@ pub struct EngineBuilder {
     signer: Option<Arc<RunSigner>>,
     flush_timeout: Duration,
     audit_queue: usize,
+    audit_sealers: Option<usize>,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
@@ -190,6 +191,7 @@ impl Default for EngineBuilder {
             signer: None,
             flush_timeout: Duration::from_secs(5),
             audit_queue: BusConfig::default().queue_capacity,
+            audit_sealers: None,
             tool_evals: Vec::new(),
             run_eval: None,
             observers: Vec::new(),
@@ -280,10 +282,18 @@ impl EngineBuilder {
     /// Events queued for one audit sink (default 65,536) past which the audit worker waits
     /// for the sink to take some (at most the flush timeout per batch) instead of queueing
     /// more: a sink slower than the decisions slows the audit worker, then the callers
-    /// (past 32,768 events waiting to be sealed they seal, and wait, themselves), so memory
+    /// (past 32,768 events waiting in a sealer thread's queue they seal, and wait, themselves), so memory
     /// stays bounded and no event is dropped unless a sink stays stuck past the timeout.
     pub fn audit_queue_capacity(mut self, events: usize) -> Self {
         self.audit_queue = events.max(1);
+        self
+    }
+
+    /// How many threads seal audit events (write them to canonical JSON, hash and chain them);
+    /// default: one per core, up to 4. Each run's events are all sealed by one thread, in
+    /// order; different runs are spread over the threads. At least 1.
+    pub fn audit_sealer_threads(mut self, threads: usize) -> Self {
+        self.audit_sealers = Some(threads.max(1));
         self
     }
 
@@ -368,6 +378,7 @@ impl EngineBuilder {
                 ),
                 redactor,
                 self.flush_timeout,
+                self.audit_sealers,
                 signer,
             ))
         } else {

@@ -1,23 +1,31 @@
 //! Audit events off the decision path.
 //!
 //! The caller's thread only captures an event's data (typed: the call and the decision are
-//! moved or cloned, not turned into JSON), picks its id, and appends it to a queue. A sealer
-//! thread, one per engine, takes the queue in batches: it writes each body to canonical JSON,
-//! hashes and chains it (per run, in queue order, so each run's `seq` follows the order its
-//! events were emitted) and hands it to the bus. A `tool.before` decision is written straight
-//! from its typed parts (no `serde_json::Value`), unless a redaction rule may apply to
-//! `tool.decision` events: then, and for bodies built as JSON, the body is a JSON map, redacted,
-//! then written. Both give the same bytes.
+//! moved or cloned, not turned into JSON), picks its id, and appends it to a queue. Sealer
+//! threads take the queues in batches: each writes a body to canonical JSON, hashes and chains
+//! it (per run, in queue order, so each run's `seq` follows the order its events were emitted)
+//! and hands it to the bus. A `tool.before` decision is written straight from its typed parts
+//! (no `serde_json::Value`), unless a redaction rule may apply to `tool.decision` events: then,
+//! and for bodies built as JSON, the body is a JSON map, redacted, then written. Both give the
+//! same bytes.
 //!
-//! Hand-off is by batch: the thread is woken when the queue goes from empty to non-empty (or
+//! Shards: an engine runs one queue and sealer thread per core (up to [`MAX_SHARDS`], or as
+//! many as `EngineBuilder::audit_sealer_threads` says). Each
+//! run is given a shard when it starts (round robin) and all its events go there, so a run's
+//! events are sealed and handed to the bus in order, while different runs are sealed on
+//! different cores. (A run's own events cannot be sealed in parallel: each one's hash covers
+//! the previous one's.)
+//!
+//! Hand-off is by batch: a sealer is woken when its queue goes from empty to non-empty (or
 //! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
 //! decisions costs one wake-up, not one per event. `flush` (on `Run::end`, engine flush and
-//! shutdown) drains the queue on the caller's thread first, so nothing queued is lost; so does
-//! dropping the engine. Past [`HELP_AT`] queued events the caller drains the queue itself, so a
-//! producer faster than the sealer is slowed down rather than growing memory or losing events.
+//! shutdown) drains the queues on the caller's thread first, so nothing queued is lost; so does
+//! dropping the engine. Past [`HELP_AT`] queued events the caller drains its run's queue
+//! itself, so a producer faster than the sealers is slowed down rather than growing memory or
+//! losing events.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -96,46 +104,87 @@ enum Wake {
     Help,
 }
 
-/// The engine's sealer: a queue and the thread that drains it.
+/// The engine's sealer: queues and the threads that drain them, one per shard. A run's
+/// events all go to one shard (chosen from its chain), so each run's order is kept while
+/// different runs are sealed on different cores.
 pub(crate) struct Sealer {
-    shared: Arc<Shared>,
+    shards: Vec<Arc<Shared>>,
+    /// The shard the next run gets (round robin).
+    next: AtomicUsize,
+    /// The bus every shard hands its batches to.
+    bus: AuditBus,
 }
 
+/// How many sealer shards an engine runs by default: one per core, up to [`MAX_SHARDS`].
+fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .clamp(1, MAX_SHARDS)
+}
+
+/// The most sealer threads an engine runs by default.
+const MAX_SHARDS: usize = 4;
+
 impl Sealer {
-    /// Starts the sealer thread (if the thread cannot start, events are sealed at flush).
-    pub(crate) fn start(bus: AuditBus, redactor: Redactor, full_wait: Duration) -> Sealer {
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-            processing: Mutex::new((Vec::new(), String::new())),
+    /// Starts the sealer threads (if a thread cannot start, its shard's events are sealed at
+    /// flush, or by callers past [`HELP_AT`]).
+    pub(crate) fn start(
+        bus: AuditBus,
+        redactor: Redactor,
+        full_wait: Duration,
+        threads: Option<usize>,
+    ) -> Sealer {
+        let shards = (0..threads.unwrap_or_else(default_shards).max(1))
+            .map(|n| {
+                let shared = Arc::new(Shared {
+                    queue: Mutex::new(Vec::new()),
+                    wake: Condvar::new(),
+                    processing: Mutex::new((Vec::new(), String::new())),
+                    bus: bus.clone(),
+                    redactor: redactor.clone(),
+                    full_wait,
+                    stop: AtomicBool::new(false),
+                });
+                let s = shared.clone();
+                let started = std::thread::Builder::new()
+                    .name(format!("toolgate-sealer-{n}"))
+                    .spawn(move || sealer_loop(&s));
+                if let Err(e) = started {
+                    tracing::error!(
+                        "audit: cannot start a sealer thread ({e}); its events are sealed at flush"
+                    );
+                }
+                shared
+            })
+            .collect();
+        Sealer {
+            shards,
+            next: AtomicUsize::new(0),
             bus,
-            redactor,
-            full_wait,
-            stop: AtomicBool::new(false),
-        });
-        let s = shared.clone();
-        let started = std::thread::Builder::new()
-            .name("toolgate-sealer".into())
-            .spawn(move || sealer_loop(&s));
-        if let Err(e) = started {
-            tracing::error!(
-                "audit: cannot start the sealer thread ({e}); events are sealed at flush"
-            );
         }
-        Sealer { shared }
+    }
+
+    /// The shard for a new run: every event of the run goes to it.
+    pub(crate) fn assign_shard(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.shards.len().max(1)
     }
 
     /// Queues an event; returns at once.
     pub(crate) fn push(
         &self,
+        shard: usize,
         chain: &Arc<Mutex<RunChain>>,
         kind: EventKind,
         at: DateTime<Utc>,
         body: Body,
     ) -> Uuid {
         let id = event_id(at);
+        let Some(shard) = self.shards.get(shard).or(self.shards.first()) else {
+            // Never: an engine's sealer has at least one shard.
+            return id;
+        };
         let wake = {
-            let mut q = self.shared.queue.lock();
+            let mut q = shard.queue.lock();
             q.push(Pending {
                 chain: chain.clone(),
                 kind,
@@ -151,9 +200,9 @@ impl Sealer {
         };
         match wake {
             Wake::Sealer => {
-                self.shared.wake.notify_one();
+                shard.wake.notify_one();
             }
-            Wake::Help => self.shared.drain(),
+            Wake::Help => shard.drain(),
             Wake::No => {}
         }
         id
@@ -161,25 +210,29 @@ impl Sealer {
 
     /// Seals and hands to the bus everything queued so far, on the caller's thread.
     pub(crate) fn drain(&self) {
-        self.shared.drain();
+        for shard in &self.shards {
+            shard.drain();
+        }
     }
 
     /// Events queued and not yet taken for sealing.
     pub(crate) fn backlog(&self) -> usize {
-        self.shared.queue.lock().len()
+        self.shards.iter().map(|s| s.queue.lock().len()).sum()
     }
 
     /// The bus the sealed events go to.
     pub(crate) fn bus(&self) -> &AuditBus {
-        &self.shared.bus
+        &self.bus
     }
 }
 
 impl Drop for Sealer {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake.notify_one();
-        self.shared.drain();
+        for shard in &self.shards {
+            shard.stop.store(true, Ordering::Release);
+            shard.wake.notify_one();
+            shard.drain();
+        }
     }
 }
 
