@@ -121,14 +121,17 @@ impl Replayer {
     }
 
     /// A replayer from a configured builder (policies, audit, evaluators...). Its clock is
-    /// replaced by the trace's clock.
+    /// replaced by the trace's clock, and its audit events are sealed by one thread, so the
+    /// trail of a replay lists its events in the trace's order (the same file every time).
     pub fn with_builder(
         builder: EngineBuilder,
         org_timezone: Option<chrono_tz::Tz>,
     ) -> Result<Replayer, EngineError> {
         let start: DateTime<Utc> = DateTime::from_timestamp(0, 0).unwrap_or_default();
         let clock = ManualClock::new(start);
-        let mut builder = builder.clock(Arc::new(clock.clone()));
+        let mut builder = builder
+            .clock(Arc::new(clock.clone()))
+            .audit_sealer_threads(1);
         if let Some(tz) = org_timezone {
             builder = builder.org_timezone(tz);
         }
