@@ -168,11 +168,14 @@ impl EngineInner {
         }
     }
 
-    pub(crate) async fn flush_audit(&self) {
-        if let Some(a) = &self.audit
-            && let Err(e) = a.drained_bus().flush(a.flush_timeout).await
-        {
-            tracing::warn!("audit flush: {e}");
+    /// Seals what the run queued (its shard's queue, on this thread) and flushes the sinks:
+    /// on `Run::end`, which need not seal the other runs' events.
+    pub(crate) async fn flush_run_audit(&self, run: &RunShared) {
+        if let Some(a) = &self.audit {
+            a.sealer.drain_shard(run.audit.shard);
+            if let Err(e) = a.sealer.bus().flush(a.flush_timeout).await {
+                tracing::warn!("audit flush: {e}");
+            }
         }
     }
 

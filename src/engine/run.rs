@@ -525,7 +525,7 @@ impl Run {
                 // Slow run evaluations land after the signed `run.ended`: sign them too.
                 self.engine.emit_closing_checkpoint(&self.shared);
             }
-            self.engine.flush_audit().await;
+            self.engine.flush_run_audit(&self.shared).await;
         }
     }
 }

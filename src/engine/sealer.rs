@@ -215,6 +215,14 @@ impl Sealer {
         }
     }
 
+    /// Seals and hands to the bus what shard `shard` has queued, on the caller's thread.
+    pub(crate) fn drain_shard(&self, shard: usize) {
+        match self.shards.get(shard) {
+            Some(s) => s.drain(),
+            None => self.drain(),
+        }
+    }
+
     /// Events queued and not yet taken for sealing.
     pub(crate) fn backlog(&self) -> usize {
         self.shards.iter().map(|s| s.queue.lock().len()).sum()
