@@ -415,6 +415,9 @@ fn audited_file(w: &Workload, rt: &Runtime) {
         // Sustained: runs are dropped instead of ended (a dropped run still writes
         // `run.ended`, without waiting for the disk), and everything is flushed once at the end.
         let runs = 5_000;
+        // Warm-up: the sealer and sink threads of this engine grow their heaps (first page
+        // faults) before the measured runs, whichever configuration runs first.
+        decision_latencies(w, &engine, 1_000, &|_: &Run| {});
         rt.block_on(engine.flush()).expect("flush");
         let before = written(&dir, &counter);
         let cpu_before = thread_cpu();
