@@ -18,11 +18,11 @@
 //!
 //! Hand-off is by batch: a sealer is woken when its queue goes from empty to non-empty (or
 //! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
-//! decisions costs one wake-up, not one per event. `flush` (on `Run::end`, engine flush and
-//! shutdown) drains the queues on the caller's thread first, so nothing queued is lost; so does
-//! dropping the engine. Past [`HELP_AT`] queued events the caller drains its run's queue
-//! itself, so a producer faster than the sealers is slowed down rather than growing memory or
-//! losing events.
+//! decisions costs one wake-up, not one per event. Engine flush and shutdown drain every queue
+//! on the caller's thread first, so nothing queued is lost, and so does dropping the engine;
+//! `Run::end` drains its own run's queue. Past [`HELP_AT`] queued events the caller drains its
+//! run's queue itself, so a producer faster than the sealers is slowed down rather than growing
+//! memory or losing events.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -105,8 +105,8 @@ enum Wake {
 }
 
 /// The engine's sealer: queues and the threads that drain them, one per shard. A run's
-/// events all go to one shard (chosen from its chain), so each run's order is kept while
-/// different runs are sealed on different cores.
+/// events all go to the shard it was given at its start ([`Sealer::assign_shard`]), so each
+/// run's order is kept while different runs are sealed on different cores.
 pub(crate) struct Sealer {
     shards: Vec<Arc<Shared>>,
     /// The shard the next run gets (round robin).
