@@ -14,6 +14,12 @@ use toolgate::engine::{Decision, Run, ToolCall};
 mod support;
 use support::Workload;
 
+// The allocator the `toolgate` binary uses, when built with feature `mimalloc` (`callgrind.sh`
+// builds the lean core: the system allocator).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The measured call: one decision, nothing else.
 #[inline(never)]
 fn decide(run: &Run, call: ToolCall) -> Decision {

@@ -224,7 +224,7 @@ fn seal_typed(
                 ("args", Member::Json(&call.args)),
                 ("callId", Member::Str(&call.id)),
                 ("decision", Member::Raw(&scratch[decision])),
-                ("phase", Member::Str("tool.before")),
+                ("phase", Member::Plain("tool.before")),
                 ("subjects", Member::Raw(&scratch[subjects])),
                 ("tool", Member::Raw(&scratch[tool])),
             ];

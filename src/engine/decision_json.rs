@@ -4,7 +4,7 @@
 //! derived `Serialize` form (`tests` below hold the two equal).
 
 use super::decision::{Decision, EvaluatedRule, HitlInfo};
-use crate::audit::event::canonical::{write_int, write_string};
+use crate::audit::event::canonical::{write_int, write_plain, write_string};
 use crate::audit::event::ser::to_canonical;
 
 /// Writes `,"key":` (`key` is a plain ASCII key: no escapes needed). Every object here starts
@@ -31,7 +31,7 @@ impl EvaluatedRule {
     /// triggered).
     fn write_canonical(&self, out: &mut String) {
         out.push_str("{\"effect\":");
-        write_string(self.effect.as_str(), out);
+        write_plain(self.effect.as_str(), out);
         if let Some(e) = &self.error {
             key(out, "error");
             write_string(e, out);
@@ -83,9 +83,9 @@ impl Decision {
         out.push_str("{\"abortRun\":");
         out.push_str(bool_text(self.abort_run));
         key(out, "code");
-        write_string(self.code.as_str(), out);
+        write_plain(self.code.as_str(), out);
         key(out, "effect");
-        write_string(self.effect.as_str(), out);
+        write_plain(self.effect.as_str(), out);
         if let Some(e) = &self.error {
             key(out, "error");
             write_string(e, out);
@@ -106,7 +106,7 @@ impl Decision {
         key(out, "latencyNs");
         write_int(self.latency_ns, out);
         key(out, "phase");
-        write_string(self.phase.as_str(), out);
+        write_plain(self.phase.as_str(), out);
         if let Some(p) = &self.policy_id {
             key(out, "policyId");
             write_string(p, out);
@@ -119,7 +119,7 @@ impl Decision {
         out.push_str(bool_text(self.shadow));
         if let Some(e) = self.shadow_effect {
             key(out, "shadowEffect");
-            write_string(e.as_str(), out);
+            write_plain(e.as_str(), out);
         }
         if !self.signals.is_empty() {
             key(out, "signals");

@@ -137,28 +137,62 @@ pub(crate) fn write_es_number(x: f64, out: &mut String) {
 }
 
 /// Writes a JSON string literal with serde_json's escaping (documented on [`canonical_json`]).
+#[inline]
 pub(crate) fn write_string(s: &str, out: &mut String) {
+    if needs_no_escape(s.as_bytes()) {
+        write_plain(s, out);
+    } else {
+        write_escaped(s, out);
+    }
+}
+
+/// Writes `s` in quotes as is: for text known to need no escape (hex, UUIDs, timestamps,
+/// identifiers written by toolgate itself).
+#[inline]
+pub(crate) fn write_plain(s: &str, out: &mut String) {
+    debug_assert!(needs_no_escape(s.as_bytes()), "{s:?} needs escaping");
     out.reserve(s.len() + 2);
     out.push('"');
-    // Find the first byte that needs an escape, 8 bytes at a time (most strings have none,
-    // and are copied in one go). Every such byte is ASCII, so slicing at it stays on a char
-    // boundary.
-    let bytes = s.as_bytes();
-    let (words, tail) = bytes.as_chunks::<8>();
-    let first = words
-        .iter()
-        .position(|w| needs_escape(u64::from_le_bytes(*w)))
-        .map(|k| k * 8)
-        .or_else(|| {
-            tail.iter()
-                .position(|&b| escape_of(b).is_some())
-                .map(|k| words.len() * 8 + k)
-        });
-    match first {
-        None => out.push_str(s),
-        Some(from) => write_escaped(s, from, out),
-    }
+    out.push_str(s);
     out.push('"');
+}
+
+/// Whether no byte of `bytes` needs an escape in a string literal: looked at 8 bytes at a
+/// time, the last (partial) word read as overlapping loads, so a short string costs a few
+/// instructions and no loop.
+#[inline]
+fn needs_no_escape(bytes: &[u8]) -> bool {
+    let (words, tail) = bytes.as_chunks::<8>();
+    if words.iter().any(|w| needs_escape(u64::from_le_bytes(*w))) {
+        return false;
+    }
+    !needs_escape(tail_word(tail))
+}
+
+/// The (fewer than 8) bytes of `tail` as one word, padded with a byte that needs no escape.
+/// Overlapping loads put some bytes in twice; only whether any needs an escape matters.
+#[inline]
+fn tail_word(tail: &[u8]) -> u64 {
+    /// 8 bytes of `a`: none needs an escape.
+    const SAFE: u64 = 0x6161_6161_6161_6161;
+    let n = tail.len();
+    let u16_at = |i: usize| u64::from(u16::from_le_bytes([tail[i], tail[i + 1]]));
+    if n >= 4 {
+        let lo = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+        let hi = u64::from(u32::from_le_bytes([
+            tail[n - 4],
+            tail[n - 3],
+            tail[n - 2],
+            tail[n - 1],
+        ]));
+        lo | hi << 32
+    } else if n >= 2 {
+        u16_at(0) | u16_at(n - 2) << 16 | (SAFE << 32)
+    } else if n == 1 {
+        u64::from(tail[0]) | (SAFE << 8)
+    } else {
+        SAFE
+    }
 }
 
 /// The escape of byte `b` inside a string literal (`Some("")` for the `\u00xx` form), or
@@ -178,15 +212,18 @@ fn escape_of(b: u8) -> Option<&'static str> {
     }
 }
 
-/// Writes `s` escaped, byte by byte from `from` (no byte before it needs an escape).
+/// Writes `s` in quotes, escaped byte by byte.
 #[cold]
-fn write_escaped(s: &str, from: usize, out: &mut String) {
+fn write_escaped(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 8);
+    out.push('"');
     let mut start = 0;
-    for (j, &b) in s.as_bytes().iter().enumerate().skip(from) {
+    for (j, &b) in s.as_bytes().iter().enumerate() {
         let Some(escape) = escape_of(b) else {
             continue;
         };
+        // Every byte that needs an escape is ASCII, so `j` is on a char boundary.
         out.push_str(&s[start..j]);
         if escape.is_empty() {
             out.push_str("\\u00");
@@ -198,6 +235,7 @@ fn write_escaped(s: &str, from: usize, out: &mut String) {
         start = j + 1;
     }
     out.push_str(&s[start..]);
+    out.push('"');
 }
 
 /// Whether any of the 8 bytes of `w` is below 0x20, a `"` or a `\\` (may say yes for a
@@ -263,6 +301,8 @@ pub(crate) enum Member<'a> {
     Json(&'a Value),
     /// Text already in canonical form (written by [`super::ser::to_canonical`]).
     Raw(&'a str),
+    /// A string known to need no escape (hex, a UUID, a timestamp, a name toolgate chose).
+    Plain(&'a str),
 }
 
 /// Writes the canonical object of `members` (sorted here by key bytes; keys must be distinct).
@@ -276,6 +316,26 @@ pub(crate) fn write_members(
     if !members.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
         members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     }
+    write_sorted_members(members, mark, Keys::Escape, out)
+}
+
+/// How [`write_sorted_members`] writes keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keys {
+    /// Escaped as any string (keys from a JSON map).
+    Escape,
+    /// As they are: toolgate's own names, which need no escape.
+    Plain,
+}
+
+/// [`write_members`] for members already in byte order of their keys.
+pub(crate) fn write_sorted_members(
+    members: &[(&str, Member<'_>)],
+    mark: &str,
+    keys: Keys,
+    out: &mut String,
+) -> Option<usize> {
+    debug_assert!(members.is_sorted_by(|a, b| a.0.as_bytes() < b.0.as_bytes()));
     let mut at = None;
     out.push('{');
     for (i, (k, v)) in members.iter().enumerate() {
@@ -285,10 +345,14 @@ pub(crate) fn write_members(
         if at.is_none() && k.as_bytes() > mark.as_bytes() {
             at = Some(out.len());
         }
-        write_string(k, out);
+        match keys {
+            Keys::Plain => write_plain(k, out),
+            Keys::Escape => write_string(k, out),
+        }
         out.push(':');
         match v {
             Member::Str(s) => write_string(s, out),
+            Member::Plain(s) => write_plain(s, out),
             Member::U64(n) => write_int(*n, out),
             Member::Null => out.push_str("null"),
             Member::Json(v) => write_canonical(v, out),

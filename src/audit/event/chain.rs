@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::canonical::{self, Member, sha256_hex_into};
+use super::canonical::{self, Keys, Member, sha256_hex_into};
 use super::{
     AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, Members, envelope_members, rfc3339,
 };
@@ -23,7 +23,20 @@ pub struct RunChain {
     enduser_id: Option<Arc<str>>,
     next_seq: u64,
     last_hash: Option<Arc<str>>,
+    /// Whether `last_hash` is known to need no escape (a hash this process computed).
+    last_hash_plain: bool,
+    /// The ids written as JSON string literals, the first time an event is sealed.
+    quoted: Quoted,
     signing: Option<Signing>,
+}
+
+/// A chain's ids written as JSON string literals, once per run rather than once per event:
+/// `text` holds the agent id's, then the run id's, then the end user's (if any).
+#[derive(Debug, Clone, Default)]
+struct Quoted {
+    text: String,
+    agent_end: usize,
+    run_end: usize,
 }
 
 /// A signed chain's key and its progress since the last signed event.
@@ -55,6 +68,8 @@ impl RunChain {
             enduser_id: enduser_id.map(Arc::from),
             next_seq: 0,
             last_hash: None,
+            last_hash_plain: false,
+            quoted: Quoted::default(),
             signing: None,
         }
     }
@@ -96,6 +111,9 @@ impl RunChain {
             enduser_id: last.enduser_id.clone(),
             next_seq: last.seq.saturating_add(1),
             last_hash: Some(last.hash.clone()),
+            // Read from elsewhere: plain only if it has the form of a hash.
+            last_hash_plain: last.hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            quoted: Quoted::default(),
             signing: None,
         }
     }
@@ -119,6 +137,23 @@ impl RunChain {
     /// The hash of the last sealed event, `None` before the first.
     pub fn last_hash(&self) -> Option<&str> {
         self.last_hash.as_deref()
+    }
+
+    /// The ids as JSON string literals (see [`Quoted`]).
+    fn quote_ids(&self) -> Quoted {
+        let mut text = String::new();
+        canonical::write_string(&self.agent_id, &mut text);
+        let agent_end = text.len();
+        canonical::write_string(&self.run_id, &mut text);
+        let run_end = text.len();
+        if let Some(u) = &self.enduser_id {
+            canonical::write_string(u, &mut text);
+        }
+        Quoted {
+            text,
+            agent_end,
+            run_end,
+        }
     }
 
     /// Seals an event: assigns its id (UUID v7 from `ts`), `seq`, `prevHash` and `hash`.
@@ -165,7 +200,7 @@ impl RunChain {
             .iter()
             .map(|(k, v)| (k.as_str(), Member::Json(v)))
             .collect();
-        let sealed = self.seal_members(kind, ts, id, &members);
+        let sealed = self.seal_members(kind, ts, id, &members, Keys::Escape);
         drop(members);
         if let Some((signature, key_id)) = sealed.signature {
             body.insert(SIGNATURE_FIELD.into(), Value::String(signature));
@@ -188,20 +223,26 @@ impl RunChain {
         debug_assert!(body.iter().all(|(k, _)| !ENVELOPE_KEYS.contains(k)
             && *k != SIGNATURE_FIELD
             && *k != KEY_ID_FIELD));
-        let sealed = self.seal_members(kind, ts, id, body);
+        let sealed = self.seal_members(kind, ts, id, body, Keys::Plain);
         AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, None)
     }
 
     /// Writes the event's canonical text, hashes it (signs it, for a signed chain's
-    /// `run.ended` and `checkpoint`), and advances the chain.
+    /// `run.ended` and `checkpoint`), and advances the chain. `keys` says whether the body's
+    /// keys need escaping.
     fn seal_members(
         &mut self,
         kind: EventKind,
         ts: DateTime<Utc>,
         id: Uuid,
         body: &[(&str, Member<'_>)],
+        keys: Keys,
     ) -> Sealed {
         let ts_text = rfc3339(ts);
+        if self.quoted.text.is_empty() {
+            self.quoted = self.quote_ids();
+        }
+        let q = &self.quoted;
         let signer = match &self.signing {
             Some(s) if matches!(kind, EventKind::RunEnded | EventKind::Checkpoint) => {
                 Some(s.signer.clone())
@@ -214,17 +255,24 @@ impl RunChain {
             id: id_text,
             kind,
             ts_text: &ts_text,
-            run_id: &self.run_id,
+            run_id: Member::Raw(&q.text[q.agent_end..q.run_end]),
             seq: self.next_seq,
-            agent_id: &self.agent_id,
-            enduser_id: self.enduser_id.as_deref(),
-            prev_hash: self.last_hash.as_deref(),
+            agent_id: Member::Raw(&q.text[..q.agent_end]),
+            enduser_id: self
+                .enduser_id
+                .is_some()
+                .then(|| Member::Raw(&q.text[q.run_end..])),
+            prev_hash: match &self.last_hash {
+                None => Member::Null,
+                Some(h) if self.last_hash_plain => Member::Plain(h),
+                Some(h) => Member::Str(h),
+            },
         };
         // The text is written into a buffer this thread keeps (no allocation per event); the
         // line is copied out once, into its `Arc`.
         let (line, hash, signature) = with_scratch(|text, line| {
             text.clear();
-            let mut at = write_event(&env, body, &[], text);
+            let mut at = write_event(&env, body, &[], keys, text);
             let mut hex = [0u8; 64];
             let mut hash: &str = sha256_hex_into(text.as_bytes(), &mut hex);
             let mut signature = None;
@@ -241,6 +289,7 @@ impl RunChain {
                         (SIGNATURE_FIELD, Member::Str(&sig)),
                         (KEY_ID_FIELD, Member::Str(&key_id)),
                     ],
+                    keys,
                     text,
                 );
                 hash = sha256_hex_into(text.as_bytes(), &mut hex2);
@@ -278,6 +327,7 @@ impl RunChain {
         }
         self.next_seq += 1;
         self.last_hash = Some(hash.clone());
+        self.last_hash_plain = true;
         Sealed {
             envelope,
             hash,
@@ -297,21 +347,23 @@ struct Sealed {
 }
 
 /// Writes the canonical text of an event without `hash` (envelope, body, extra members);
-/// returns where the `hash` member goes (see [`canonical::write_members`]).
+/// returns where the `hash` member goes (see [`canonical::write_members`]). `keys` says how
+/// the body's keys are written (the envelope's and `extra`'s need no escape either way).
 fn write_event(
     env: &EnvelopeRef<'_>,
     body: &[(&str, Member<'_>)],
     extra: &[(&str, Member<'_>)],
+    keys: Keys,
     out: &mut String,
 ) -> Option<usize> {
     let mut envelope: Members<'_> = Members::new();
     envelope_members(env, &mut envelope);
     let in_order =
         |m: &[(&str, Member<'_>)]| m.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes());
-    let mut members: Members<'_> = Members::new();
     if extra.is_empty() && in_order(body) {
         // Both lists are in key order (a JSON map's keys are, and so are the engine's typed
         // bodies): merged in one pass instead of sorted.
+        let mut members: Members<'_> = Members::new();
         let (mut e, mut b) = (envelope.iter().peekable(), body.iter().peekable());
         loop {
             let next = match (e.peek(), b.peek()) {
@@ -325,12 +377,12 @@ fn write_event(
                 members.push(*m);
             }
         }
+        canonical::write_sorted_members(&members, "hash", keys, out)
     } else {
-        members = envelope;
-        members.extend_from_slice(body);
-        members.extend_from_slice(extra);
+        envelope.extend_from_slice(body);
+        envelope.extend_from_slice(extra);
+        canonical::write_members(&mut envelope, "hash", out)
     }
-    canonical::write_members(&mut members, "hash", out)
 }
 
 /// The canonical text `text` (an object without `hash`) with the `hash` member put in its

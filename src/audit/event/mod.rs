@@ -330,11 +330,11 @@ impl AuditEvent {
                 id,
                 kind: self.kind,
                 ts_text: &self.ts_text,
-                run_id: &self.run_id,
+                run_id: Member::Str(&self.run_id),
                 seq: self.seq,
-                agent_id: &self.agent_id,
-                enduser_id: self.enduser_id.as_deref(),
-                prev_hash: self.prev_hash.as_deref(),
+                agent_id: Member::Str(&self.agent_id),
+                enduser_id: self.enduser_id.as_deref().map(Member::Str),
+                prev_hash: self.prev_hash.as_deref().map_or(Member::Null, Member::Str),
             },
             members,
         );
@@ -472,25 +472,31 @@ pub(crate) struct EnvelopeRef<'a> {
     pub(crate) id: &'a str,
     pub(crate) kind: EventKind,
     pub(crate) ts_text: &'a str,
-    pub(crate) run_id: &'a str,
+    /// The run id: [`Member::Str`], or [`Member::Raw`] when already written as a literal.
+    pub(crate) run_id: Member<'a>,
     pub(crate) seq: u64,
-    pub(crate) agent_id: &'a str,
-    pub(crate) enduser_id: Option<&'a str>,
-    pub(crate) prev_hash: Option<&'a str>,
+    /// The agent id, as `run_id`.
+    pub(crate) agent_id: Member<'a>,
+    /// The end-user id, as `run_id`.
+    pub(crate) enduser_id: Option<Member<'a>>,
+    /// The previous event's hash: [`Member::Plain`] for a hash this process computed,
+    /// [`Member::Str`] for one read from elsewhere, [`Member::Null`] for none.
+    pub(crate) prev_hash: Member<'a>,
 }
 
-/// Pushes the envelope's members (all but `hash`).
-/// Pushes the envelope's members, in byte order of their keys.
+/// Pushes the envelope's members (all but `hash`), in byte order of their keys.
 pub(crate) fn envelope_members<'a>(e: &EnvelopeRef<'a>, members: &mut Members<'a>) {
-    members.push(("agentId", Member::Str(e.agent_id)));
+    members.push(("agentId", e.agent_id));
     if let Some(u) = e.enduser_id {
-        members.push(("enduserId", Member::Str(u)));
+        members.push(("enduserId", u));
     }
-    members.push(("id", Member::Str(e.id)));
-    members.push(("kind", Member::Str(e.kind.as_str())));
-    members.push(("prevHash", e.prev_hash.map_or(Member::Null, Member::Str)));
-    members.push(("runId", Member::Str(e.run_id)));
-    members.push(("schema", Member::Str(SCHEMA)));
+    // A UUID's hyphenated form, an event kind and the schema never need an escape; `ts` is
+    // RFC 3339 (digits, `-`, `:`, `T`, `.`, `Z`, `+`) wherever it came from.
+    members.push(("id", Member::Plain(e.id)));
+    members.push(("kind", Member::Plain(e.kind.as_str())));
+    members.push(("prevHash", e.prev_hash));
+    members.push(("runId", e.run_id));
+    members.push(("schema", Member::Plain(SCHEMA)));
     members.push(("seq", Member::U64(e.seq)));
     members.push(("ts", Member::Str(e.ts_text)));
 }
