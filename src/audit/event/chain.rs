@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use super::canonical::{self, Keys, Member, sha256_hex_into};
 use super::{
-    AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, Members, envelope_members, rfc3339,
+    AuditEvent, ENVELOPE_KEYS, Envelope, EnvelopeRef, EventKind, HashText, Members, RunIds,
+    envelope_members, rfc3339,
 };
 use crate::audit::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
 
@@ -18,25 +19,12 @@ use crate::audit::sign::{KEY_ID_FIELD, RunSigner, SIGNATURE_FIELD};
 /// at a time.
 #[derive(Debug, Clone)]
 pub struct RunChain {
-    run_id: Arc<str>,
-    agent_id: Arc<str>,
-    enduser_id: Option<Arc<str>>,
+    ids: Arc<RunIds>,
     next_seq: u64,
-    last_hash: Option<Arc<str>>,
+    last_hash: Option<HashText>,
     /// Whether `last_hash` is known to need no escape (a hash this process computed).
     last_hash_plain: bool,
-    /// The ids written as JSON string literals, the first time an event is sealed.
-    quoted: Quoted,
     signing: Option<Signing>,
-}
-
-/// A chain's ids written as JSON string literals, once per run rather than once per event:
-/// `text` holds the agent id's, then the run id's, then the end user's (if any).
-#[derive(Debug, Clone, Default)]
-struct Quoted {
-    text: String,
-    agent_end: usize,
-    run_end: usize,
 }
 
 /// A signed chain's key and its progress since the last signed event.
@@ -63,13 +51,10 @@ impl RunChain {
         enduser_id: Option<String>,
     ) -> RunChain {
         RunChain {
-            run_id: Arc::from(run_id.into()),
-            agent_id: Arc::from(agent_id.into()),
-            enduser_id: enduser_id.map(Arc::from),
+            ids: RunIds::new(run_id.into(), agent_id.into(), enduser_id),
             next_seq: 0,
             last_hash: None,
             last_hash_plain: false,
-            quoted: Quoted::default(),
             signing: None,
         }
     }
@@ -106,29 +91,26 @@ impl RunChain {
     /// Continues an existing chain after its last event `last` (e.g. in another process).
     pub fn resume_after(last: &AuditEvent) -> RunChain {
         RunChain {
-            run_id: last.run_id.clone(),
-            agent_id: last.agent_id.clone(),
-            enduser_id: last.enduser_id.clone(),
+            ids: last.ids.clone(),
             next_seq: last.seq.saturating_add(1),
             last_hash: Some(last.hash.clone()),
             // Read from elsewhere: plain only if it has the form of a hash.
-            last_hash_plain: last.hash.bytes().all(|b| b.is_ascii_hexdigit()),
-            quoted: Quoted::default(),
+            last_hash_plain: last.hash().bytes().all(|b| b.is_ascii_hexdigit()),
             signing: None,
         }
     }
 
     /// The run id.
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        self.ids.run_id()
     }
     /// The agent id.
     pub fn agent_id(&self) -> &str {
-        &self.agent_id
+        self.ids.agent_id()
     }
     /// The end-user id, if any.
     pub fn enduser_id(&self) -> Option<&str> {
-        self.enduser_id.as_deref()
+        self.ids.enduser_id()
     }
     /// The `seq` the next sealed event gets.
     pub fn next_seq(&self) -> u64 {
@@ -136,24 +118,7 @@ impl RunChain {
     }
     /// The hash of the last sealed event, `None` before the first.
     pub fn last_hash(&self) -> Option<&str> {
-        self.last_hash.as_deref()
-    }
-
-    /// The ids as JSON string literals (see [`Quoted`]).
-    fn quote_ids(&self) -> Quoted {
-        let mut text = String::new();
-        canonical::write_string(&self.agent_id, &mut text);
-        let agent_end = text.len();
-        canonical::write_string(&self.run_id, &mut text);
-        let run_end = text.len();
-        if let Some(u) = &self.enduser_id {
-            canonical::write_string(u, &mut text);
-        }
-        Quoted {
-            text,
-            agent_end,
-            run_end,
-        }
+        self.last_hash.as_ref().map(HashText::as_str)
     }
 
     /// Seals an event: assigns its id (UUID v7 from `ts`), `seq`, `prevHash` and `hash`.
@@ -187,7 +152,7 @@ impl RunChain {
         for key in ENVELOPE_KEYS {
             if body.remove(key).is_some() {
                 tracing::warn!(
-                    run_id = %self.run_id,
+                    run_id = %self.ids.run_id(),
                     kind = %kind,
                     "audit event body key {key:?} collides with an envelope field; dropped"
                 );
@@ -239,10 +204,7 @@ impl RunChain {
         keys: Keys,
     ) -> Sealed {
         let ts_text = rfc3339(ts);
-        if self.quoted.text.is_empty() {
-            self.quoted = self.quote_ids();
-        }
-        let q = &self.quoted;
+        let (agent_q, run_q, enduser_q) = self.ids.quoted();
         let signer = match &self.signing {
             Some(s) if matches!(kind, EventKind::RunEnded | EventKind::Checkpoint) => {
                 Some(s.signer.clone())
@@ -254,18 +216,15 @@ impl RunChain {
         let env = EnvelopeRef {
             id: id_text,
             kind,
-            ts_text: &ts_text,
-            run_id: Member::Raw(&q.text[q.agent_end..q.run_end]),
+            ts_text: ts_text.as_str(),
+            run_id: Member::Raw(run_q),
             seq: self.next_seq,
-            agent_id: Member::Raw(&q.text[..q.agent_end]),
-            enduser_id: self
-                .enduser_id
-                .is_some()
-                .then(|| Member::Raw(&q.text[q.run_end..])),
+            agent_id: Member::Raw(agent_q),
+            enduser_id: enduser_q.map(Member::Raw),
             prev_hash: match &self.last_hash {
                 None => Member::Null,
-                Some(h) if self.last_hash_plain => Member::Plain(h),
-                Some(h) => Member::Str(h),
+                Some(h) if self.last_hash_plain => Member::Plain(h.as_str()),
+                Some(h) => Member::Str(h.as_str()),
             },
         };
         // The text is written into a buffer this thread keeps (no allocation per event); the
@@ -299,7 +258,7 @@ impl RunChain {
             with_hash_member(text, at, hash, line);
             (
                 Arc::<str>::from(line.as_str()),
-                Arc::<str>::from(hash),
+                HashText::new(hash),
                 signature,
             )
         });
@@ -308,11 +267,9 @@ impl RunChain {
             kind,
             ts,
             ts_text,
-            run_id: self.run_id.clone(),
+            ids: self.ids.clone(),
             seq: self.next_seq,
-            agent_id: self.agent_id.clone(),
-            enduser_id: self.enduser_id.clone(),
-            prev_hash: self.last_hash.clone(),
+            prev_hash: self.last_hash.take(),
         };
         if let Some(signing) = &mut self.signing {
             if signing.last_signed_at.is_none() {
@@ -340,7 +297,7 @@ impl RunChain {
 /// What [`RunChain::seal_members`] produced.
 struct Sealed {
     envelope: Envelope,
-    hash: Arc<str>,
+    hash: HashText,
     line: Arc<str>,
     /// The signature and key id, for a signed event.
     signature: Option<(String, String)>,
@@ -358,26 +315,11 @@ fn write_event(
 ) -> Option<usize> {
     let mut envelope: Members<'_> = Members::new();
     envelope_members(env, &mut envelope);
-    let in_order =
-        |m: &[(&str, Member<'_>)]| m.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes());
+    let in_order = |m: &[(&str, Member<'_>)]| m.is_sorted_by(|a, b| canonical::key_le(a.0, b.0));
     if extra.is_empty() && in_order(body) {
         // Both lists are in key order (a JSON map's keys are, and so are the engine's typed
-        // bodies): merged in one pass instead of sorted.
-        let mut members: Members<'_> = Members::new();
-        let (mut e, mut b) = (envelope.iter().peekable(), body.iter().peekable());
-        loop {
-            let next = match (e.peek(), b.peek()) {
-                (Some(x), Some(y)) if x.0.as_bytes() <= y.0.as_bytes() => e.next(),
-                (Some(_), Some(_)) => b.next(),
-                (Some(_), None) => e.next(),
-                (None, Some(_)) => b.next(),
-                (None, None) => break,
-            };
-            if let Some(m) = next {
-                members.push(*m);
-            }
-        }
-        canonical::write_sorted_members(&members, "hash", keys, out)
+        // bodies): merged as they are written instead of sorted.
+        canonical::write_sorted_members(canonical::merged(&envelope, body), "hash", keys, out)
     } else {
         envelope.extend_from_slice(body);
         envelope.extend_from_slice(extra);

@@ -21,9 +21,11 @@ mod chain;
 pub(crate) mod ser;
 #[cfg(test)]
 mod tests;
+mod text;
 mod time_text;
 
 pub(crate) use canonical::{Member, write_canonical_members};
+pub(crate) use text::{HashText, RunIds, TsText};
 pub(crate) use time_text::rfc3339;
 
 /// The members of an event being written (envelope and body; on the stack for every event
@@ -147,13 +149,12 @@ pub struct AuditEvent {
     kind: EventKind,
     ts: DateTime<Utc>,
     /// The `ts` text exactly as sealed or read, so that re-serializing reproduces the hashed bytes.
-    ts_text: String,
-    run_id: Arc<str>,
+    ts_text: TsText,
+    /// The run, agent and end-user ids (one allocation per run, shared by its events).
+    ids: Arc<RunIds>,
     seq: u64,
-    agent_id: Arc<str>,
-    enduser_id: Option<Arc<str>>,
-    prev_hash: Option<Arc<str>>,
-    hash: Arc<str>,
+    prev_hash: Option<HashText>,
+    hash: HashText,
     /// The body; set at construction, or parsed from `line` on first use.
     body: OnceLock<Map<String, Value>>,
     /// The canonical text with `hash`; set at sealing, or written from the fields on first use.
@@ -166,10 +167,8 @@ impl PartialEq for AuditEvent {
             && self.kind == other.kind
             && self.ts == other.ts
             && self.ts_text == other.ts_text
-            && self.run_id == other.run_id
+            && *self.ids == *other.ids
             && self.seq == other.seq
-            && self.agent_id == other.agent_id
-            && self.enduser_id == other.enduser_id
             && self.prev_hash == other.prev_hash
             && self.hash == other.hash
             && self.body() == other.body()
@@ -181,12 +180,10 @@ pub(crate) struct Envelope {
     pub(crate) id: Uuid,
     pub(crate) kind: EventKind,
     pub(crate) ts: DateTime<Utc>,
-    pub(crate) ts_text: String,
-    pub(crate) run_id: Arc<str>,
+    pub(crate) ts_text: TsText,
+    pub(crate) ids: Arc<RunIds>,
     pub(crate) seq: u64,
-    pub(crate) agent_id: Arc<str>,
-    pub(crate) enduser_id: Option<Arc<str>>,
-    pub(crate) prev_hash: Option<Arc<str>>,
+    pub(crate) prev_hash: Option<HashText>,
 }
 
 impl AuditEvent {
@@ -194,7 +191,7 @@ impl AuditEvent {
     /// caller has it, the body (else it is parsed from `line` when asked for).
     pub(crate) fn sealed(
         env: Envelope,
-        hash: Arc<str>,
+        hash: HashText,
         line: Arc<str>,
         body: Option<Map<String, Value>>,
     ) -> AuditEvent {
@@ -203,10 +200,8 @@ impl AuditEvent {
             kind: env.kind,
             ts: env.ts,
             ts_text: env.ts_text,
-            run_id: env.run_id,
+            ids: env.ids,
             seq: env.seq,
-            agent_id: env.agent_id,
-            enduser_id: env.enduser_id,
             prev_hash: env.prev_hash,
             hash,
             body: OnceLock::new(),
@@ -229,7 +224,7 @@ impl AuditEvent {
     }
     /// The id of the run this event belongs to.
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        self.ids.run_id()
     }
     /// Position in the run's chain, from 0, without gaps.
     pub fn seq(&self) -> u64 {
@@ -237,11 +232,11 @@ impl AuditEvent {
     }
     /// SHA-256 (lowercase hex) of the canonical JSON of the event without `hash`.
     pub fn hash(&self) -> &str {
-        &self.hash
+        self.hash.as_str()
     }
     /// The hash of the previous event of the run; `None` for `seq` 0.
     pub fn prev_hash(&self) -> Option<&str> {
-        self.prev_hash.as_deref()
+        self.prev_hash.as_ref().map(HashText::as_str)
     }
     /// When the event happened (the engine's clock).
     pub fn ts(&self) -> DateTime<Utc> {
@@ -249,15 +244,15 @@ impl AuditEvent {
     }
     /// The `ts` text as sealed or read (RFC 3339).
     pub(crate) fn ts_text(&self) -> &str {
-        &self.ts_text
+        self.ts_text.as_str()
     }
     /// The agent that ran.
     pub fn agent_id(&self) -> &str {
-        &self.agent_id
+        self.ids.agent_id()
     }
     /// The end user the agent acted for, if any.
     pub fn enduser_id(&self) -> Option<&str> {
-        self.enduser_id.as_deref()
+        self.ids.enduser_id()
     }
     /// The kind-specific fields.
     pub fn body(&self) -> &Map<String, Value> {
@@ -273,7 +268,7 @@ impl AuditEvent {
                     map
                 }
                 Err(e) => {
-                    tracing::error!(run_id = %self.run_id, seq = self.seq, "audit event line does not parse: {e}");
+                    tracing::error!(run_id = %self.ids.run_id(), seq = self.seq, "audit event line does not parse: {e}");
                     Map::new()
                 }
             }
@@ -283,7 +278,7 @@ impl AuditEvent {
     /// The full event (envelope and body) as JSON, as written to files and sent to collectors.
     pub fn to_json(&self) -> Value {
         let mut map = self.unhashed_map();
-        map.insert("hash".into(), Value::String(self.hash.to_string()));
+        map.insert("hash".into(), Value::String(self.hash.as_str().into()));
         Value::Object(map)
     }
 
@@ -314,7 +309,7 @@ impl AuditEvent {
         let mut members: Members<'_> = Members::new();
         self.envelope_members(id, &mut members);
         if with_hash {
-            members.push(("hash", Member::Str(&self.hash)));
+            members.push(("hash", Member::Str(self.hash.as_str())));
         }
         // Body keys never collide with envelope keys (dropped at sealing, removed when parsing).
         members.extend(body.iter().map(|(k, v)| (k.as_str(), Member::Json(v))));
@@ -329,12 +324,15 @@ impl AuditEvent {
             &EnvelopeRef {
                 id,
                 kind: self.kind,
-                ts_text: &self.ts_text,
-                run_id: Member::Str(&self.run_id),
+                ts_text: self.ts_text.as_str(),
+                run_id: Member::Str(self.ids.run_id()),
                 seq: self.seq,
-                agent_id: Member::Str(&self.agent_id),
-                enduser_id: self.enduser_id.as_deref().map(Member::Str),
-                prev_hash: self.prev_hash.as_deref().map_or(Member::Null, Member::Str),
+                agent_id: Member::Str(self.ids.agent_id()),
+                enduser_id: self.ids.enduser_id().map(Member::Str),
+                prev_hash: self
+                    .prev_hash
+                    .as_ref()
+                    .map_or(Member::Null, |h| Member::Str(h.as_str())),
             },
             members,
         );
@@ -343,7 +341,7 @@ impl AuditEvent {
     /// Whether `hash` matches the event's content (it does for every sealed event; a parsed
     /// event may have been edited).
     pub fn hash_is_valid(&self) -> bool {
-        self.compute_hash() == *self.hash
+        self.compute_hash() == self.hash.as_str()
     }
 
     /// Parses an event from its JSON form, checking the envelope (not the hash; see
@@ -407,13 +405,11 @@ impl AuditEvent {
             id,
             kind,
             ts,
-            ts_text,
-            run_id: Arc::from(run_id),
+            ts_text: TsText::new(&ts_text),
+            ids: RunIds::new(run_id, agent_id, enduser_id),
             seq,
-            agent_id: Arc::from(agent_id),
-            enduser_id: enduser_id.map(Arc::from),
-            prev_hash: prev_hash.map(Arc::from),
-            hash: Arc::from(hash),
+            prev_hash: prev_hash.as_deref().map(HashText::new),
+            hash: HashText::new(&hash),
             body: OnceLock::from(map),
             line: OnceLock::new(),
         })
@@ -425,18 +421,18 @@ impl AuditEvent {
         map.insert("schema".into(), Value::String(SCHEMA.into()));
         map.insert("id".into(), Value::String(self.id.to_string()));
         map.insert("kind".into(), Value::String(self.kind.as_str().into()));
-        map.insert("ts".into(), Value::String(self.ts_text.clone()));
-        map.insert("runId".into(), Value::String(self.run_id.to_string()));
+        map.insert("ts".into(), Value::String(self.ts_text.as_str().into()));
+        map.insert("runId".into(), Value::String(self.ids.run_id().into()));
         map.insert("seq".into(), Value::from(self.seq));
-        map.insert("agentId".into(), Value::String(self.agent_id.to_string()));
-        if let Some(e) = &self.enduser_id {
-            map.insert("enduserId".into(), Value::String(e.to_string()));
+        map.insert("agentId".into(), Value::String(self.ids.agent_id().into()));
+        if let Some(e) = self.ids.enduser_id() {
+            map.insert("enduserId".into(), Value::String(e.into()));
         }
         map.insert(
             "prevHash".into(),
             self.prev_hash
                 .as_ref()
-                .map_or(Value::Null, |h| Value::String(h.to_string())),
+                .map_or(Value::Null, |h| Value::String(h.as_str().into())),
         );
         map
     }

@@ -4,14 +4,16 @@
 
 use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 
-/// `ts` as `to_rfc3339_opts(SecondsFormat::AutoSi, true)` writes it.
-pub(crate) fn rfc3339(ts: DateTime<Utc>) -> String {
+use super::text::TsText;
+
+/// `ts` as `to_rfc3339_opts(SecondsFormat::AutoSi, true)` writes it (inline: no allocation).
+pub(crate) fn rfc3339(ts: DateTime<Utc>) -> TsText {
     let d = ts.naive_utc();
     let year = d.year();
     let nanos = d.nanosecond();
     if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
         // Years of other widths and leap seconds: chrono's own writer.
-        return ts.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        return TsText::new(&ts.to_rfc3339_opts(SecondsFormat::AutoSi, true));
     }
     let mut b = [0u8; 30];
     let mut put = |at: usize, v: u32, width: usize| {
@@ -49,8 +51,8 @@ pub(crate) fn rfc3339(ts: DateTime<Utc>) -> String {
     b[16] = b':';
     b[len] = b'Z';
     match std::str::from_utf8(&b[..=len]) {
-        Ok(s) => s.to_string(),
-        Err(_) => ts.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        Ok(s) => TsText::new(s),
+        Err(_) => TsText::new(&ts.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
     }
 }
 
@@ -82,7 +84,7 @@ mod tests {
             5,
         ] {
             let ts = base + chrono::Duration::nanoseconds(nanos);
-            assert_eq!(rfc3339(ts), chrono_text(ts));
+            assert_eq!(rfc3339(ts).as_str(), chrono_text(ts));
         }
         for ts in [
             DateTime::<Utc>::MIN_UTC,
@@ -95,7 +97,7 @@ mod tests {
                 .single()
                 .expect("year 9999"),
         ] {
-            assert_eq!(rfc3339(ts), chrono_text(ts));
+            assert_eq!(rfc3339(ts).as_str(), chrono_text(ts));
         }
     }
 
@@ -107,7 +109,8 @@ mod tests {
                                  (0u32..1_000_000).prop_map(|n| n * 1000), 0u32..1_000_000_000],
         ) {
             if let Some(ts) = DateTime::<Utc>::from_timestamp(secs, nanos) {
-                prop_assert_eq!(rfc3339(ts), chrono_text(ts));
+                let text = rfc3339(ts);
+                prop_assert_eq!(text.as_str(), chrono_text(ts));
             }
         }
     }
