@@ -246,7 +246,7 @@ impl AuditBus {
     /// task, not one per event). Never blocks; problems are logged and counted, as for
     /// [`AuditBus::emit`].
     pub fn emit_all(&self, events: Vec<AuditEvent>) {
-        self.hand_off(events, None);
+        self.hand_off(events.into_iter().map(Arc::new).collect(), None);
     }
 
     /// [`emit_all`](AuditBus::emit_all) that waits, up to `wait`, for room in a full sink
@@ -255,10 +255,16 @@ impl AuditBus {
     /// logged and counted. It blocks the calling thread: call it from a thread that does not
     /// run the sinks' tasks (see [`BusConfig::own_thread`]).
     pub fn emit_all_within(&self, events: Vec<AuditEvent>, wait: Duration) {
+        self.emit_shared_within(events.into_iter().map(Arc::new).collect(), wait);
+    }
+
+    /// [`emit_all_within`](AuditBus::emit_all_within) for events already shared (the sealer
+    /// seals each straight into its `Arc`, so it is not moved again here).
+    pub(crate) fn emit_shared_within(&self, events: Vec<Arc<AuditEvent>>, wait: Duration) {
         self.hand_off(events, Some(std::time::Instant::now() + wait));
     }
 
-    fn hand_off(&self, events: Vec<AuditEvent>, deadline: Option<std::time::Instant>) {
+    fn hand_off(&self, events: Vec<Arc<AuditEvent>>, deadline: Option<std::time::Instant>) {
         if events.is_empty() {
             return;
         }
@@ -271,7 +277,7 @@ impl AuditBus {
             tracing::error!("{n} audit events emitted after shutdown; not delivered");
             return;
         }
-        let events: Arc<[Arc<AuditEvent>]> = events.into_iter().map(Arc::new).collect();
+        let events: Arc<[Arc<AuditEvent>]> = Arc::from(events);
         for (i, (tx, queued)) in self
             .inner
             .senders

@@ -86,15 +86,15 @@ impl Shared {
                 );
                 (event, chain.checkpoint_if_due(p.at))
             };
-            sealed.push(event);
+            sealed.push(Arc::new(event));
             if let Some(c) = checkpoint {
-                sealed.push(c);
+                sealed.push(Arc::new(c));
             }
         }
         // One hand-off per batch: the sinks' tasks are woken once, not per event. A sink
         // whose queue is full makes this wait (up to `full_wait`) rather than lose events:
         // meanwhile the queue grows to `HELP_AT` and the callers, helping, wait here too.
-        self.bus.emit_all_within(sealed, self.full_wait);
+        self.bus.emit_shared_within(sealed, self.full_wait);
     }
 }
 
