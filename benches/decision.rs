@@ -390,6 +390,14 @@ fn audited_file(w: &Workload, rt: &Runtime) {
             let b = GovernanceEngine::builder()
                 .policy(w.policy(10))
                 .clock(Arc::new(support::FixedClock(w.clock)));
+            // TOOLGATE_BENCH_SEALERS=n: seal on n threads instead of one per core (up to 4).
+            let b = match std::env::var("TOOLGATE_BENCH_SEALERS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+            {
+                Some(n) => b.audit_sealer_threads(n),
+                None => b,
+            };
             let b = if label == "null sink" {
                 b.audit_sink(counter.clone())
             } else {
