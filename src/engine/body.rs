@@ -166,26 +166,27 @@ fn write_tool(name: &str, tags: &[String], out: &mut String) {
 }
 
 /// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
-/// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted.
-/// `scratch` is reused between events.
+/// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted (the
+/// body is then taken, leaving an empty one). It is read where it lies in the sealer's batch,
+/// not moved out first. `scratch` is reused between events.
 pub(crate) fn seal_body(
     chain: &mut RunChain,
     redactor: &Redactor,
     kind: EventKind,
     at: DateTime<Utc>,
     id: Uuid,
-    body: Body,
+    body: &mut Body,
     scratch: &mut String,
 ) -> AuditEvent {
     if !redactor.applies_to(kind) {
         scratch.clear();
-        match seal_typed(chain, kind, at, id, &body, scratch) {
+        match seal_typed(chain, kind, at, id, body, scratch) {
             Ok(Some(event)) => return event,
             Ok(None) => {}
             Err(e) => tracing::debug!("audit: typed body not written directly ({e}); through JSON"),
         }
     }
-    let mut map = body.into_map();
+    let mut map = std::mem::replace(body, Body::Json(Map::new())).into_map();
     redactor.redact(kind, &mut map);
     chain.seal_with_id(kind, at, id, map)
 }

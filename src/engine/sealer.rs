@@ -72,7 +72,9 @@ impl Shared {
         let (batch, scratch) = &mut *processing;
         std::mem::swap(batch, &mut *self.queue.lock());
         let mut sealed = Vec::with_capacity(batch.len());
-        for p in batch.drain(..) {
+        // Each event is sealed where it lies in the batch (not moved out of it first), and its
+        // body dropped there while it is still in cache.
+        for p in batch.iter_mut() {
             let (event, checkpoint) = {
                 let mut chain = p.chain.lock();
                 let event = seal_body(
@@ -81,16 +83,18 @@ impl Shared {
                     p.kind,
                     p.at,
                     p.id,
-                    p.body,
+                    &mut p.body,
                     scratch,
                 );
                 (event, chain.checkpoint_if_due(p.at))
             };
+            p.body = Body::Json(serde_json::Map::new());
             sealed.push(Arc::new(event));
             if let Some(c) = checkpoint {
                 sealed.push(Arc::new(c));
             }
         }
+        batch.clear();
         // One hand-off per batch: the sinks' tasks are woken once, not per event. A sink
         // whose queue is full makes this wait (up to `full_wait`) rather than lose events:
         // meanwhile the queue grows to `HELP_AT` and the callers, helping, wait here too.

@@ -223,7 +223,8 @@ fn both_ways(bodies: Vec<(EventKind, Body)>, signer: Option<Arc<RunSigner>>) -> 
         let at = at + chrono::Duration::milliseconds(i as i64);
         let id = Uuid::now_v7();
         let copy = clone_body(&body);
-        let a = seal_body(&mut typed, &redactor, kind, at, id, body, &mut scratch);
+        let mut body = body;
+        let a = seal_body(&mut typed, &redactor, kind, at, id, &mut body, &mut scratch);
         let b = json.seal_with_id(kind, at, id, copy.into_map());
         assert_eq!(
             a.canonical_line().as_bytes(),
@@ -316,7 +317,7 @@ fn a_redaction_rule_on_decisions_takes_the_json_path() {
         EventKind::ToolDecision,
         ts("2026-01-05T09:00:00Z"),
         Uuid::now_v7(),
-        before(0, d),
+        &mut before(0, d),
         &mut String::new(),
     );
     let text = &e.body()["args"]["text"];
