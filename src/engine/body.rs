@@ -32,6 +32,9 @@ pub(crate) enum Body {
     /// Built as JSON already (rare events: errors, after-phase decisions, LLM results,
     /// checkpoints, late evaluations, changed tools).
     Json(Map<String, Value>),
+    /// Nothing: what a body leaves behind once sealed (the sealer drops each body in place,
+    /// and this is cheaper to drop than an empty map).
+    Taken,
     /// `run.started`: the run's context.
     RunStarted(Arc<RunContext>),
     /// A `tool.before` decision.
@@ -59,6 +62,7 @@ impl Body {
     pub(crate) fn into_map(self) -> Map<String, Value> {
         match self {
             Body::Json(m) => m,
+            Body::Taken => Map::new(),
             Body::RunStarted(ctx) => {
                 let ctx = serde_json::to_value(&*ctx).unwrap_or(Value::Null);
                 obj(json!({ "runContext": ctx }))
@@ -186,7 +190,7 @@ pub(crate) fn seal_body(
             Err(e) => tracing::debug!("audit: typed body not written directly ({e}); through JSON"),
         }
     }
-    let mut map = std::mem::replace(body, Body::Json(Map::new())).into_map();
+    let mut map = std::mem::replace(body, Body::Taken).into_map();
     redactor.redact(kind, &mut map);
     chain.seal_with_id(kind, at, id, map)
 }
@@ -201,7 +205,7 @@ fn seal_typed(
     scratch: &mut String,
 ) -> Result<Option<AuditEvent>, CanonError> {
     match body {
-        Body::Json(_) => Ok(None),
+        Body::Json(_) | Body::Taken => Ok(None),
         Body::RunStarted(ctx) => {
             to_canonical(&**ctx, scratch)?;
             let members = [("runContext", Member::Raw(scratch))];

@@ -88,7 +88,7 @@ impl Shared {
                 );
                 (event, chain.checkpoint_if_due(p.at))
             };
-            p.body = Body::Json(serde_json::Map::new());
+            p.body = Body::Taken;
             sealed.push(Arc::new(event));
             if let Some(c) = checkpoint {
                 sealed.push(Arc::new(c));

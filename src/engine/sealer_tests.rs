@@ -184,6 +184,7 @@ fn clone_body(b: &Body) -> Body {
             ..*e
         }),
         Body::Json(m) => Body::Json(m.clone()),
+        Body::Taken => Body::Taken,
         Body::RunStarted(c) => Body::RunStarted(c.clone()),
         Body::BeforeDecision {
             call,
