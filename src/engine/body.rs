@@ -171,8 +171,8 @@ fn write_tool(name: &str, tags: &[String], out: &mut String) {
 
 /// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
 /// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted (the
-/// body is then taken, leaving an empty one). It is read where it lies in the sealer's batch,
-/// not moved out first. `scratch` is reused between events.
+/// body is then taken, leaving [`Body::Taken`]). It is read where it lies in the sealer's
+/// batch, not moved out first. `scratch` is reused between events.
 pub(crate) fn seal_body(
     chain: &mut RunChain,
     redactor: &Redactor,

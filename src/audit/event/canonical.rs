@@ -313,7 +313,7 @@ pub(crate) fn write_members(
     mark: &str,
     out: &mut String,
 ) -> Option<usize> {
-    if !members.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
+    if !members.is_sorted_by(|a, b| key_le(a.0, b.0)) {
         members.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     }
     write_sorted_members(members.iter().copied(), mark, Keys::Escape, out)
