@@ -380,6 +380,10 @@ fn audited_file(w: &Workload, rt: &Runtime) {
         ("file, fsync off", false),
         ("null sink", false),
     ] {
+        // TOOLGATE_BENCH_SINK=label: this configuration alone (e.g. "file", for profiling).
+        if std::env::var("TOOLGATE_BENCH_SINK").is_ok_and(|only| only != label) {
+            continue;
+        }
         let dir = std::env::temp_dir().join(format!(
             "toolgate-bench-audit-{}-{}",
             std::process::id(),

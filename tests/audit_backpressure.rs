@@ -167,3 +167,55 @@ async fn runs_sealed_on_several_threads_keep_their_order() {
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
     assert_eq!(report.runs, 100);
 }
+
+/// With a small caller batch (the default when the process can run on one core only), the
+/// deciding thread seals its shard's queue itself whenever it fills: the backlog never reaches
+/// the batch, and the trail is as whole and ordered as when the sealer threads do the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_seal_their_own_batches_and_lose_nothing() {
+    let sink = Arc::new(Recording(MemorySink::new()));
+    let engine = Arc::new(
+        GovernanceEngine::builder()
+            .policy(parse_policy(r#"{"rules": []}"#, None).expect("policy"))
+            .audit_sink(sink.clone())
+            .audit_sealer_threads(2)
+            .audit_caller_batch(8)
+            .build()
+            .expect("engine"),
+    );
+    let callers: Vec<_> = (0..2)
+        .map(|t| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for r in 0..20 {
+                    let run = engine.start_run(RunContext::new(format!("run-{t}-{r}"), "agent"));
+                    for c in 0..10 {
+                        let id = format!("c{c}");
+                        let call = ToolCall::new(&id, "lookup", json!({"n": c}));
+                        assert!(run.before_tool_blocking(call).is_allowed());
+                        let out = ToolOutcome::ok(json!({"n": c}), Duration::from_millis(1));
+                        run.after_tool_blocking(&id, out);
+                        // Each shard holds fewer than 8: a caller that queues the 8th seals.
+                        assert!(engine.audit_backlog() < 2 * 8, "{}", engine.audit_backlog());
+                    }
+                    drop(run);
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().expect("a caller");
+    }
+    engine.flush().await.expect("flush");
+    let events = sink.0.events();
+    assert_eq!(events.len(), 40 * 22, "every event reached the sink");
+    let mut next_seq = std::collections::HashMap::new();
+    for e in &events {
+        let seq = next_seq.entry(e.run_id().to_string()).or_insert(0u64);
+        assert_eq!(e.seq(), *seq, "run {} arrived out of order", e.run_id());
+        *seq += 1;
+    }
+    let report = verify_events(events.iter().map(|e| &**e));
+    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
+    assert_eq!(report.runs, 40);
+}

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::EngineInner;
 use super::evaluations::{EvalSet, run_to_json};
 use super::run::{RunContext, RunShared, ToolOutcome};
-use super::sealer::{Body, Sealer};
+use super::sealer::{Body, Sealer, SealerConfig};
 use crate::audit::{AuditBus, EventKind, Redactor, RunChain, RunSigner};
 use crate::eval::EvaluationInput;
 
@@ -30,7 +30,7 @@ impl AuditState {
         bus: AuditBus,
         redactor: Redactor,
         flush_timeout: Duration,
-        sealers: Option<usize>,
+        sealers: SealerConfig,
         signer: Option<Arc<RunSigner>>,
     ) -> AuditState {
         AuditState {

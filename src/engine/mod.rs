@@ -168,6 +168,7 @@ pub struct EngineBuilder {
     flush_timeout: Duration,
     audit_queue: usize,
     audit_sealers: Option<usize>,
+    audit_caller_batch: Option<usize>,
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
@@ -192,6 +193,7 @@ impl Default for EngineBuilder {
             flush_timeout: Duration::from_secs(5),
             audit_queue: BusConfig::default().queue_capacity,
             audit_sealers: None,
+            audit_caller_batch: None,
             tool_evals: Vec::new(),
             run_eval: None,
             observers: Vec::new(),
@@ -297,6 +299,21 @@ impl EngineBuilder {
         self
     }
 
+    /// How many audit events may wait in a sealer thread's queue before the caller that adds
+    /// the next one seals the queue itself, in one batch, on its own thread (at least 1).
+    ///
+    /// Default: 512 when the process can run on one core only (by its CPU affinity or quota):
+    /// there a sealer thread could only run *instead of* the caller, and small batches sealed by
+    /// the caller stay in the CPU's cache; about 1.5× the sustained throughput of leaving it all
+    /// to the sealer (docs/performance.md). Otherwise 32,768: the sealer threads do the work
+    /// beside the callers, and callers seal only when they outrun them (backpressure).
+    /// A lower value moves sealing onto the deciding threads: one decision in a few hundred
+    /// then carries the cost of sealing the batch.
+    pub fn audit_caller_batch(mut self, events: usize) -> Self {
+        self.audit_caller_batch = Some(events.max(1));
+        self
+    }
+
     /// Adds an audit sink (turning the audit trail on), e.g. a `MemorySink` in tests or your own.
     pub fn audit_sink(mut self, sink: Arc<dyn AuditSink>) -> Self {
         self.extra_sinks.push(sink);
@@ -378,7 +395,10 @@ impl EngineBuilder {
                 ),
                 redactor,
                 self.flush_timeout,
-                self.audit_sealers,
+                sealer::SealerConfig {
+                    threads: self.audit_sealers,
+                    caller_batch: self.audit_caller_batch,
+                },
                 signer,
             ))
         } else {

@@ -20,9 +20,17 @@
 //! fills to [`WAKE_AT`]), then waits [`LINGER`] for more before it drains, so a burst of
 //! decisions costs one wake-up, not one per event. Engine flush and shutdown drain every queue
 //! on the caller's thread first, so nothing queued is lost, and so does dropping the engine;
-//! `Run::end` drains its own run's queue. Past [`HELP_AT`] queued events the caller drains its
-//! run's queue itself, so a producer faster than the sealers is slowed down rather than growing
-//! memory or losing events.
+//! `Run::end` drains its own run's queue.
+//!
+//! Callers seal too: once a shard's queue holds its *caller batch* of events, the caller that
+//! queues the next one seals the whole queue itself. With cores to spare that is
+//! [`HELP_AT`] (32,768), a bound that is reached only when the callers outrun the sealers, so
+//! that they are slowed down rather than growing memory or losing events. When the process can
+//! run on one core only, it is [`CALLER_BATCH_ONE_CORE`] (512): a sealer thread there cannot
+//! run beside the caller, only instead of it, and while it waits for its turn the queue grew to
+//! tens of thousands of events, sealed and written from memory long out of cache (and paged in
+//! afresh); small batches sealed by the caller stay in cache, and the sealer thread is left
+//! with the tail of a burst (it still wakes when a queue becomes non-empty).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,6 +51,27 @@ const LINGER: Duration = Duration::from_millis(1);
 /// the sealer thread keeps up (it shares the cores), the queue stays bounded and nothing is
 /// dropped; the callers slow down instead.
 const HELP_AT: usize = 32_768;
+/// The caller batch when the process can run on one core only (see the module's doc).
+pub(crate) const CALLER_BATCH_ONE_CORE: usize = 512;
+
+/// How the sealer runs; `None` fields take their defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SealerConfig {
+    /// Sealer threads (shards); default one per core, up to [`MAX_SHARDS`].
+    pub(crate) threads: Option<usize>,
+    /// Events queued in a shard at which the caller seals it itself; default
+    /// [`default_caller_batch`].
+    pub(crate) caller_batch: Option<usize>,
+}
+
+/// The caller batch by default: [`CALLER_BATCH_ONE_CORE`] when the process can run on one
+/// core only (its CPU affinity or quota, as the standard library reads it), else [`HELP_AT`].
+pub(crate) fn default_caller_batch() -> usize {
+    match std::thread::available_parallelism().map(std::num::NonZeroUsize::get) {
+        Ok(1) => CALLER_BATCH_ONE_CORE,
+        _ => HELP_AT,
+    }
+}
 
 struct Pending {
     chain: Arc<Mutex<RunChain>>,
@@ -117,6 +146,8 @@ pub(crate) struct Sealer {
     next: AtomicUsize,
     /// The bus every shard hands its batches to.
     bus: AuditBus,
+    /// Queue length at which a caller seals its shard's queue itself.
+    caller_batch: usize,
 }
 
 /// How many sealer shards an engine runs by default: one per core, up to [`MAX_SHARDS`].
@@ -136,9 +167,9 @@ impl Sealer {
         bus: AuditBus,
         redactor: Redactor,
         full_wait: Duration,
-        threads: Option<usize>,
+        config: SealerConfig,
     ) -> Sealer {
-        let shards = (0..threads.unwrap_or_else(default_shards).max(1))
+        let shards = (0..config.threads.unwrap_or_else(default_shards).max(1))
             .map(|n| {
                 let shared = Arc::new(Shared {
                     queue: Mutex::new(Vec::new()),
@@ -165,6 +196,10 @@ impl Sealer {
             shards,
             next: AtomicUsize::new(0),
             bus,
+            caller_batch: config
+                .caller_batch
+                .unwrap_or_else(default_caller_batch)
+                .max(1),
         }
     }
 
@@ -197,8 +232,8 @@ impl Sealer {
                 body,
             });
             match q.len() {
+                n if n >= self.caller_batch => Wake::Help,
                 1 | WAKE_AT => Wake::Sealer,
-                n if n >= HELP_AT => Wake::Help,
                 _ => Wake::No,
             }
         };

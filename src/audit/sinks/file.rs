@@ -4,10 +4,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::audit::{AuditError, AuditEvent, AuditSink, EventKind};
 
@@ -28,6 +30,14 @@ pub struct FileSinkConfig {
     /// fsync the file when a run ends (`run.ended`), on flush and on shutdown. Default true.
     #[serde(default = "default_true")]
     pub fsync: bool,
+    /// Group commit: the fsyncs that written `run.ended` events call for are done at most once
+    /// per this many milliseconds (one sync then covers every batch written meanwhile, and one
+    /// falls due at the latest this long after the batch that asked for it, whether or not
+    /// more batches come). Flush and shutdown (and so `Run::end`, which awaits a flush) sync
+    /// at once whatever this says. `0`: every batch holding a `run.ended` is synced before the
+    /// next is written. Default 10.
+    #[serde(default = "default_sync_interval_ms")]
+    pub sync_interval_ms: u64,
 }
 
 fn default_dir() -> PathBuf {
@@ -39,6 +49,9 @@ fn default_max_file_bytes() -> u64 {
 fn default_true() -> bool {
     true
 }
+fn default_sync_interval_ms() -> u64 {
+    10
+}
 
 impl Default for FileSinkConfig {
     fn default() -> Self {
@@ -46,6 +59,7 @@ impl Default for FileSinkConfig {
             dir: default_dir(),
             max_file_bytes: default_max_file_bytes(),
             fsync: true,
+            sync_interval_ms: default_sync_interval_ms(),
         }
     }
 }
@@ -71,13 +85,25 @@ struct Current {
 struct State {
     config: FileSinkConfig,
     current: Option<Current>,
+    /// When the file was last fsynced (by this sink).
+    last_sync: Option<Instant>,
+    /// A written `run.ended` awaits a sync (group commit).
+    sync_due: bool,
+    /// A timer is set to do the due sync (set and cleared under this state's lock, so a sync
+    /// that falls due always has a timer or a batch to do it).
+    timer_armed: bool,
+    /// Syncs done, for tests.
+    syncs: u64,
 }
 
 /// Appends each event's canonical JSON (the line it was sealed with) as one line to `DIR/<YYYY-MM-DD>.jsonl` (the UTC date of
-/// the event's `ts`). Lines are handed to the OS after every batch; the file is fsynced on
-/// `run.ended`, flush and shutdown. This is the default sink.
+/// the event's `ts`). Lines are handed to the OS after every batch; the file is fsynced when
+/// runs end (`run.ended`, grouped: at most once per [`FileSinkConfig::sync_interval_ms`]), on
+/// flush and on shutdown. This is the default sink.
 pub struct FileSink {
     state: Arc<Mutex<State>>,
+    /// The timer that does a due sync when no batch comes to do it.
+    deferred: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -96,13 +122,39 @@ impl FileSink {
             state: Arc::new(Mutex::new(State {
                 config,
                 current: None,
+                last_sync: None,
+                sync_due: false,
+                timer_armed: false,
+                syncs: 0,
             })),
+            deferred: Mutex::new(None),
         })
     }
 
     /// The directory written to.
     pub fn dir(&self) -> PathBuf {
         self.state.lock().config.dir.clone()
+    }
+
+    /// Starts the timer that does the due sync in `wait` (the state says one is armed).
+    fn schedule_sync(&self, wait: Duration) {
+        let mut deferred = self.deferred.lock();
+        let state = self.state.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Never from `write_batch` (it runs on a runtime): sync at once.
+            state.lock().deferred_sync();
+            return;
+        };
+        *deferred = Some(runtime.spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = tokio::task::spawn_blocking(move || state.lock().deferred_sync()).await;
+        }));
+    }
+
+    /// fsyncs done so far (tests).
+    #[cfg(test)]
+    fn syncs(&self) -> u64 {
+        self.state.lock().syncs
     }
 
     async fn blocking<T: Send + 'static>(
@@ -182,9 +234,45 @@ impl State {
                     .get_ref()
                     .sync_data()
                     .map_err(|e| AuditError::io(&cur.path, e))?;
+                self.sync_due = false;
+                self.last_sync = Some(Instant::now());
+                self.syncs += 1;
             }
         }
         Ok(())
+    }
+
+    /// After a batch holding a `run.ended` was written: syncs now if the last sync is at
+    /// least the interval old, else marks a sync due; returns how long until a timer should do
+    /// it when no timer is set yet (the caller then sets one).
+    fn sync_for_run_end(&mut self) -> Result<Option<Duration>, AuditError> {
+        let interval = Duration::from_millis(self.config.sync_interval_ms);
+        let wait = self.last_sync.map_or(Duration::ZERO, |last| {
+            interval.saturating_sub(last.elapsed())
+        });
+        if wait.is_zero() {
+            self.finish_current(true)?;
+            return Ok(None);
+        }
+        self.sync_due = true;
+        if self.timer_armed {
+            return Ok(None);
+        }
+        self.timer_armed = true;
+        Ok(Some(wait))
+    }
+
+    /// The timer's sync: done if still due (a later batch, flush or shutdown may have done it
+    /// meanwhile); disarms the timer.
+    fn deferred_sync(&mut self) {
+        self.timer_armed = false;
+        if !self.sync_due {
+            return;
+        }
+        if let Err(e) = self.finish_current(true) {
+            // Still due: the next batch, flush or shutdown tries again and reports it.
+            tracing::error!("audit file sink: deferred fsync failed: {e}");
+        }
     }
 
     /// Appends `line` and a line break to the file of `date`.
@@ -227,17 +315,27 @@ impl State {
 impl AuditSink for FileSink {
     async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
         let events: Vec<Arc<AuditEvent>> = events.to_vec();
-        self.blocking(move |st| {
-            let mut run_ended = false;
-            for e in &events {
-                // The line the event was sealed with, as is.
-                st.write_line(&date_of(e), e.canonical_line().as_bytes())?;
-                run_ended |= e.kind() == EventKind::RunEnded;
-            }
-            let sync = run_ended && st.config.fsync;
-            st.finish_current(sync)
-        })
-        .await
+        let wait = self
+            .blocking(move |st| {
+                let mut run_ended = false;
+                for e in &events {
+                    // The line the event was sealed with, as is.
+                    st.write_line(&date_of(e), e.canonical_line().as_bytes())?;
+                    run_ended |= e.kind() == EventKind::RunEnded;
+                }
+                // A sync left due by an earlier batch is done with this one's when it can be.
+                st.finish_current(false)?;
+                if (run_ended || st.sync_due) && st.config.fsync {
+                    st.sync_for_run_end()
+                } else {
+                    Ok(None)
+                }
+            })
+            .await?;
+        if let Some(wait) = wait {
+            self.schedule_sync(wait);
+        }
+        Ok(())
     }
 
     async fn flush(&self) -> Result<(), AuditError> {
@@ -249,6 +347,9 @@ impl AuditSink for FileSink {
     }
 
     async fn shutdown(&self) -> Result<(), AuditError> {
+        if let Some(timer) = self.deferred.lock().take() {
+            timer.abort();
+        }
         self.blocking(|st| {
             let sync = st.config.fsync;
             let r = st.finish_current(sync);
@@ -256,5 +357,109 @@ impl AuditSink for FileSink {
             r
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::RunChain;
+
+    /// `n` events of one run, the last a `run.ended` when `ends`.
+    fn batch(chain: &mut RunChain, n: usize, ends: bool) -> Vec<Arc<AuditEvent>> {
+        let ts = chrono::DateTime::from_timestamp(1_767_600_000, 0).unwrap_or_default();
+        (0..n)
+            .map(|i| {
+                let kind = if ends && i + 1 == n {
+                    EventKind::RunEnded
+                } else {
+                    EventKind::ToolResult
+                };
+                Arc::new(chain.seal(kind, ts, serde_json::Map::new()))
+            })
+            .collect()
+    }
+
+    fn sink(dir: &Path, sync_interval_ms: u64) -> FileSink {
+        FileSink::new(FileSinkConfig {
+            sync_interval_ms,
+            ..FileSinkConfig::in_dir(dir)
+        })
+        .unwrap()
+    }
+
+    fn lines(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("2026-01-05.jsonl"))
+            .unwrap()
+            .lines()
+            .count()
+    }
+
+    #[tokio::test]
+    async fn run_ends_are_synced_at_most_once_per_interval_and_flush_syncs_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = sink(dir.path(), 3_600_000);
+        let mut chain = RunChain::new("r", "a", None);
+        // Events that end no run are handed to the OS, not synced.
+        sink.write_batch(&batch(&mut chain, 3, false))
+            .await
+            .unwrap();
+        assert_eq!(sink.syncs(), 0);
+        // The first run end syncs at once; the next ones within the interval are grouped.
+        sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        assert_eq!(sink.syncs(), 1);
+        for _ in 0..5 {
+            sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        }
+        assert_eq!(sink.syncs(), 1);
+        assert_eq!(lines(dir.path()), 15, "every line is written at once");
+        // A flush (what `Run::end` awaits) syncs at once, whatever the interval.
+        sink.flush().await.unwrap();
+        assert_eq!(sink.syncs(), 2);
+        sink.flush().await.unwrap();
+        sink.shutdown().await.unwrap();
+        assert_eq!(sink.syncs(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_sync_is_done_by_its_timer_when_no_batch_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = sink(dir.path(), 50);
+        let mut chain = RunChain::new("r", "a", None);
+        sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        assert_eq!(sink.syncs(), 1, "the later run ends wait for the interval");
+        let timer = sink.deferred.lock().take().expect("a timer is set");
+        tokio::time::advance(Duration::from_millis(50)).await;
+        timer.await.unwrap();
+        assert_eq!(sink.syncs(), 2, "one sync covers both waiting batches");
+        assert!(!sink.state.lock().sync_due);
+        // The timer disarmed itself: the next grouped run end sets a new one.
+        sink.write_batch(&batch(&mut chain, 1, true)).await.unwrap();
+        let timer = sink.deferred.lock().take().expect("a new timer is set");
+        tokio::time::advance(Duration::from_millis(50)).await;
+        timer.await.unwrap();
+        assert_eq!(sink.syncs(), 3);
+    }
+
+    #[tokio::test]
+    async fn interval_zero_syncs_every_batch_that_ends_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = sink(dir.path(), 0);
+        let mut chain = RunChain::new("r", "a", None);
+        for _ in 0..4 {
+            sink.write_batch(&batch(&mut chain, 2, true)).await.unwrap();
+        }
+        assert_eq!(sink.syncs(), 4);
+        assert!(sink.deferred.lock().is_none());
+    }
+
+    #[test]
+    fn the_interval_is_read_from_json_and_defaults_to_10_ms() {
+        let c: FileSinkConfig = serde_json::from_str(r#"{"dir":"t"}"#).unwrap();
+        assert_eq!(c.sync_interval_ms, 10);
+        let c: FileSinkConfig = serde_json::from_str(r#"{"dir":"t","syncIntervalMs":0}"#).unwrap();
+        assert_eq!(c.sync_interval_ms, 0);
     }
 }
