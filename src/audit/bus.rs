@@ -12,6 +12,18 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{AuditError, AuditEvent};
 
+thread_local! {
+    /// Set on the threads the bus starts for its sinks ([`BusConfig::own_thread`]).
+    static SINK_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the current thread is one the bus started for one sink alone: a sink's blocking
+/// I/O may run right there (it holds up that sink only, as awaiting it elsewhere would), with
+/// no hop to tokio's blocking pool.
+pub(crate) fn on_sink_thread() -> bool {
+    SINK_THREAD.with(std::cell::Cell::get)
+}
+
 /// A destination for audit events.
 ///
 /// The bus calls `write_batch` from one task per sink, so calls to one sink never overlap and
@@ -38,10 +50,10 @@ pub struct BusConfig {
     pub queue_capacity: usize,
     /// Most events handed to one `write_batch` call.
     pub max_batch: usize,
-    /// Run the sinks' tasks on a thread of the bus's own (instead of the tokio runtime current
-    /// at [`AuditBus::new`]), so that a thread waiting for room in a sink's queue
-    /// ([`AuditBus::emit_all_within`]) can never be the one that would make that room. The
-    /// engine's bus does.
+    /// Run each sink's task on a thread of the bus's own, one per sink (instead of the tokio
+    /// runtime current at [`AuditBus::new`]), so that a thread waiting for room in a sink's
+    /// queue ([`AuditBus::emit_all_within`]) can never be the one that would make that room,
+    /// and a sink's blocking I/O holds up that sink alone. The engine's bus does.
     pub own_thread: bool,
 }
 
@@ -170,22 +182,24 @@ impl AuditBus {
                 }
             }
             Err(_) => {
-                let spawned = std::thread::Builder::new()
-                    .name("toolgate-audit".into())
-                    .spawn(move || {
-                        match tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(rt) => rt.block_on(futures::future::join_all(workers)).len(),
-                            Err(e) => {
-                                tracing::error!("audit bus: cannot start a runtime: {e}");
-                                0
+                // A thread (and runtime) per sink: each sink's task is alone on its thread, so
+                // a sink may do its blocking I/O right there (see `on_sink_thread`).
+                for w in workers {
+                    let spawned = std::thread::Builder::new()
+                        .name("toolgate-audit".into())
+                        .spawn(move || {
+                            SINK_THREAD.with(|t| t.set(true));
+                            match tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build()
+                            {
+                                Ok(rt) => rt.block_on(w),
+                                Err(e) => tracing::error!("audit bus: cannot start a runtime: {e}"),
                             }
-                        }
-                    });
-                if let Err(e) = spawned {
-                    tracing::error!("audit bus: cannot start its thread: {e}");
+                        });
+                    if let Err(e) = spawned {
+                        tracing::error!("audit bus: cannot start a sink's thread: {e}");
+                    }
                 }
             }
         }
@@ -445,21 +459,43 @@ async fn worker(
     let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
     while let Some(first) = rx.recv().await {
         let mut control = None;
+        // A hand-off found alone in the queue is written as it came (its events are not
+        // shared once more into `batch`).
+        let mut alone: Option<Arc<[Arc<AuditEvent>]>> = None;
         match first {
             Msg::Event(e) => batch.push(e),
-            Msg::Events(es) => take(&mut batch, es),
+            Msg::Events(es) => alone = Some(es),
             other => control = Some(other),
         }
         while control.is_none() && batch.len() < max_batch {
-            match rx.try_recv() {
-                Ok(Msg::Event(e)) => batch.push(e),
-                Ok(Msg::Events(es)) => take(&mut batch, es),
-                Ok(other) => control = Some(other),
+            let next = match rx.try_recv() {
+                Ok(Msg::Event(e)) => Ok(Some(e)),
+                Ok(Msg::Events(es)) => Err(es),
+                Ok(other) => {
+                    control = Some(other);
+                    Ok(None)
+                }
                 Err(_) => break,
+            };
+            if let Some(es) = alone.take() {
+                take(&mut batch, es);
+            }
+            match next {
+                Ok(Some(e)) => batch.push(e),
+                Ok(None) => {}
+                Err(es) => take(&mut batch, es),
             }
         }
+        let events: &[Arc<AuditEvent>] = match &alone {
+            Some(es) => {
+                in_batches.fetch_sub(es.len(), Ordering::AcqRel);
+                room.signal();
+                es
+            }
+            None => &batch,
+        };
         // A hand-off of many events may take the batch past `max_batch`: written in chunks.
-        for chunk in batch.chunks(max_batch) {
+        for chunk in events.chunks(max_batch) {
             let n = chunk.len();
             match AssertUnwindSafe(sink.write_batch(chunk))
                 .catch_unwind()
@@ -470,6 +506,7 @@ async fn worker(
                 Err(_) => tracing::error!("audit sink panicked writing {n} events"),
             }
         }
+        drop(alone);
         batch.clear();
         room.signal();
         match control {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::audit::bus::on_sink_thread;
 use crate::audit::{AuditError, AuditEvent, AuditSink, EventKind};
 
 /// The directory the default sink writes to: `./toolgate-audit`.
@@ -147,7 +148,11 @@ impl FileSink {
         };
         *deferred = Some(runtime.spawn(async move {
             tokio::time::sleep(wait).await;
-            let _ = tokio::task::spawn_blocking(move || state.lock().deferred_sync()).await;
+            if on_sink_thread() {
+                state.lock().deferred_sync();
+            } else {
+                let _ = tokio::task::spawn_blocking(move || state.lock().deferred_sync()).await;
+            }
         }));
     }
 
@@ -157,10 +162,15 @@ impl FileSink {
         self.state.lock().syncs
     }
 
+    /// Runs `f` on the state where blocking I/O may run: right here on a thread the bus
+    /// started for this sink alone, else on tokio's blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut State) -> Result<T, AuditError> + Send + 'static,
     ) -> Result<T, AuditError> {
+        if on_sink_thread() {
+            return f(&mut self.state.lock());
+        }
         let state = self.state.clone();
         tokio::task::spawn_blocking(move || f(&mut state.lock()))
             .await
@@ -242,6 +252,24 @@ impl State {
         Ok(())
     }
 
+    /// Writes a batch (each event's line as it was sealed) and hands it to the OS; syncs as
+    /// the group commit says. Returns how long until a timer should do a due sync, when one
+    /// must be set.
+    fn write_events(&mut self, events: &[Arc<AuditEvent>]) -> Result<Option<Duration>, AuditError> {
+        let mut run_ended = false;
+        for e in events {
+            self.write_line(&date_of(e), e.canonical_line().as_bytes())?;
+            run_ended |= e.kind() == EventKind::RunEnded;
+        }
+        // A sync left due by an earlier batch is done with this one's when it can be.
+        self.finish_current(false)?;
+        if (run_ended || self.sync_due) && self.config.fsync {
+            self.sync_for_run_end()
+        } else {
+            Ok(None)
+        }
+    }
+
     /// After a batch holding a `run.ended` was written: syncs now if the last sync is at
     /// least the interval old, else marks a sync due; returns how long until a timer should do
     /// it when no timer is set yet (the caller then sets one).
@@ -314,24 +342,13 @@ impl State {
 #[async_trait]
 impl AuditSink for FileSink {
     async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
-        let events: Vec<Arc<AuditEvent>> = events.to_vec();
-        let wait = self
-            .blocking(move |st| {
-                let mut run_ended = false;
-                for e in &events {
-                    // The line the event was sealed with, as is.
-                    st.write_line(&date_of(e), e.canonical_line().as_bytes())?;
-                    run_ended |= e.kind() == EventKind::RunEnded;
-                }
-                // A sync left due by an earlier batch is done with this one's when it can be.
-                st.finish_current(false)?;
-                if (run_ended || st.sync_due) && st.config.fsync {
-                    st.sync_for_run_end()
-                } else {
-                    Ok(None)
-                }
-            })
-            .await?;
+        let wait = if on_sink_thread() {
+            // The bus gave this sink a thread of its own: no hop, no copy of the batch.
+            self.state.lock().write_events(events)?
+        } else {
+            let events: Vec<Arc<AuditEvent>> = events.to_vec();
+            self.blocking(move |st| st.write_events(&events)).await?
+        };
         if let Some(wait) = wait {
             self.schedule_sync(wait);
         }
