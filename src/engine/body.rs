@@ -169,6 +169,36 @@ fn write_tool(name: &str, tags: &[String], out: &mut String) {
     out.push_str("]}");
 }
 
+/// A run's context in canonical form, as `to_canonical` writes it (without serde's detour
+/// through sorted maps): keys in byte order, `agentId`, `enduser` {`id`, `tags`}, `runId`,
+/// `sessionId`; the absent optional ones left out.
+pub(crate) fn write_run_context(ctx: &RunContext, out: &mut String) {
+    out.push_str("{\"agentId\":");
+    write_string(&ctx.agent_id, out);
+    if let Some(u) = &ctx.enduser {
+        out.push_str(",\"enduser\":{\"id\":");
+        write_string(&u.id, out);
+        out.push_str(",\"tags\":{");
+        // A BTreeMap of strings iterates in byte order of its keys: canonical order.
+        for (i, (k, v)) in u.tags.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_string(k, out);
+            out.push(':');
+            write_string(v, out);
+        }
+        out.push_str("}}");
+    }
+    out.push_str(",\"runId\":");
+    write_string(&ctx.run_id, out);
+    if let Some(s) = &ctx.session_id {
+        out.push_str(",\"sessionId\":");
+        write_string(s, out);
+    }
+    out.push('}');
+}
+
 /// Seals `body` on `chain`: a typed body straight to canonical text when no redaction rule
 /// may apply to `kind` (and the writer takes it); otherwise through a JSON map, redacted (the
 /// body is then taken, leaving [`Body::Taken`]). It is read where it lies in the sealer's
@@ -207,7 +237,7 @@ fn seal_typed(
     match body {
         Body::Json(_) | Body::Taken => Ok(None),
         Body::RunStarted(ctx) => {
-            to_canonical(&**ctx, scratch)?;
+            write_run_context(ctx, scratch);
             let members = [("runContext", Member::Raw(scratch))];
             Ok(Some(chain.seal_typed(kind, at, id, &members)))
         }

@@ -404,3 +404,31 @@ proptest! {
         prop_assert_eq!(direct, canonical_json(&serde_json::to_value(&t).unwrap()));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// `run.started`'s typed writer gives the bytes serde's canonical writer gives.
+    #[test]
+    fn run_context_writer_matches_the_serde_path(
+        run_id in "[\\x00-\\x1f\"\\\\a-zé😀\u{2028}]{0,12}",
+        agent_id in "[\\x00-\\x1f\"\\\\a-zé😀]{0,12}",
+        session_id in proptest::option::of("[a-z\"é]{0,6}"),
+        enduser in proptest::option::of((
+            "[\\x00-\\x1f\"a-zé]{0,8}",
+            prop::collection::btree_map("[\\x00-\\x1f\"\\\\a-zA-Zé😀~]{0,5}", "[\\x00\"a-zé]{0,5}", 0..6),
+        )),
+    ) {
+        let ctx = RunContext {
+            run_id,
+            agent_id,
+            session_id,
+            enduser: enduser.map(|(id, tags)| crate::engine::Enduser { id, tags }),
+        };
+        let mut typed = String::new();
+        super::super::body::write_run_context(&ctx, &mut typed);
+        let mut serde = String::new();
+        to_canonical(&ctx, &mut serde).unwrap();
+        prop_assert_eq!(typed, serde);
+    }
+}

@@ -118,3 +118,22 @@ proptest::proptest! {
         proptest::prop_assert_eq!(out, serde_json::to_string(&s).expect("a string"));
     }
 }
+
+#[test]
+fn sha256_hex_writes_the_standard_lowercase_digest() {
+    use sha2::{Digest, Sha256};
+    // FIPS 180-2 test vectors, then inputs whose digests cover every byte value's digits.
+    assert_eq!(
+        canonical::sha256_hex(""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+    assert_eq!(
+        canonical::sha256_hex("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    for i in 0..2_000u32 {
+        let text = format!("event {i}");
+        let digest = Sha256::digest(text.as_bytes());
+        assert_eq!(canonical::sha256_hex(&text), hex::encode(digest));
+    }
+}
