@@ -16,9 +16,11 @@ use super::decision::Decision;
 use super::pending::CallRecord;
 use super::run::{RunContext, obj};
 use super::subjects::SubjectRef;
-use crate::audit::event::canonical::{write_members, write_string};
+use crate::audit::event::canonical::{
+    write_canonical, write_int, write_members, write_string, write_value,
+};
 use crate::audit::event::ser::{CanonError, to_canonical};
-use crate::audit::event::{Member, Members};
+use crate::audit::event::{EnvelopeRef, Member, Members};
 use crate::audit::{AuditEvent, EventKind, Redactor, RunChain};
 use crate::policy::{InbuiltMetric, json_number as num};
 
@@ -169,6 +171,128 @@ fn write_tool(name: &str, tags: &[String], out: &mut String) {
     out.push_str("]}");
 }
 
+/// A `tool.decision` body's parts, its nested values already in canonical text.
+struct BeforeParts<'a> {
+    args: &'a Value,
+    call_id: &'a str,
+    decision: &'a str,
+    subjects: &'a str,
+    tool: &'a str,
+}
+
+/// A whole `tool.decision` event (envelope and body, without `hash`) in canonical form: its
+/// keys come in this fixed byte order, so the text between values is written in constant
+/// pieces (`sealer_tests.rs` holds it equal to the JSON path's bytes). Returns where `hash`
+/// goes: before `id`.
+fn write_before(env: &EnvelopeRef<'_>, p: &BeforeParts<'_>, out: &mut String) -> Option<usize> {
+    out.push_str("{\"agentId\":");
+    write_value(env.agent_id, out);
+    out.push_str(",\"args\":");
+    write_canonical(p.args, out);
+    out.push_str(",\"callId\":");
+    write_string(p.call_id, out);
+    out.push_str(",\"decision\":");
+    out.push_str(p.decision);
+    let at = write_envelope_middle(env, out);
+    out.push_str("\",\"phase\":\"tool.before\",\"prevHash\":");
+    write_envelope_tail(env, out);
+    out.push_str(",\"subjects\":");
+    out.push_str(p.subjects);
+    out.push_str(",\"tool\":");
+    out.push_str(p.tool);
+    write_ts(env, out);
+    Some(at)
+}
+
+/// A `tool.result` body's parts.
+struct ResultParts<'a> {
+    call_id: &'a str,
+    duration: &'a Value,
+    error: Option<&'a str>,
+    evaluation: Option<&'a Value>,
+    metrics: &'a str,
+    output: Option<&'a Value>,
+    tool: &'a str,
+}
+
+/// A whole `tool.result` event, as [`write_before`] writes a `tool.decision`.
+fn write_result(env: &EnvelopeRef<'_>, p: &ResultParts<'_>, out: &mut String) -> Option<usize> {
+    out.push_str("{\"agentId\":");
+    write_value(env.agent_id, out);
+    out.push_str(",\"callId\":");
+    write_string(p.call_id, out);
+    out.push_str(",\"durationMs\":");
+    write_canonical(p.duration, out);
+    // `enduserId` < `error` < `evaluation` < `hash`.
+    let at = write_envelope_middle_with(env, out, |out| {
+        if let Some(e) = p.error {
+            out.push_str(",\"error\":");
+            write_string(e, out);
+        }
+        if let Some(e) = p.evaluation {
+            out.push_str(",\"evaluation\":");
+            write_canonical(e, out);
+        }
+    });
+    out.push_str("\",\"metrics\":");
+    out.push_str(p.metrics);
+    if let Some(o) = p.output {
+        out.push_str(",\"output\":");
+        write_canonical(o, out);
+    }
+    out.push_str(",\"prevHash\":");
+    write_envelope_tail(env, out);
+    out.push_str(",\"tool\":");
+    out.push_str(p.tool);
+    write_ts(env, out);
+    Some(at)
+}
+
+/// `enduserId` (if any), then `id` and `kind` up to the closing quote of the kind; returns
+/// where `hash` goes (just before `id`).
+fn write_envelope_middle(env: &EnvelopeRef<'_>, out: &mut String) -> usize {
+    write_envelope_middle_with(env, out, |_| {})
+}
+
+/// [`write_envelope_middle`] with the members that sort between `enduserId` and `hash`.
+fn write_envelope_middle_with(
+    env: &EnvelopeRef<'_>,
+    out: &mut String,
+    before_hash: impl FnOnce(&mut String),
+) -> usize {
+    if let Some(u) = env.enduser_id {
+        out.push_str(",\"enduserId\":");
+        write_value(u, out);
+    }
+    before_hash(out);
+    out.push(',');
+    let at = out.len();
+    out.push_str("\"id\":\"");
+    out.push_str(env.id);
+    out.push_str("\",\"kind\":\"");
+    out.push_str(env.kind.as_str());
+    at
+}
+
+/// The value of `prevHash`, then `runId`, `schema` and `seq`.
+fn write_envelope_tail(env: &EnvelopeRef<'_>, out: &mut String) {
+    write_value(env.prev_hash, out);
+    out.push_str(",\"runId\":");
+    write_value(env.run_id, out);
+    out.push_str(SCHEMA_MEMBER);
+    write_int(env.seq, out);
+}
+
+/// `ts` and the closing brace.
+fn write_ts(env: &EnvelopeRef<'_>, out: &mut String) {
+    out.push_str(",\"ts\":\"");
+    out.push_str(env.ts_text);
+    out.push_str("\"}");
+}
+
+/// `schema`'s member, and the key of `seq` that follows it.
+pub(crate) const SCHEMA_MEMBER: &str = ",\"schema\":\"toolgate.audit.v1\",\"seq\":";
+
 /// A run's context in canonical form, as `to_canonical` writes it (without serde's detour
 /// through sorted maps): keys in byte order, `agentId`, `enduser` {`id`, `tags`}, `runId`,
 /// `sessionId`; the absent optional ones left out.
@@ -254,16 +378,15 @@ fn seal_typed(
             let decision_at = scratch.len();
             decision.write_canonical(scratch);
             let decision = decision_at..scratch.len();
-            // In key order (then merged with the envelope's without sorting).
-            let members = [
-                ("args", Member::Json(&call.args)),
-                ("callId", Member::Str(&call.id)),
-                ("decision", Member::Raw(&scratch[decision])),
-                ("phase", Member::Plain("tool.before")),
-                ("subjects", Member::Raw(&scratch[subjects])),
-                ("tool", Member::Raw(&scratch[tool])),
-            ];
-            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+            let parts = BeforeParts {
+                args: &call.args,
+                call_id: &call.id,
+                decision: &scratch[decision],
+                subjects: &scratch[subjects],
+                tool: &scratch[tool],
+            };
+            let write = |env: &EnvelopeRef<'_>, out: &mut String| write_before(env, &parts, out);
+            Ok(Some(chain.seal_whole(kind, at, id, &write)))
         }
         Body::RunEnded(b) => {
             let cost = num(b.cost_usd);
@@ -313,22 +436,17 @@ fn seal_typed(
             write_members(&mut metric_members, "", scratch);
             let metrics_text = metrics_at..scratch.len();
             let duration = num(*duration_ms);
-            // In key order (then merged with the envelope's without sorting).
-            let mut members: SmallVec<[(&str, Member<'_>); 6]> = SmallVec::new();
-            members.push(("callId", Member::Str(&call.id)));
-            members.push(("durationMs", Member::Json(&duration)));
-            if let Err(e) = outcome {
-                members.push(("error", Member::Str(e)));
-            }
-            if let Some(e) = evaluation {
-                members.push(("evaluation", Member::Json(e)));
-            }
-            members.push(("metrics", Member::Raw(&scratch[metrics_text])));
-            if let Ok(v) = outcome {
-                members.push(("output", Member::Json(v)));
-            }
-            members.push(("tool", Member::Raw(&scratch[tool])));
-            Ok(Some(chain.seal_typed(kind, at, id, &members)))
+            let parts = ResultParts {
+                call_id: &call.id,
+                duration: &duration,
+                error: outcome.as_ref().err().map(String::as_str),
+                evaluation: evaluation.as_ref(),
+                metrics: &scratch[metrics_text],
+                output: outcome.as_ref().ok(),
+                tool: &scratch[tool],
+            };
+            let write = |env: &EnvelopeRef<'_>, out: &mut String| write_result(env, &parts, out);
+            Ok(Some(chain.seal_whole(kind, at, id, &write)))
         }
     }
 }

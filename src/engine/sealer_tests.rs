@@ -211,12 +211,25 @@ fn clone_body(b: &Body) -> Body {
     }
 }
 
-/// Seals `bodies` on two chains, typed and through JSON, and checks every line is the same.
+/// Seals `bodies` on two chains, typed and through JSON, and checks every line is the same;
+/// once on a run with an end user, once on one without.
 fn both_ways(bodies: Vec<(EventKind, Body)>, signer: Option<Arc<RunSigner>>) -> usize {
+    let copies = bodies.iter().map(|(k, b)| (*k, clone_body(b))).collect();
+    let n = both_ways_for(copies, signer.clone(), None);
+    assert_eq!(both_ways_for(bodies, signer, Some("u\"1")), n);
+    n
+}
+
+fn both_ways_for(
+    bodies: Vec<(EventKind, Body)>,
+    signer: Option<Arc<RunSigner>>,
+    enduser: Option<&str>,
+) -> usize {
     let redactor = Redactor::default();
+    let enduser = enduser.map(String::from);
     let mut typed =
-        RunChain::new("r-1", "agent\u{1}é", Some("u\"1".into())).with_signer(signer.clone());
-    let mut json = RunChain::new("r-1", "agent\u{1}é", Some("u\"1".into())).with_signer(signer);
+        RunChain::new("r-1", "agent\u{1}é", enduser.clone()).with_signer(signer.clone());
+    let mut json = RunChain::new("r-1", "agent\u{1}é", enduser).with_signer(signer);
     let mut scratch = String::new();
     let at = ts("2026-01-05T09:00:00.123456Z");
     let mut n = 0;
@@ -431,4 +444,12 @@ proptest! {
         to_canonical(&ctx, &mut serde).unwrap();
         prop_assert_eq!(typed, serde);
     }
+}
+
+#[test]
+fn the_typed_writers_schema_is_the_envelopes() {
+    assert!(
+        super::super::body::SCHEMA_MEMBER
+            .contains(&format!("\"schema\":\"{}\"", crate::audit::SCHEMA))
+    );
 }

@@ -403,15 +403,21 @@ pub(crate) fn write_sorted_members<'a>(
             Keys::Escape => write_string(k, out),
         }
         out.push(':');
-        match v {
-            Member::Str(s) => write_string(s, out),
-            Member::Plain(s) => write_plain(s, out),
-            Member::U64(n) => write_int(n, out),
-            Member::Null => out.push_str("null"),
-            Member::Json(v) => write_canonical(v, out),
-            Member::Raw(text) => out.push_str(text),
-        }
+        write_value(v, out);
     }
     out.push('}');
     at
+}
+
+/// Writes a member's value in canonical form.
+#[inline]
+pub(crate) fn write_value(v: Member<'_>, out: &mut String) {
+    match v {
+        Member::Str(s) => write_string(s, out),
+        Member::Plain(s) => write_plain(s, out),
+        Member::U64(n) => write_int(n, out),
+        Member::Null => out.push_str("null"),
+        Member::Json(v) => write_canonical(v, out),
+        Member::Raw(text) => out.push_str(text),
+    }
 }

@@ -188,7 +188,30 @@ impl RunChain {
         debug_assert!(body.iter().all(|(k, _)| !ENVELOPE_KEYS.contains(k)
             && *k != SIGNATURE_FIELD
             && *k != KEY_ID_FIELD));
-        let sealed = self.seal_members(kind, ts, id, body, Keys::Plain);
+        let write = |env: &EnvelopeRef<'_>, extra: &[(&str, Member<'_>)], out: &mut String| {
+            write_event(env, body, extra, Keys::Plain, out)
+        };
+        let sealed = self.seal_written(kind, ts, id, &write);
+        AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, None)
+    }
+
+    /// Seals an event whose whole canonical text (envelope included, without `hash`) `write`
+    /// produces, returning where `hash` goes (see [`canonical::write_members`]): for the
+    /// engine's frequent kinds, whose members come in a fixed key order, so that the text
+    /// between their values is written in constant pieces instead of merged member by
+    /// member. Not for `run.ended` or `checkpoint` (a signed chain signs those, adding
+    /// members `write` does not know).
+    pub(crate) fn seal_whole(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
+        write: &dyn Fn(&EnvelopeRef<'_>, &mut String) -> Option<usize>,
+    ) -> AuditEvent {
+        debug_assert!(!matches!(kind, EventKind::RunEnded | EventKind::Checkpoint));
+        let whole =
+            |env: &EnvelopeRef<'_>, _: &[(&str, Member<'_>)], out: &mut String| write(env, out);
+        let sealed = self.seal_written(kind, ts, id, &whole);
         AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, None)
     }
 
@@ -202,6 +225,21 @@ impl RunChain {
         id: Uuid,
         body: &[(&str, Member<'_>)],
         keys: Keys,
+    ) -> Sealed {
+        let write = |env: &EnvelopeRef<'_>, extra: &[(&str, Member<'_>)], out: &mut String| {
+            write_event(env, body, extra, keys, out)
+        };
+        self.seal_written(kind, ts, id, &write)
+    }
+
+    /// [`RunChain::seal_members`] with the text written by `write` (given the envelope and
+    /// the members a signature adds, if any; it returns where `hash` goes).
+    fn seal_written(
+        &mut self,
+        kind: EventKind,
+        ts: DateTime<Utc>,
+        id: Uuid,
+        write: &TextWriter<'_>,
     ) -> Sealed {
         let ts_text = rfc3339(ts);
         let (agent_q, run_q, enduser_q) = self.ids.quoted();
@@ -231,7 +269,7 @@ impl RunChain {
         // line is copied out once, into its `Arc`.
         let (line, hash, signature) = with_scratch(|text, line| {
             text.clear();
-            let mut at = write_event(&env, body, &[], keys, text);
+            let mut at = write(&env, &[], text);
             let mut hex = [0u8; 64];
             let mut hash: &str = sha256_hex_into(text.as_bytes(), &mut hex);
             let mut signature = None;
@@ -241,14 +279,12 @@ impl RunChain {
                 let sig = signer.sign_hash(hash);
                 let key_id = signer.key_id().to_string();
                 text.clear();
-                at = write_event(
+                at = write(
                     &env,
-                    body,
                     &[
                         (SIGNATURE_FIELD, Member::Str(&sig)),
                         (KEY_ID_FIELD, Member::Str(&key_id)),
                     ],
-                    keys,
                     text,
                 );
                 hash = sha256_hex_into(text.as_bytes(), &mut hex2);
@@ -293,6 +329,11 @@ impl RunChain {
         }
     }
 }
+
+/// Writes an event's canonical text without `hash`, given its envelope and the members a
+/// signature adds (empty unless signed); returns where `hash` goes.
+type TextWriter<'b> =
+    dyn Fn(&EnvelopeRef<'_>, &[(&str, Member<'_>)], &mut String) -> Option<usize> + 'b;
 
 /// What [`RunChain::seal_members`] produced.
 struct Sealed {
