@@ -7,13 +7,9 @@ use super::decision::{Decision, EvaluatedRule, HitlInfo};
 use crate::audit::event::canonical::{write_int, write_plain, write_string};
 use crate::audit::event::ser::to_canonical;
 
-/// Writes `,"key":` (`key` is a plain ASCII key: no escapes needed). Every object here starts
-/// with a member that is always present, written with its opening brace.
-fn key(out: &mut String, key: &str) {
-    out.push_str(",\"");
-    out.push_str(key);
-    out.push_str("\":");
-}
+// Keys are written as literals with their comma and colon (`,"key":`, one copy the compiler
+// inlines); every object here starts with a member that is always present, written with its
+// opening brace.
 
 fn opt_str(out: &mut String, v: Option<&str>) {
     match v {
@@ -30,14 +26,16 @@ impl EvaluatedRule {
     /// Writes the canonical JSON of this entry (keys: effect, error, missing, ruleId, shadow,
     /// triggered).
     fn write_canonical(&self, out: &mut String) {
-        out.push_str("{\"effect\":");
-        write_plain(self.effect.as_str(), out);
+        out.push_str("{\"effect\":\"");
+        // An effect's name needs no escape.
+        out.push_str(self.effect.as_str());
+        out.push('"');
         if let Some(e) = &self.error {
-            key(out, "error");
+            out.push_str(",\"error\":");
             write_string(e, out);
         }
         if !self.missing.is_empty() {
-            key(out, "missing");
+            out.push_str(",\"missing\":");
             out.push('[');
             for (i, m) in self.missing.iter().enumerate() {
                 if i > 0 {
@@ -47,15 +45,17 @@ impl EvaluatedRule {
             }
             out.push(']');
         }
-        key(out, "ruleId");
+        out.push_str(",\"ruleId\":");
         write_string(&self.rule_id, out);
         if self.shadow {
-            key(out, "shadow");
+            out.push_str(",\"shadow\":");
             out.push_str("true");
         }
-        key(out, "triggered");
-        out.push_str(bool_text(self.triggered));
-        out.push('}');
+        out.push_str(if self.triggered {
+            ",\"triggered\":true}"
+        } else {
+            ",\"triggered\":false}"
+        });
     }
 }
 
@@ -82,15 +82,15 @@ impl Decision {
     pub(crate) fn write_canonical(&self, out: &mut String) {
         out.push_str("{\"abortRun\":");
         out.push_str(bool_text(self.abort_run));
-        key(out, "code");
+        out.push_str(",\"code\":");
         write_plain(self.code.as_str(), out);
-        key(out, "effect");
+        out.push_str(",\"effect\":");
         write_plain(self.effect.as_str(), out);
         if let Some(e) = &self.error {
-            key(out, "error");
+            out.push_str(",\"error\":");
             write_string(e, out);
         }
-        key(out, "evaluated");
+        out.push_str(",\"evaluated\":");
         out.push('[');
         for (i, r) in self.evaluated.iter().enumerate() {
             if i > 0 {
@@ -100,29 +100,29 @@ impl Decision {
         }
         out.push(']');
         if let Some(h) = &self.hitl {
-            key(out, "hitl");
+            out.push_str(",\"hitl\":");
             h.write_canonical(out);
         }
-        key(out, "latencyNs");
+        out.push_str(",\"latencyNs\":");
         write_int(self.latency_ns, out);
-        key(out, "phase");
+        out.push_str(",\"phase\":");
         write_plain(self.phase.as_str(), out);
         if let Some(p) = &self.policy_id {
-            key(out, "policyId");
+            out.push_str(",\"policyId\":");
             write_string(p, out);
         }
-        key(out, "reason");
+        out.push_str(",\"reason\":");
         opt_str(out, self.reason.as_deref());
-        key(out, "ruleId");
+        out.push_str(",\"ruleId\":");
         opt_str(out, self.rule_id.as_deref());
-        key(out, "shadow");
+        out.push_str(",\"shadow\":");
         out.push_str(bool_text(self.shadow));
         if let Some(e) = self.shadow_effect {
-            key(out, "shadowEffect");
+            out.push_str(",\"shadowEffect\":");
             write_plain(e.as_str(), out);
         }
         if !self.signals.is_empty() {
-            key(out, "signals");
+            out.push_str(",\"signals\":");
             // Rare (signal providers in play) and holding arbitrary JSON: the generic writer.
             let at = out.len();
             if to_canonical(&self.signals, out).is_err() {
