@@ -154,18 +154,22 @@ async fn runs_sealed_on_several_threads_keep_their_order() {
         c.join().expect("a caller");
     }
     engine.flush().await.expect("flush");
-    let events = sink.0.events();
     // Per run: run.started, 20 decisions, 20 results, run.ended.
-    assert_eq!(events.len(), 100 * 42, "every event reached the sink");
+    assert_whole_and_in_order(&sink.0.events(), 100, 42);
+}
+
+/// Every run's `events` arrived (`per_run` each), each run in `seq` order, every chain intact.
+fn assert_whole_and_in_order(events: &[Arc<AuditEvent>], runs: usize, per_run: usize) {
+    assert_eq!(events.len(), runs * per_run, "every event reached the sink");
     let mut next_seq = std::collections::HashMap::new();
-    for e in &events {
+    for e in events {
         let seq = next_seq.entry(e.run_id().to_string()).or_insert(0u64);
         assert_eq!(e.seq(), *seq, "run {} arrived out of order", e.run_id());
         *seq += 1;
     }
     let report = verify_events(events.iter().map(|e| &**e));
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
-    assert_eq!(report.runs, 100);
+    assert_eq!(report.runs, runs);
 }
 
 /// With a small caller batch (the default when the process can run on one core only), the
@@ -207,15 +211,5 @@ async fn callers_seal_their_own_batches_and_lose_nothing() {
         c.join().expect("a caller");
     }
     engine.flush().await.expect("flush");
-    let events = sink.0.events();
-    assert_eq!(events.len(), 40 * 22, "every event reached the sink");
-    let mut next_seq = std::collections::HashMap::new();
-    for e in &events {
-        let seq = next_seq.entry(e.run_id().to_string()).or_insert(0u64);
-        assert_eq!(e.seq(), *seq, "run {} arrived out of order", e.run_id());
-        *seq += 1;
-    }
-    let report = verify_events(events.iter().map(|e| &**e));
-    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
-    assert_eq!(report.runs, 40);
+    assert_whole_and_in_order(&sink.0.events(), 40, 22);
 }
