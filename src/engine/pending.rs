@@ -28,6 +28,7 @@ impl Borrow<str> for Entry {
 }
 
 impl Hash for Entry {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         // As `str` hashes, so a lookup by `&str` finds it.
         self.0.id.as_str().hash(state);

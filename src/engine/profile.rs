@@ -243,7 +243,9 @@ impl ToolCache {
     }
 
     /// [`profile`](ToolCache::profile), reading the map through a run's snapshot (refreshed
-    /// when the map changed since, or the policies did).
+    /// when the map changed since, or the policies did). Inline: once per decision, and the
+    /// compiler stopped inlining it as other code grew (+57 instructions per decision).
+    #[inline]
     pub(crate) fn profile_in(
         &self,
         policies: &CompiledPolicies,
