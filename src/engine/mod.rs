@@ -304,8 +304,8 @@ impl EngineBuilder {
     ///
     /// Default: 512 when the process can run on one core only (by its CPU affinity or quota):
     /// there a sealer thread could only run *instead of* the caller, and small batches sealed by
-    /// the caller stay in the CPU's cache; about 1.5× the sustained throughput of leaving it all
-    /// to the sealer (docs/performance.md). Otherwise 32,768: the sealer threads do the work
+    /// the caller stay in the CPU's cache (into a null sink, 250,000 → 380,000 audited
+    /// decisions/s on one core; docs/performance.md). Otherwise 32,768: the sealer threads do the work
     /// beside the callers, and callers seal only when they outrun them (backpressure).
     /// A lower value moves sealing onto the deciding threads: one decision in a few hundred
     /// then carries the cost of sealing the batch.
