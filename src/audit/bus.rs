@@ -451,9 +451,14 @@ async fn worker(
     in_batches: Arc<AtomicUsize>,
     room: Arc<Room>,
 ) {
-    let take = |batch: &mut Vec<Arc<AuditEvent>>, es: Arc<[Arc<AuditEvent>]>| {
+    // A hand-off's events leave the sink's queue (counted out, room signalled)...
+    let taken = |es: &[Arc<AuditEvent>]| {
         in_batches.fetch_sub(es.len(), Ordering::AcqRel);
         room.signal();
+    };
+    // ...and join the batch.
+    let take = |batch: &mut Vec<Arc<AuditEvent>>, es: Arc<[Arc<AuditEvent>]>| {
+        taken(&es);
         batch.extend(es.iter().cloned());
     };
     let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
@@ -468,28 +473,20 @@ async fn worker(
             other => control = Some(other),
         }
         while control.is_none() && batch.len() < max_batch {
-            let next = match rx.try_recv() {
-                Ok(Msg::Event(e)) => Ok(Some(e)),
-                Ok(Msg::Events(es)) => Err(es),
-                Ok(other) => {
-                    control = Some(other);
-                    Ok(None)
-                }
-                Err(_) => break,
-            };
+            let Ok(next) = rx.try_recv() else { break };
+            // Not alone after all: it joins the batch first, in order.
             if let Some(es) = alone.take() {
                 take(&mut batch, es);
             }
             match next {
-                Ok(Some(e)) => batch.push(e),
-                Ok(None) => {}
-                Err(es) => take(&mut batch, es),
+                Msg::Event(e) => batch.push(e),
+                Msg::Events(es) => take(&mut batch, es),
+                other => control = Some(other),
             }
         }
         let events: &[Arc<AuditEvent>] = match &alone {
             Some(es) => {
-                in_batches.fetch_sub(es.len(), Ordering::AcqRel);
-                room.signal();
+                taken(es);
                 es
             }
             None => &batch,

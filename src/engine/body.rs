@@ -17,7 +17,8 @@ use super::pending::CallRecord;
 use super::run::{RunContext, obj};
 use super::subjects::SubjectRef;
 use crate::audit::event::canonical::{
-    write_canonical, write_int, write_members, write_string, write_value,
+    Keys, write_canonical, write_int, write_members, write_sorted_members, write_string,
+    write_value,
 };
 use crate::audit::event::ser::{CanonError, to_canonical};
 use crate::audit::event::{EnvelopeRef, Member, Members};
@@ -193,7 +194,7 @@ fn write_before(env: &EnvelopeRef<'_>, p: &BeforeParts<'_>, out: &mut String) ->
     write_string(p.call_id, out);
     out.push_str(",\"decision\":");
     out.push_str(p.decision);
-    let at = write_envelope_middle(env, out);
+    let at = write_envelope_middle(env, out, |_| {});
     out.push_str("\",\"phase\":\"tool.before\",\"prevHash\":");
     write_envelope_tail(env, out);
     out.push_str(",\"subjects\":");
@@ -224,7 +225,7 @@ fn write_result(env: &EnvelopeRef<'_>, p: &ResultParts<'_>, out: &mut String) ->
     out.push_str(",\"durationMs\":");
     write_canonical(p.duration, out);
     // `enduserId` < `error` < `evaluation` < `hash`.
-    let at = write_envelope_middle_with(env, out, |out| {
+    let at = write_envelope_middle(env, out, |out| {
         if let Some(e) = p.error {
             out.push_str(",\"error\":");
             write_string(e, out);
@@ -248,14 +249,10 @@ fn write_result(env: &EnvelopeRef<'_>, p: &ResultParts<'_>, out: &mut String) ->
     Some(at)
 }
 
-/// `enduserId` (if any), then `id` and `kind` up to the closing quote of the kind; returns
-/// where `hash` goes (just before `id`).
-fn write_envelope_middle(env: &EnvelopeRef<'_>, out: &mut String) -> usize {
-    write_envelope_middle_with(env, out, |_| {})
-}
-
-/// [`write_envelope_middle`] with the members that sort between `enduserId` and `hash`.
-fn write_envelope_middle_with(
+/// `enduserId` (if any), the body's members that sort between it and `hash`
+/// (`before_hash`), then `id` and `kind` up to the closing quote of the kind; returns where
+/// `hash` goes (just before `id`).
+fn write_envelope_middle(
     env: &EnvelopeRef<'_>,
     out: &mut String,
     before_hash: impl FnOnce(&mut String),
@@ -302,17 +299,11 @@ pub(crate) fn write_run_context(ctx: &RunContext, out: &mut String) {
     if let Some(u) = &ctx.enduser {
         out.push_str(",\"enduser\":{\"id\":");
         write_string(&u.id, out);
-        out.push_str(",\"tags\":{");
+        out.push_str(",\"tags\":");
         // A BTreeMap of strings iterates in byte order of its keys: canonical order.
-        for (i, (k, v)) in u.tags.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            write_string(k, out);
-            out.push(':');
-            write_string(v, out);
-        }
-        out.push_str("}}");
+        let tags = u.tags.iter().map(|(k, v)| (k.as_str(), Member::Str(v)));
+        write_sorted_members(tags, "", Keys::Escape, out);
+        out.push('}');
     }
     out.push_str(",\"runId\":");
     write_string(&ctx.run_id, out);

@@ -48,8 +48,7 @@ impl EvaluatedRule {
         out.push_str(",\"ruleId\":");
         write_string(&self.rule_id, out);
         if self.shadow {
-            out.push_str(",\"shadow\":");
-            out.push_str("true");
+            out.push_str(",\"shadow\":true");
         }
         out.push_str(if self.triggered {
             ",\"triggered\":true}"

@@ -188,10 +188,7 @@ impl RunChain {
         debug_assert!(body.iter().all(|(k, _)| !ENVELOPE_KEYS.contains(k)
             && *k != SIGNATURE_FIELD
             && *k != KEY_ID_FIELD));
-        let write = |env: &EnvelopeRef<'_>, extra: &[(&str, Member<'_>)], out: &mut String| {
-            write_event(env, body, extra, Keys::Plain, out)
-        };
-        let sealed = self.seal_written(kind, ts, id, &write);
+        let sealed = self.seal_members(kind, ts, id, body, Keys::Plain);
         AuditEvent::sealed(sealed.envelope, sealed.hash, sealed.line, None)
     }
 

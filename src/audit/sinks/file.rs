@@ -148,11 +148,11 @@ impl FileSink {
         };
         *deferred = Some(runtime.spawn(async move {
             tokio::time::sleep(wait).await;
-            if on_sink_thread() {
-                state.lock().deferred_sync();
-            } else {
-                let _ = tokio::task::spawn_blocking(move || state.lock().deferred_sync()).await;
-            }
+            let _ = with_state(state, |st| {
+                st.deferred_sync();
+                Ok(())
+            })
+            .await;
         }));
     }
 
@@ -162,20 +162,26 @@ impl FileSink {
         self.state.lock().syncs
     }
 
-    /// Runs `f` on the state where blocking I/O may run: right here on a thread the bus
-    /// started for this sink alone, else on tokio's blocking pool.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut State) -> Result<T, AuditError> + Send + 'static,
     ) -> Result<T, AuditError> {
-        if on_sink_thread() {
-            return f(&mut self.state.lock());
-        }
-        let state = self.state.clone();
-        tokio::task::spawn_blocking(move || f(&mut state.lock()))
-            .await
-            .map_err(|e| AuditError::Sink(format!("file sink task failed: {e}")))?
+        with_state(self.state.clone(), f).await
     }
+}
+
+/// Runs `f` on the state where blocking I/O may run: right here on a thread the bus started
+/// for this sink alone, else on tokio's blocking pool.
+async fn with_state<T: Send + 'static>(
+    state: Arc<Mutex<State>>,
+    f: impl FnOnce(&mut State) -> Result<T, AuditError> + Send + 'static,
+) -> Result<T, AuditError> {
+    if on_sink_thread() {
+        return f(&mut state.lock());
+    }
+    tokio::task::spawn_blocking(move || f(&mut state.lock()))
+        .await
+        .map_err(|e| AuditError::Sink(format!("file sink task failed: {e}")))?
 }
 
 /// The UTC date of the event's `ts` (`YYYY-MM-DD`): the start of its text when that is in UTC,
