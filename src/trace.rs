@@ -421,10 +421,12 @@ impl Replayer {
         }
     }
 
-    /// Ends every run still live (status `incomplete`), flushing the audit trail.
+    /// Leaves every run still live open (see [`Run::leave`]): a run ends only at its trace's
+    /// `run.end` line, and one still open at the end of the input is left for another process
+    /// to continue (the audit trail is flushed; no `run.ended` is written).
     pub async fn finish(&mut self) {
         for (_, run) in self.runs.drain() {
-            run.end("incomplete", None).await;
+            run.leave().await;
         }
     }
 }

@@ -82,13 +82,13 @@ pub fn run(args: CheckArgs) -> ExitCode {
         errors.extend(compile_errors.iter().filter(|e| e.file.as_ref() == Some(f)));
         if let Ok(p) = result {
             for w in warnings(p) {
-                println!("{}: warning: {w}", f.display());
+                outln!("{}: warning: {w}", f.display());
             }
         }
         if !errors.is_empty() {
             failed = true;
             for e in errors {
-                println!(
+                outln!(
                     "{}: error: {}{}",
                     f.display(),
                     path_prefix(&e.path),
@@ -97,7 +97,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
             }
         } else if let (Ok(p), false) = (result, args.quiet) {
             let n = p.rules.len();
-            println!(
+            outln!(
                 "{}: ok: {n} rule{}",
                 f.display(),
                 if n == 1 { "" } else { "s" }
@@ -106,7 +106,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
     }
     for e in compile_errors.iter().filter(|e| e.file.is_none()) {
         failed = true;
-        println!("error: {}{}", path_prefix(&e.path), e.message);
+        outln!("error: {}{}", path_prefix(&e.path), e.message);
     }
     if failed {
         ExitCode::FAILURE

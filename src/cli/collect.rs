@@ -142,7 +142,7 @@ pub fn run(args: CollectArgs) -> ExitCode {
             .map(|a| a.to_string())
             .unwrap_or(args.listen);
         let stats = collector.stats();
-        println!("listening on http://{addr}, storing to {}", spec.display());
+        outln!("listening on http://{addr}, storing to {}", spec.display());
         if stats.events > 0 {
             eprintln!("toolgate collect: {} events already stored", stats.events);
         }

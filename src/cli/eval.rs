@@ -200,7 +200,9 @@ pub fn run(args: EvalArgs) -> ExitCode {
         }),
         EvalFormat::Table => print_table(&mut w, &results, args.pass_threshold),
     };
-    if let Err(e) = printed {
+    if let Err(e) = printed
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
         eprintln!("toolgate eval: writing output: {e}");
         return ExitCode::FAILURE;
     }
@@ -538,7 +540,9 @@ fn stats(args: &StatsArgs) -> ExitCode {
             Ok(())
         })(),
     };
-    if let Err(e) = res {
+    if let Err(e) = res
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
         eprintln!("toolgate eval stats: writing output: {e}");
         return ExitCode::FAILURE;
     }

@@ -25,7 +25,7 @@ pub fn run(args: KeygenArgs) -> ExitCode {
     let signer = RunSigner::generate();
     match signer.write_files(&args.out) {
         Ok(public) => {
-            println!(
+            outln!(
                 "{}: private key\n{}: public key\nkeyId {}",
                 args.out.display(),
                 public.display(),

@@ -44,18 +44,18 @@ pub fn run(args: McpArgs) -> ExitCode {
     match action {
         PinsAction::List { pin } => match PinFile::new(&pin).list() {
             Ok(pins) if pins.is_empty() => {
-                println!("no pinned tools in {}", pin.display());
+                outln!("no pinned tools in {}", pin.display());
                 ExitCode::SUCCESS
             }
             Ok(pins) => {
                 for (name, p) in pins {
                     match &p.changed_to {
-                        Some(h) => println!(
+                        Some(h) => outln!(
                             "{name}  CHANGED  pinned={} now={}",
                             short(&p.sha256),
                             short(h)
                         ),
-                        None => println!("{name}  pinned   {}", short(&p.sha256)),
+                        None => outln!("{name}  pinned   {}", short(&p.sha256)),
                     }
                 }
                 ExitCode::SUCCESS
@@ -67,7 +67,7 @@ pub fn run(args: McpArgs) -> ExitCode {
         },
         PinsAction::Accept { name, pin } => match PinFile::new(&pin).accept(&name) {
             Ok(p) => {
-                println!("{name}: accepted {}", short(&p.sha256));
+                outln!("{name}: accepted {}", short(&p.sha256));
                 ExitCode::SUCCESS
             }
             Err(e) => {

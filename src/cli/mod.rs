@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[macro_use]
+pub(crate) mod out;
+
 pub mod check;
 pub mod collect;
 pub mod eval;

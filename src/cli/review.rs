@@ -124,19 +124,19 @@ pub fn run(args: ReviewArgs) -> ExitCode {
                 .filter(|r| all || r.status == ReviewStatus::Pending)
                 .collect();
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&reviews).unwrap_or_default()
                 );
             } else if reviews.is_empty() {
-                println!(
+                outln!(
                     "no {}reviews in {}",
                     if all { "" } else { "pending " },
                     place
                 );
             } else {
                 for r in &reviews {
-                    println!(
+                    outln!(
                         "{}  {:<8}  agent={} rule={} tool={} user={} args={}{}",
                         r.id,
                         format!("{:?}", r.status).to_lowercase(),
@@ -160,7 +160,7 @@ pub fn run(args: ReviewArgs) -> ExitCode {
     };
     match store.decide(&id, status, now) {
         Ok(r) => {
-            println!("{}: {}", r.id, format!("{:?}", r.status).to_lowercase());
+            outln!("{}: {}", r.id, format!("{:?}", r.status).to_lowercase());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -107,11 +107,11 @@ pub fn run(args: TestArgs) -> ExitCode {
             }
             Err(e) => {
                 broken += 1;
-                println!("{}: error: {e}", file.display());
+                outln!("{}: error: {e}", file.display());
             }
         }
     }
-    println!(
+    outln!(
         "\n{} passed, {} failed{} ({} file{})",
         passed,
         failed,
@@ -145,7 +145,7 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
         ),
         None => None,
     };
-    println!("{} ({})", file.display(), policy_path.display());
+    outln!("{} ({})", file.display(), policy_path.display());
     let (mut passed, mut failed) = (0, 0);
     for case in &tf.cases {
         if filter.is_some_and(|f| !case.name.contains(f)) {
@@ -183,13 +183,13 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
         }
         if problems.is_empty() {
             passed += 1;
-            println!("  pass  {}", case.name);
+            outln!("  pass  {}", case.name);
         } else {
             failed += 1;
-            println!("  FAIL  {}", case.name);
+            outln!("  FAIL  {}", case.name);
             for p in problems {
                 for (i, l) in p.lines().enumerate() {
-                    println!("        {}{l}", if i == 0 { "" } else { "  " });
+                    outln!("        {}{l}", if i == 0 { "" } else { "  " });
                 }
             }
         }

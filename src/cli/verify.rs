@@ -71,7 +71,7 @@ pub fn run(args: VerifyArgs) -> ExitCode {
     }
     for f in &report.files {
         match by_file.get(f.path.as_path()) {
-            None => println!(
+            None => outln!(
                 "{}: ok: {} events, {} runs",
                 f.path.display(),
                 f.events,
@@ -79,13 +79,13 @@ pub fn run(args: VerifyArgs) -> ExitCode {
             ),
             Some(lines) => {
                 for l in lines {
-                    println!("{l}");
+                    outln!("{l}");
                 }
             }
         }
     }
     for l in unlocated {
-        println!("{l}");
+        outln!("{l}");
     }
     if report.files.is_empty() && report.unreadable.is_empty() {
         eprintln!("no audit files (*.jsonl) found");
@@ -147,10 +147,10 @@ fn verify_postgres(url: &str, key: Option<&RunVerifier>) -> ExitCode {
                 if let Some(s) = b.seq {
                     at.push_str(&format!(" seq {s}"));
                 }
-                println!("{at}: {}", b.message);
+                outln!("{at}: {}", b.message);
             }
             if r.breaks.is_empty() {
-                println!("{shown}: ok: {} events, {} runs", r.events, r.runs);
+                outln!("{shown}: ok: {} events, {} runs", r.events, r.runs);
                 ExitCode::SUCCESS
             } else {
                 eprintln!(

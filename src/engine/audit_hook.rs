@@ -15,6 +15,7 @@ use super::run::{RunContext, RunShared, ToolOutcome};
 use super::sealer::{Body, Sealer, SealerConfig};
 use crate::audit::{AuditBus, EventKind, Redactor, RunChain, RunSigner};
 use crate::eval::EvaluationInput;
+use crate::state::{ChainClaim, ChainHead};
 
 /// Audit settings of an engine.
 pub(crate) struct AuditState {
@@ -23,6 +24,52 @@ pub(crate) struct AuditState {
     pub(crate) flush_timeout: Duration,
     /// Signs every run's chain, when set.
     pub(crate) signer: Option<Arc<RunSigner>>,
+    /// Chain heads of runs left open, without a shared store (see [`MemoryHeads`]).
+    pub(crate) heads: MemoryHeads,
+}
+
+/// The chain heads of an engine without a shared state store: a run left open (or dropped)
+/// and started again in the same engine continues its chain, as it does across processes on
+/// a shared store (design §8). Keyed by the run's scope string.
+#[derive(Default)]
+pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
+
+#[derive(Default)]
+pub(crate) struct MemoryHead {
+    head: Option<ChainHead>,
+    owner: Option<Box<str>>,
+}
+
+impl MemoryHeads {
+    fn claim(&self, run_key: &Arc<str>, owner: &str) -> ChainClaim {
+        let mut e = self.0.entry(run_key.clone()).or_default();
+        let held_elsewhere = e.owner.as_deref().is_some_and(|o| o != owner);
+        e.owner = Some(owner.into());
+        ChainClaim {
+            head: e.head.clone(),
+            held_elsewhere,
+        }
+    }
+
+    fn leave(&self, run_key: &str, owner: &str, head: Option<ChainHead>) -> bool {
+        let Some(mut e) = self.0.get_mut(run_key) else {
+            return true;
+        };
+        if e.owner.as_deref().is_some_and(|o| o != owner) {
+            return false;
+        }
+        match head {
+            Some(h) => {
+                e.head = Some(h);
+                e.owner = None;
+            }
+            None => {
+                drop(e);
+                self.0.remove(run_key);
+            }
+        }
+        true
+    }
 }
 
 impl AuditState {
@@ -37,6 +84,7 @@ impl AuditState {
             sealer: Sealer::start(bus, redactor, flush_timeout, sealers),
             flush_timeout,
             signer,
+            heads: MemoryHeads::default(),
         }
     }
 
@@ -56,27 +104,162 @@ pub(crate) struct RunAudit {
     /// The sealer shard the run's events go to.
     shard: usize,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// This handle's claim on the run's chain head (unique per run handle).
+    owner: Box<str>,
 }
+
+/// What starting a run's chain found wrong, for `error` events after `run.started`.
+pub(crate) type ChainProblems = Vec<String>;
 
 impl EngineInner {
     pub(crate) fn audit_enabled(&self) -> bool {
         self.audit.is_some()
     }
 
-    pub(crate) fn audit_for_run(&self, ctx: &RunContext) -> RunAudit {
-        RunAudit {
-            shard: self.audit.as_ref().map_or(0, |a| a.sealer.assign_shard()),
-            chain: self.audit.as_ref().map(|a| {
-                Arc::new(Mutex::new(
-                    RunChain::new(
-                        ctx.run_id.clone(),
-                        ctx.agent_id.clone(),
-                        ctx.enduser.as_ref().map(|u| u.id.clone()),
-                    )
-                    .with_signer(a.signer.clone()),
-                ))
-            }),
+    /// The run's audit state: its chain starts where a holder that left the run left it (on
+    /// the shared store, or in this engine), else at `seq` 0. What went wrong (the store
+    /// failed, another holder has not left the run: a fork) is returned for `error` events.
+    pub(crate) fn audit_for_run(
+        &self,
+        ctx: &RunContext,
+        run_key: &Arc<str>,
+    ) -> (RunAudit, ChainProblems) {
+        let mut problems = ChainProblems::new();
+        let Some(a) = self.audit.as_ref() else {
+            let audit = RunAudit {
+                shard: 0,
+                chain: None,
+                background: Mutex::new(Vec::new()),
+                owner: Box::from(""),
+            };
+            return (audit, problems);
+        };
+        let owner = uuid::Uuid::now_v7().simple().to_string();
+        let claim = match &self.shared {
+            Some(store) => {
+                let claimed = super::blocking::block_on(store.claim_chain(
+                    &ctx.agent_id,
+                    &ctx.run_id,
+                    &owner,
+                ));
+                match claimed {
+                    Some(Ok(c)) => c,
+                    Some(Err(e)) => {
+                        problems.push(format!(
+                            "state store: reading the run's audit chain head failed: {e}; \
+                             the chain starts at seq 0"
+                        ));
+                        ChainClaim::default()
+                    }
+                    None => {
+                        problems.push(
+                            "state store: no runtime to read the run's audit chain head; \
+                             the chain starts at seq 0"
+                                .to_string(),
+                        );
+                        ChainClaim::default()
+                    }
+                }
+            }
+            None => a.heads.claim(run_key, &owner),
+        };
+        if claim.held_elsewhere {
+            problems.push(format!(
+                "fork: run {:?} of agent {:?} is held by another process or handle that has \
+                 not left it; two writers append to its audit chain at once",
+                ctx.run_id, ctx.agent_id
+            ));
+        }
+        let mut chain = RunChain::new(
+            ctx.run_id.clone(),
+            ctx.agent_id.clone(),
+            ctx.enduser.as_ref().map(|u| u.id.clone()),
+        )
+        .with_signer(a.signer.clone());
+        if let Some(h) = &claim.head {
+            chain = chain.continue_at(h.next_seq, &h.last_hash);
+        }
+        let audit = RunAudit {
+            shard: a.sealer.assign_shard(),
+            chain: Some(Arc::new(Mutex::new(chain))),
             background: Mutex::new(Vec::new()),
+            owner: owner.into(),
+        };
+        (audit, problems)
+    }
+
+    /// Seals what the run queued and answers where its chain stands.
+    fn sealed_head(&self, run: &RunShared) -> Option<ChainHead> {
+        let a = self.audit.as_ref()?;
+        a.sealer.drain_shard(run.audit.shard);
+        let chain = run.audit.chain.as_ref()?.lock();
+        Some(ChainHead {
+            next_seq: chain.next_seq(),
+            last_hash: chain.last_hash()?.to_string(),
+        })
+    }
+
+    /// Leaves the run's chain (after sealing its queued events): writes its head for the next
+    /// holder, or forgets it when `ended`. A fork (another holder claimed the run meanwhile)
+    /// or a store failure is an `error` event.
+    pub(crate) async fn leave_chain(&self, run: &RunShared, ended: bool) {
+        let Some(head) = self.sealed_head(run) else {
+            return;
+        };
+        let head = (!ended).then_some(head);
+        let ctx = &run.context;
+        let outcome = match &self.shared {
+            Some(store) => store
+                .leave_chain(&ctx.agent_id, &ctx.run_id, &run.audit.owner, head.as_ref())
+                .await
+                .map_err(|e| e.to_string()),
+            None => Ok(self.leave_memory_chain(run, head)),
+        };
+        self.report_leave(run, outcome);
+    }
+
+    /// [`leave_chain`](Self::leave_chain) for a caller that is not async (a dropped run).
+    pub(crate) fn leave_chain_blocking(&self, run: &RunShared) {
+        let Some(head) = self.sealed_head(run) else {
+            return;
+        };
+        let ctx = &run.context;
+        let outcome = match &self.shared {
+            Some(store) => super::blocking::block_on(store.leave_chain(
+                &ctx.agent_id,
+                &ctx.run_id,
+                &run.audit.owner,
+                Some(&head),
+            ))
+            .unwrap_or_else(|| Err(crate::state::SharedStateError("no runtime".into())))
+            .map_err(|e| e.to_string()),
+            None => Ok(self.leave_memory_chain(run, Some(head))),
+        };
+        self.report_leave(run, outcome);
+    }
+
+    fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
+        self.audit
+            .as_ref()
+            .is_none_or(|a| a.heads.leave(&run.run_key, &run.audit.owner, head))
+    }
+
+    fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
+        let ctx = &run.context;
+        let message = match outcome {
+            Ok(true) => return,
+            Ok(false) => format!(
+                "fork: run {:?} of agent {:?} was claimed by another process or handle while \
+                 this one appended to it; two audit chains were written",
+                ctx.run_id, ctx.agent_id
+            ),
+            Err(e) => format!("state store: writing the run's audit chain head failed: {e}"),
+        };
+        let mut body = Map::new();
+        body.insert("message".into(), Value::String(message));
+        self.emit(run, crate::audit::EventKind::Error, body, self.clock.now());
+        if let Some(a) = &self.audit {
+            a.sealer.drain_shard(run.audit.shard);
         }
     }
 

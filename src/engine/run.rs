@@ -123,6 +123,8 @@ impl Drop for RunShared {
             let now = self.engine.clock.now();
             let body = Body::RunEnded(self.ended_body("dropped", None, now));
             self.engine.emit_body(self, EventKind::RunEnded, body, now);
+            // The run's state stays in a shared store: the next holder continues its chain.
+            self.engine.leave_chain_blocking(self);
         }
     }
 }
@@ -155,12 +157,15 @@ impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
         let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
+        let run_key: Arc<str> =
+            Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id));
+        let (audit, chain_problems) = engine.audit_for_run(&context, &run_key);
         let shared = Arc::new(RunShared {
             engine: engine.clone(),
-            run_key: Arc::from(format!("run\u{1f}{}", context.run_id)),
-            agent_key: Arc::from(format!("agent\u{1f}{}", context.agent_id)),
-            agent_user_key: Arc::from(format!("user\u{1f}{}\u{1f}{enduser}", context.agent_id)),
-            audit: engine.audit_for_run(&context),
+            run_key,
+            agent_key: Arc::from(crate::state::agent_scope(&context.agent_id)),
+            agent_user_key: Arc::from(crate::state::user_scope(&context.agent_id, enduser)),
+            audit,
             context: Arc::new(context),
             started_ms: now.timestamp_millis(),
             aborted: AtomicBool::new(false),
@@ -183,8 +188,38 @@ impl Run {
             let body = Body::RunStarted(run.shared.context.clone());
             run.engine
                 .emit_body(&run.shared, EventKind::RunStarted, body, now);
+            for message in chain_problems {
+                run.emit(EventKind::Error, obj(json!({ "message": message })), now);
+            }
         }
         run
+    }
+
+    /// Leaves the run open for another process (or a later [`start_run`] of the same id on
+    /// this engine) to continue: what is left is written to the state store, the audit trail
+    /// is flushed and the run's chain head is written where the next holder reads it (design
+    /// §8); no `run.ended` is written and the run's state stays. The handle does nothing more
+    /// afterwards (as after [`end`](Run::end)). A fork found now (another holder claimed the
+    /// run meanwhile) is an `error` event.
+    ///
+    /// [`start_run`]: super::GovernanceEngine::start_run
+    pub async fn leave(&self) {
+        if self.shared.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(store) = self.engine.shared.clone() {
+            let now = self.engine.clock.now();
+            self.settle_shared(&*store, Default::default(), now, "")
+                .await;
+        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.shared.context, "open")
+        });
+        if self.engine.audit_enabled() {
+            self.engine.await_background(&self.shared).await;
+            self.engine.leave_chain(&self.shared, false).await;
+            self.engine.flush_run_audit(&self.shared).await;
+        }
     }
 
     /// The run's context.
@@ -525,6 +560,7 @@ impl Run {
                 // Slow run evaluations land after the signed `run.ended`: sign them too.
                 self.engine.emit_closing_checkpoint(&self.shared);
             }
+            self.engine.leave_chain(&self.shared, true).await;
             self.engine.flush_run_audit(&self.shared).await;
         }
     }

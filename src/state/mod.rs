@@ -18,7 +18,7 @@ mod window;
 use std::sync::Arc;
 
 pub use memory::MemoryStateStore;
-pub use shared::{SharedStateError, SharedStateStore, StateSnapshot};
+pub use shared::{ChainClaim, ChainHead, SharedStateError, SharedStateStore, StateSnapshot};
 pub use window::{SlidingWindow, WindowStats};
 
 /// Identifies one counter or metric window.
@@ -26,8 +26,25 @@ pub use window::{SlidingWindow, WindowStats};
 pub struct StateKey {
     /// Stable identity of the counter or tracker definition.
     pub slot: u64,
-    /// The scope instance: run id, agent id, or `agent\u{1f}enduser`.
+    /// The scope instance: [`run_scope`], [`agent_scope`] or [`user_scope`].
     pub scope: Arc<str>,
+}
+
+/// The scope string of a run's own state. Injective: every component but the last is
+/// length-prefixed, so no choice of ids (separators, NUL, U+001F included) makes two
+/// (agent, run) pairs share it.
+pub fn run_scope(agent: &str, run_id: &str) -> String {
+    format!("run\u{1f}{}:{agent}{run_id}", agent.len())
+}
+
+/// The scope string of an agent's state.
+pub fn agent_scope(agent: &str) -> String {
+    format!("agent\u{1f}{agent}")
+}
+
+/// The scope string of an (agent, end user) pair's state, injective as [`run_scope`] is.
+pub fn user_scope(agent: &str, enduser: &str) -> String {
+    format!("user\u{1f}{}:{agent}{enduser}", agent.len())
 }
 
 impl PartialEq for StateKey {

@@ -157,6 +157,27 @@ pub fn parse_history_entry(entry: &str) -> (&str, Vec<String>) {
     (name, parts.map(str::to_string).collect())
 }
 
+/// Where a run's audit chain stands in the store: the `seq` its next event gets and the hash
+/// of its last event (design §8: a run continued in another process continues its chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    /// The `seq` of the run's next event.
+    pub next_seq: u64,
+    /// The hash of the run's last event.
+    pub last_hash: String,
+}
+
+/// The answer to [`SharedStateStore::claim_chain`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainClaim {
+    /// The head a process that left the run wrote (`None`: a new run, or one whose previous
+    /// holder never left it).
+    pub head: Option<ChainHead>,
+    /// Another holder had claimed the run's chain and not left it: two processes are
+    /// appending to one run at once (a fork), or the other one stopped without leaving.
+    pub held_elsewhere: bool,
+}
+
 /// A state store shared by processes. Every call is bounded by the store's own timeout and
 /// returns an error rather than waiting longer.
 #[async_trait]
@@ -180,6 +201,30 @@ pub trait SharedStateStore: Send + Sync + std::fmt::Debug + 'static {
         run_id: &str,
         scoped: &[StateKey],
     ) -> Result<(), SharedStateError>;
+
+    /// Claims run `run_id`'s audit chain for `owner` (a token unique to this run handle) and
+    /// answers where it stands. The default (a store without chains) answers a fresh chain.
+    async fn claim_chain(
+        &self,
+        _agent: &str,
+        _run_id: &str,
+        _owner: &str,
+    ) -> Result<ChainClaim, SharedStateError> {
+        Ok(ChainClaim::default())
+    }
+
+    /// Leaves run `run_id`'s chain at `head` (or forgets it, `head` `None`: the run ended).
+    /// Answers `false` when `owner` no longer holds it (another process claimed it meanwhile:
+    /// a fork); the head is then not written.
+    async fn leave_chain(
+        &self,
+        _agent: &str,
+        _run_id: &str,
+        _owner: &str,
+        _head: Option<&ChainHead>,
+    ) -> Result<bool, SharedStateError> {
+        Ok(true)
+    }
 
     /// How many requests the store has sent (each one round trip), for tests and benchmarks.
     fn round_trips(&self) -> u64 {

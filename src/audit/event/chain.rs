@@ -100,6 +100,17 @@ impl RunChain {
         }
     }
 
+    /// Continues this (new) chain where another holder left the run: the next sealed event
+    /// gets `next_seq` and `prevHash` `last_hash` (design §8, a run continued in another
+    /// process).
+    pub fn continue_at(mut self, next_seq: u64, last_hash: &str) -> RunChain {
+        self.next_seq = next_seq;
+        self.last_hash = Some(HashText::new(last_hash));
+        self.last_hash_plain =
+            !last_hash.is_empty() && last_hash.bytes().all(|b| b.is_ascii_hexdigit());
+        self
+    }
+
     /// The run id.
     pub fn run_id(&self) -> &str {
         self.ids.run_id()

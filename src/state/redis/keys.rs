@@ -1,4 +1,9 @@
 //! Key layout: `<prefix>:{<agentId>}:<kind>:…`, the agent id as Redis Cluster hash tag.
+//!
+//! Injective: the agent id is escaped inside the tag (`%`, `{`, `}`), and a scope or run id
+//! at the end of a key is escaped so that it never contains `|` (`%` → `%25`, `|` → `%7C`):
+//! the scripts derive a window's companion keys by appending `|v` and `|a`, so an id ending in
+//! `|a` must not turn one user's window into another's sum.
 
 /// Builds this store's keys.
 #[derive(Debug, Clone)]
@@ -13,6 +18,8 @@ pub struct RunKeys {
     pub history: String,
     /// The run's flags (a hash: `paused`, `aborted`).
     pub flags: String,
+    /// The run's audit chain head (a hash: `seq`, `hash`, `owner`).
+    pub chain: String,
 }
 
 /// `{` and `}` would end the hash tag early and `%` is the escape itself.
@@ -31,6 +38,22 @@ fn tag(agent: &str) -> String {
     s
 }
 
+/// `id` with `%` and `|` escaped (see the module's doc).
+fn tail(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains(['%', '|']) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut s = String::with_capacity(id.len() + 8);
+    for ch in id.chars() {
+        match ch {
+            '%' => s.push_str("%25"),
+            '|' => s.push_str("%7C"),
+            c => s.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(s)
+}
+
 impl Keys {
     /// Keys under `prefix`.
     pub fn new(prefix: &str) -> Self {
@@ -41,20 +64,32 @@ impl Keys {
 
     /// A `maxCalls` counter: `slot` identifies its definition, `scope` the run / agent / user.
     pub fn counter(&self, agent: &str, slot: u64, scope: &str) -> String {
-        format!("{}:{}:c:{slot:016x}:{scope}", self.prefix, tag(agent))
+        format!(
+            "{}:{}:c:{slot:016x}:{}",
+            self.prefix,
+            tag(agent),
+            tail(scope)
+        )
     }
 
     /// A metric window.
     pub fn window(&self, agent: &str, slot: u64, scope: &str) -> String {
-        format!("{}:{}:w:{slot:016x}:{scope}", self.prefix, tag(agent))
+        format!(
+            "{}:{}:w:{slot:016x}:{}",
+            self.prefix,
+            tag(agent),
+            tail(scope)
+        )
     }
 
     /// A run's history and flags.
     pub fn run(&self, agent: &str, run_id: &str) -> RunKeys {
         let t = tag(agent);
+        let run_id = tail(run_id);
         RunKeys {
             history: format!("{}:{t}:h:{run_id}", self.prefix),
             flags: format!("{}:{t}:f:{run_id}", self.prefix),
+            chain: format!("{}:{t}:a:{run_id}", self.prefix),
         }
     }
 }
@@ -69,5 +104,10 @@ mod tests {
         assert_eq!(k.counter("a", 1, "r"), "tg:{a}:c:0000000000000001:r");
         assert_eq!(k.run("x}y", "r1").history, "tg:{x%7Dy}:h:r1");
         assert_ne!(k.counter("a%7D", 1, "r"), k.counter("a}", 1, "r"));
+        assert_eq!(k.window("a", 1, "u|a"), "tg:{a}:w:0000000000000001:u%7Ca");
+        assert_ne!(
+            k.window("a", 1, "u|a"),
+            format!("{}|a", k.window("a", 1, "u"))
+        );
     }
 }

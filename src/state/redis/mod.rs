@@ -435,6 +435,52 @@ impl RedisStateStore {
     }
 }
 
+impl RedisStateStore {
+    /// Claims a run's audit chain for `owner`; answers the head a process that left the run
+    /// wrote, and whether another owner held it (see [`SharedStateStore::claim_chain`](crate::state::SharedStateStore::claim_chain)).
+    pub async fn claim_chain(
+        &self,
+        run: &keys::RunKeys,
+        owner: &str,
+    ) -> Result<crate::state::ChainClaim, RedisStateError> {
+        let mut inv = self.inner.scripts.claim_chain.prepare_invoke();
+        inv.key(&run.chain).arg(owner).arg(self.ttl_ms());
+        let (seq, hash, held): (String, String, String) = self.run("claim_chain", inv).await?;
+        let head = match (seq.is_empty(), hash.is_empty()) {
+            (false, false) => Some(crate::state::ChainHead {
+                next_seq: seq
+                    .parse()
+                    .map_err(|_| self.reply_err("claim_chain", format!("seq {seq:?}")))?,
+                last_hash: hash,
+            }),
+            _ => None,
+        };
+        Ok(crate::state::ChainClaim {
+            head,
+            held_elsewhere: !held.is_empty() && held != owner,
+        })
+    }
+
+    /// Leaves a run's audit chain at `head`, or forgets it (`None`); `false` when `owner` no
+    /// longer holds it.
+    pub async fn leave_chain(
+        &self,
+        run: &keys::RunKeys,
+        owner: &str,
+        head: Option<&crate::state::ChainHead>,
+    ) -> Result<bool, RedisStateError> {
+        let mut inv = self.inner.scripts.leave_chain.prepare_invoke();
+        inv.key(&run.chain)
+            .arg(owner)
+            .arg(self.ttl_ms())
+            .arg(head.map_or(0, |h| h.next_seq))
+            .arg(head.map_or("", |h| h.last_hash.as_str()))
+            .arg(u8::from(head.is_none()));
+        let ok: i64 = self.run("leave_chain", inv).await?;
+        Ok(ok == 1)
+    }
+}
+
 /// A run flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunFlag {

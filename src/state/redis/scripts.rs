@@ -182,12 +182,34 @@ for i = 1, #KEYS do redis.call('DEL', KEYS[i], KEYS[i] .. '|v', KEYS[i] .. '|a')
 return 1
 "#;
 
+/// KEYS: the run's chain head; ARGV: owner, ttl. Claims the chain for `owner` and answers
+/// the head as it was: `{seq or '', hash or '', previous owner or ''}`.
+const CLAIM_CHAIN: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'seq', 'hash', 'owner')
+redis.call('HSET', KEYS[1], 'owner', ARGV[1]); redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {h[1] or '', h[2] or '', h[3] or ''}
+"#;
+
+/// KEYS: the run's chain head; ARGV: owner, ttl, seq, hash, forget. Only the owner leaves a
+/// chain (0: another process claimed it meanwhile, a fork); it writes the head and gives the
+/// chain up, or forgets it (the run ended).
+const LEAVE_CHAIN: &str = r#"
+local cur = redis.call('HGET', KEYS[1], 'owner')
+if cur and cur ~= ARGV[1] then return 0 end
+if ARGV[5] == '1' then redis.call('DEL', KEYS[1]); return 1 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'hash', ARGV[4], 'owner', '')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
 pub(super) struct Scripts {
     pub reserve: Script,
     pub commit: Script,
     pub release: Script,
     pub flag: Script,
     pub forget: Script,
+    pub claim_chain: Script,
+    pub leave_chain: Script,
 }
 
 impl Scripts {
@@ -198,6 +220,8 @@ impl Scripts {
             release: Script::new(RELEASE),
             flag: Script::new(FLAG),
             forget: Script::new(FORGET),
+            claim_chain: Script::new(CLAIM_CHAIN),
+            leave_chain: Script::new(LEAVE_CHAIN),
         }
     }
 }

@@ -8,10 +8,10 @@ use super::{
     Commit, CounterSpec, RedisConfig, RedisPermit, RedisStateError, RedisStateStore,
     ReserveRequest, WindowSpec,
 };
-use crate::state::StateKey;
 use crate::state::shared::{
     Settlement, SharedPermit, SharedStateError, SharedStateStore, StateRequest, StateSnapshot,
 };
+use crate::state::{ChainClaim, ChainHead, StateKey};
 
 fn secs_ms(s: u64) -> i64 {
     i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
@@ -141,6 +141,31 @@ impl SharedStateStore for RedisStateStore {
             .map_err(err)
     }
 
+    async fn claim_chain(
+        &self,
+        agent: &str,
+        run_id: &str,
+        owner: &str,
+    ) -> Result<ChainClaim, SharedStateError> {
+        let run = self.keys().run(agent, run_id);
+        RedisStateStore::claim_chain(self, &run, owner)
+            .await
+            .map_err(err)
+    }
+
+    async fn leave_chain(
+        &self,
+        agent: &str,
+        run_id: &str,
+        owner: &str,
+        head: Option<&ChainHead>,
+    ) -> Result<bool, SharedStateError> {
+        let run = self.keys().run(agent, run_id);
+        RedisStateStore::leave_chain(self, &run, owner, head)
+            .await
+            .map_err(err)
+    }
+
     fn round_trips(&self) -> u64 {
         RedisStateStore::round_trips(self)
     }
@@ -206,6 +231,25 @@ impl SharedStateStore for LazyRedisStore {
         scoped: &[StateKey],
     ) -> Result<(), SharedStateError> {
         SharedStateStore::end_run(self.get().await?, agent, run_id, scoped).await
+    }
+
+    async fn claim_chain(
+        &self,
+        agent: &str,
+        run_id: &str,
+        owner: &str,
+    ) -> Result<ChainClaim, SharedStateError> {
+        SharedStateStore::claim_chain(self.get().await?, agent, run_id, owner).await
+    }
+
+    async fn leave_chain(
+        &self,
+        agent: &str,
+        run_id: &str,
+        owner: &str,
+        head: Option<&ChainHead>,
+    ) -> Result<bool, SharedStateError> {
+        SharedStateStore::leave_chain(self.get().await?, agent, run_id, owner, head).await
     }
 
     fn round_trips(&self) -> u64 {
