@@ -142,7 +142,7 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             }
         }
         builder = builder.failure_mode(args.failure_mode.into());
-        builder = match args.state.apply(builder) {
+        builder = match args.state.apply(builder, args.failure_mode) {
             Ok(b) => b,
             Err(e) => return fail(e),
         };

@@ -164,7 +164,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
         builder = super::otel::register(builder, &otel);
         builder = builder.failure_mode(args.failure_mode.into());
-        builder = match args.state.apply(builder) {
+        builder = match args.state.apply(builder, args.failure_mode) {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -77,9 +77,11 @@ impl StateArgs {
     ) -> Result<crate::state::redis::RedisReviewStore, String> {
         let store =
             crate::state::redis::RedisReviewStore::new(config).map_err(|e| e.to_string())?;
-        // The first connection may need longer than a per-call limit of a few ms.
+        // The first connection may need longer than a per-call limit of a few ms: one connect
+        // (at most 1 s, as the engine's first connection), then the PING within that limit.
+        // A server that accepts and never answers is no different from one that refuses.
         let mut probe = config.clone();
-        probe.timeout = probe.timeout.max(std::time::Duration::from_secs(2));
+        probe.timeout = probe.timeout.max(std::time::Duration::from_secs(1));
         crate::state::redis::RedisReviewStore::new(&probe)
             .and_then(|p| p.ping())
             .map_err(|e| format!("--state: cannot reach Redis: {e}"))?;
@@ -87,20 +89,39 @@ impl StateArgs {
     }
 
     /// Puts the engine's state and reviews on Redis when `--state` is given; otherwise leaves
-    /// the builder as it is. The server must answer now.
-    pub fn apply(&self, builder: EngineBuilder) -> Result<EngineBuilder, String> {
+    /// the builder as it is. Reaching the server is bounded (one connect and the store
+    /// timeout); when it does not answer, `closed` refuses to start (the error names the
+    /// server without its password), `open` starts anyway with a warning: decisions are then
+    /// allowed with an `error` event each until the server answers (design §8).
+    pub fn apply(&self, builder: EngineBuilder, mode: FailureArg) -> Result<EngineBuilder, String> {
         #[cfg(feature = "redis")]
         {
             let Some(config) = self.redis()? else {
                 return Ok(builder);
             };
-            let reviews = Self::review_store(&config)?;
+            let reviews = match (Self::review_store(&config), mode) {
+                (Ok(r), _) => r,
+                (Err(e), FailureArg::Closed) => {
+                    return Err(format!(
+                        "{e} (with --failure-mode open the process would start and allow calls)"
+                    ));
+                }
+                (Err(e), FailureArg::Open) => {
+                    eprintln!(
+                        "warning: {e}; starting anyway (--failure-mode open): calls are allowed \
+                         and each writes an error event until Redis answers"
+                    );
+                    crate::state::redis::RedisReviewStore::new(&config)
+                        .map_err(|e| e.to_string())?
+                }
+            };
             Ok(builder
                 .redis_state(config)
                 .review_store(std::sync::Arc::new(reviews)))
         }
         #[cfg(not(feature = "redis"))]
         {
+            let _ = mode;
             if self.state.is_some() {
                 return Err("--state needs toolgate built with the `redis` feature".into());
             }

@@ -54,6 +54,11 @@ impl OwnRedis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Its process id (to freeze it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops it (kill, then wait for the process).
     pub fn stop(&mut self) {
         let _ = self.child.kill();

@@ -61,6 +61,8 @@ pub struct RedisReviewStore {
     insert: redis::Script,
     cas: redis::Script,
     con: Mutex<Option<redis::Connection>>,
+    /// A connection attempt still under way (see [`connect`](Self::connect)).
+    connecting: Mutex<Option<std::sync::mpsc::Receiver<redis::RedisResult<redis::Connection>>>>,
 }
 
 impl std::fmt::Debug for RedisReviewStore {
@@ -89,6 +91,7 @@ impl RedisReviewStore {
             insert: redis::Script::new(INSERT),
             cas: redis::Script::new(COMPARE_AND_SET),
             con: Mutex::new(None),
+            connecting: Mutex::new(None),
         })
     }
 
@@ -112,10 +115,7 @@ impl RedisReviewStore {
     ) -> Result<T, ReviewError> {
         let mut guard = self.con.lock();
         if guard.is_none() {
-            let con = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .map_err(|e| self.error(e))?;
+            let con = self.connect()?;
             con.set_read_timeout(Some(self.timeout))
                 .and_then(|_| con.set_write_timeout(Some(self.timeout)))
                 .map_err(|e| self.error(e))?;
@@ -130,6 +130,37 @@ impl RedisReviewStore {
                 *guard = None;
                 Err(self.error(e))
             }
+        }
+    }
+
+    /// A new connection within the timeout. The client's own connect bounds only the TCP
+    /// connect: its set-up commands wait for ever on a server that accepts and never answers.
+    /// So the connect runs on a thread of its own, awaited for the timeout; an attempt that
+    /// has not finished is taken up again by the next call (never more than one at a time).
+    fn connect(&self) -> Result<redis::Connection, ReviewError> {
+        use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+        let mut connecting = self.connecting.lock();
+        let rx = match connecting.take() {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = sync_channel(1);
+                let (client, timeout) = (self.client.clone(), self.timeout);
+                std::thread::Builder::new()
+                    .name("toolgate-redis-connect".into())
+                    .spawn(move || {
+                        let _ = tx.send(client.get_connection_with_timeout(timeout));
+                    })
+                    .map_err(|e| self.error(e))?;
+                rx
+            }
+        };
+        match rx.recv_timeout(self.timeout) {
+            Ok(r) => r.map_err(|e| self.error(e)),
+            Err(RecvTimeoutError::Timeout) => {
+                *connecting = Some(rx);
+                Err(self.error(format!("no answer within {} ms", self.timeout.as_millis())))
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.error("connecting failed")),
         }
     }
 

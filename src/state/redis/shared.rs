@@ -177,6 +177,8 @@ impl SharedStateStore for RedisStateStore {
 pub struct LazyRedisStore {
     config: RedisConfig,
     store: OnceCell<RedisStateStore>,
+    /// Whether a first connection was tried (it may take up to 1 s; later tries, the timeout).
+    tried: std::sync::atomic::AtomicBool,
 }
 
 impl LazyRedisStore {
@@ -185,12 +187,20 @@ impl LazyRedisStore {
         LazyRedisStore {
             config,
             store: OnceCell::new(),
+            tried: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// The connected store, connecting first if needed (within the configured timeout).
+    /// The connected store, connecting first if needed: the first time within one connect
+    /// (the timeout, at least 1 s), later within the configured timeout, so a server that is
+    /// down or accepts and never answers costs a decision no more than the timeout.
     pub async fn get(&self) -> Result<&RedisStateStore, SharedStateError> {
-        let timeout = self.config.timeout;
+        let first = !self.tried.swap(true, std::sync::atomic::Ordering::Relaxed);
+        let timeout = if first {
+            self.config.timeout.max(std::time::Duration::from_secs(1))
+        } else {
+            self.config.timeout
+        };
         self.store
             .get_or_try_init(|| async {
                 match tokio::time::timeout(timeout, RedisStateStore::connect(self.config.clone()))
