@@ -96,6 +96,22 @@ pub enum RedisStateError {
         /// What failed.
         message: String,
     },
+    /// Redis lost toolgate's state (see [`RedisStateStore::epoch_key`]).
+    #[error(
+        "redis state store {url}: Redis lost toolgate's state ({key} is gone or changed: \
+         eviction under maxmemory, FLUSHALL, or a restart without persistence); counters and \
+         windows restarted from what Redis holds now{}. Run Redis with \
+         maxmemory-policy noeviction and persistence (docs/operations-redis.md)",
+        if *adopted { "" } else { " (the new epoch could not be read yet)" }
+    )]
+    StateLost {
+        /// The URL, password redacted.
+        url: String,
+        /// The epoch key.
+        key: String,
+        /// Whether the process adopted the new epoch (its next decisions go on).
+        adopted: bool,
+    },
     /// The server's answer did not have the expected shape.
     #[error("redis state store {url}: {op}: unexpected reply: {message}")]
     Reply {
@@ -205,6 +221,8 @@ struct Inner {
     scripts: scripts::Scripts,
     round_trips: AtomicU64,
     nonce: AtomicU64,
+    /// The prefix's epoch as this process knows it (see [`RedisStateStore::epoch_key`]).
+    epoch: parking_lot::Mutex<Arc<str>>,
 }
 
 impl std::fmt::Debug for RedisStateStore {
@@ -237,16 +255,41 @@ impl RedisStateStore {
                 .map_err(|e| err(e.to_string()))?;
         let keys = Keys::new(&config.prefix);
         let seed = rand::random::<u64>();
-        Ok(RedisStateStore {
+        let store = RedisStateStore {
             inner: Arc::new(Inner {
                 conn,
                 keys,
                 scripts: scripts::Scripts::new(),
                 round_trips: AtomicU64::new(0),
                 nonce: AtomicU64::new(seed),
+                epoch: parking_lot::Mutex::new(Arc::from("")),
                 config,
             }),
-        })
+        };
+        store.read_epoch().await?;
+        Ok(store)
+    }
+
+    /// The key whose value, the *epoch*, every process reads at start and every reservation
+    /// checks: `<prefix>:epoch`. Redis losing toolgate's state (eviction under `maxmemory`,
+    /// FLUSHALL, a restart without persistence) takes it too, so a lost state is a store
+    /// failure (the decision follows the failure mode and writes an `error` event) instead of
+    /// counters silently starting from zero. The process then adopts the new epoch (its next
+    /// decisions go on, with the counters as Redis has them now). Not under an agent's hash
+    /// tag: every reservation reads it (toolgate talks to one Redis server, not a Cluster).
+    pub fn epoch_key(&self) -> String {
+        format!("{}:epoch", self.inner.config.prefix)
+    }
+
+    /// Reads the prefix's epoch (writing a new one when there is none) and adopts it.
+    async fn read_epoch(&self) -> Result<Arc<str>, RedisStateError> {
+        let mut inv = self.inner.scripts.epoch.prepare_invoke();
+        inv.key(self.epoch_key())
+            .arg(uuid::Uuid::now_v7().simple().to_string());
+        let e: String = self.run("epoch", inv).await?;
+        let e: Arc<str> = Arc::from(e);
+        *self.inner.epoch.lock() = e.clone();
+        Ok(e)
     }
 
     /// Key builder for this store's prefix.
@@ -342,7 +385,21 @@ impl RedisStateStore {
             inv.key(&w.key);
             inv.arg(w.window_ms);
         }
-        let raw: redis::Value = self.run("reserve", inv).await?;
+        let epoch = self.inner.epoch.lock().clone();
+        inv.key(self.epoch_key()).arg(&*epoch);
+        let raw: redis::Value = match self.run("reserve", inv).await {
+            Err(RedisStateError::Command { message, .. })
+                if message.contains("TOOLGATE_STATE_LOST") =>
+            {
+                let adopted = self.read_epoch().await.is_ok();
+                return Err(RedisStateError::StateLost {
+                    url: redact_url(&self.inner.config.url),
+                    key: self.epoch_key(),
+                    adopted,
+                });
+            }
+            r => r?,
+        };
         scripts::parse_reserve(raw, req, members).map_err(|m| self.reply_err("reserve", m))
     }
 

@@ -61,12 +61,18 @@ local function record(k, now, w, member, ttl)
 end
 "#;
 
-/// KEYS: flags, history, counters…, windows…
+/// KEYS: flags, history, counters…, windows…, and last the prefix's epoch key.
 /// ARGV: now, ttl, #counters, #windows, has_run, resume, then per counter (max, window_ms or
-/// -1, reserve, expires, member), then per window (window_ms).
+/// -1, reserve, expires, member), then per window (window_ms), and last the epoch this process
+/// read at start. An epoch key that is gone or changed means Redis lost toolgate's state
+/// (eviction, FLUSHALL, a restart without persistence): nothing is read or reserved and the
+/// reply is an error starting with `TOOLGATE_STATE_LOST`.
 /// Windows drop entries with `t ≤ now − w` first, so what is left is `(now − w, now]`. An
 /// aborted run takes no slot.
 const RESERVE: &str = r#"
+if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then
+  return redis.error_reply('TOOLGATE_STATE_LOST')
+end
 local now = tonumber(ARGV[1]); local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[3]); local m = tonumber(ARGV[4])
 local paused, aborted, hist = 0, 0, {}
@@ -202,6 +208,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#;
 
+/// KEYS: the prefix's epoch key; ARGV: a new epoch. Writes it unless one is there; answers
+/// the one that is.
+const EPOCH: &str = r#"
+local e = redis.call('GET', KEYS[1])
+if e then return e end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"#;
+
 pub(super) struct Scripts {
     pub reserve: Script,
     pub commit: Script,
@@ -209,6 +224,7 @@ pub(super) struct Scripts {
     pub flag: Script,
     pub forget: Script,
     pub claim_chain: Script,
+    pub epoch: Script,
     pub leave_chain: Script,
 }
 
@@ -221,6 +237,7 @@ impl Scripts {
             flag: Script::new(FLAG),
             forget: Script::new(FORGET),
             claim_chain: Script::new(CLAIM_CHAIN),
+            epoch: Script::new(EPOCH),
             leave_chain: Script::new(LEAVE_CHAIN),
         }
     }
