@@ -127,3 +127,68 @@ async fn redis_restarted_without_persistence_is_a_store_failure() {
     })
     .await;
 }
+
+/// Blocks once the (agent, end user)'s summed call duration in the last hour passes 1 s.
+const USER_WINDOW: &str = r#"[
+  {"id": "slow-user", "name": "slow user", "priority": 1, "enabled": true,
+   "selector": {"phase": "tool.before", "tool": {}},
+   "condition": {"kind": "metricWindow", "scope": "agent_user", "metric": {"kind": "inbuilt", "key": "duration_ms"},
+                 "aggregate": "sum", "windowSeconds": 3600, "op": "gt", "value": 1000},
+   "effect": {"type": "block"}}
+]"#;
+
+async fn call_and_result(run: &toolgate::engine::Run, id: &str) -> toolgate::engine::Decision {
+    let d = run.before_tool(call(id, "search", json!({}))).await;
+    if d.is_allowed() {
+        run.after_tool(
+            id,
+            toolgate::engine::ToolOutcome::ok(json!(1), Duration::from_millis(5)),
+        )
+        .await;
+    }
+    d
+}
+
+/// Regression (issue 22, point 4): the end user `u|a`'s metric window was the key of user
+/// `u`'s running sum (`K|a`), so `u|a` calling first locked `u` out under fail-closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_user_id_ending_in_a_pipe_suffix_does_not_alias_another_users_window() {
+    let Some(url) = url() else { return };
+    let sink = Arc::new(MemorySink::new());
+    let engine = engine(USER_WINDOW, config(&url, "alias"), &sink);
+    for user in ["u|a", "u|v"] {
+        let attacker = engine.start_run(ctx_user(&format!("run-{user}"), "agent", user, &[]));
+        assert!(call_and_result(&attacker, "a1").await.is_allowed());
+    }
+    let victim = engine.start_run(ctx_user("run-u", "agent", "u", &[]));
+    for i in 0..3 {
+        let d = call_and_result(&victim, &format!("v{i}")).await;
+        assert!(d.is_allowed(), "the victim is not locked out: {d:?}");
+    }
+    let errors = error_messages(&engine, &sink).await;
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// At most one call per (agent, end user).
+const ONE_PER_USER: &str = r#"[
+  {"id": "once", "name": "once", "priority": 1, "enabled": true,
+   "selector": {"phase": "tool.before", "tool": {}},
+   "condition": {"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]}, "max": 1, "per": "agent_user"},
+   "effect": {"type": "block"}}
+]"#;
+
+/// Regression (issue 22, point 4): on the memory store, agent `a␟b` with user `c` and agent
+/// `a` with user `b␟c` shared one `maxCalls` counter.
+#[tokio::test]
+async fn ids_with_the_unit_separator_do_not_share_a_memory_counter() {
+    let engine = common::engine(ONE_PER_USER, &clock());
+    let one = engine.start_run(ctx_user("r1", "a\u{1f}b", "c", &[]));
+    let two = engine.start_run(ctx_user("r2", "a", "b\u{1f}c", &[]));
+    assert!(
+        one.before_tool(call("c1", "t", json!({})))
+            .await
+            .is_allowed()
+    );
+    let d = two.before_tool(call("c2", "t", json!({}))).await;
+    assert!(d.is_allowed(), "another (agent, user) pair: {d:?}");
+}
