@@ -192,3 +192,144 @@ async fn ids_with_the_unit_separator_do_not_share_a_memory_counter() {
     let d = two.before_tool(call("c2", "t", json!({}))).await;
     assert!(d.is_allowed(), "another (agent, user) pair: {d:?}");
 }
+
+fn review(i: usize) -> toolgate::engine::Review {
+    toolgate::engine::Review {
+        id: uuid::Uuid::now_v7().to_string(),
+        fingerprint: format!("fp-{i:08}"),
+        status: toolgate::engine::ReviewStatus::Pending,
+        agent_id: "agent".into(),
+        rule_id: "rule".into(),
+        tool_name: "pay".into(),
+        args: json!({"n": i}),
+        enduser_id: None,
+        run_id: "r".into(),
+        call_id: format!("c{i}"),
+        reason: None,
+        created_at: chrono::Utc::now(),
+        decided_at: None,
+        expires_at: None,
+    }
+}
+
+/// Stores `n` reviews under `cfg` from 8 threads (each its own connection); returns one id.
+fn fill_reviews(cfg: &RedisConfig, n: usize) -> String {
+    use toolgate::engine::ReviewStore;
+    let threads = 8;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let mut cfg = cfg.clone();
+            cfg.timeout = Duration::from_secs(5);
+            std::thread::spawn(move || {
+                let store = toolgate::state::redis::RedisReviewStore::new(&cfg).expect("store");
+                let mut last = String::new();
+                for i in (t..n).step_by(threads) {
+                    last = store.insert_if_absent(review(i)).id;
+                }
+                last
+            })
+        })
+        .collect();
+    let ids: Vec<String> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
+    ids[0].clone()
+}
+
+fn toolgate_review(url: &str, prefix: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("review")
+        .args(args)
+        .args(["--state", url, "--state-prefix", prefix])
+        .output()
+        .expect("toolgate runs")
+}
+
+/// Regression (issue 22, point 5): with 100,000 reviews on Redis, `review approve` and
+/// `review list` work at the default timeout (50 ms per call): approving reads one review,
+/// listing goes page by page.
+#[test]
+fn approve_and_list_work_with_a_hundred_thousand_reviews() {
+    let Some(url) = url() else { return };
+    let n = 100_000;
+    let cfg = config(&url, "reviews-100k");
+    let id = fill_reviews(&cfg, n);
+    let approve = toolgate_review(&url, &cfg.prefix, &["approve", &id]);
+    assert!(approve.status.success(), "{approve:?}");
+    assert!(String::from_utf8_lossy(&approve.stdout).contains("approved"));
+    let list = toolgate_review(&url, &cfg.prefix, &["list"]);
+    assert!(
+        list.status.success(),
+        "{:?}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let lines = String::from_utf8_lossy(&list.stdout).lines().count();
+    assert_eq!(
+        lines,
+        n - 1,
+        "every pending review, the approved one left out"
+    );
+    let all = toolgate_review(&url, &cfg.prefix, &["list", "--all"]);
+    assert!(
+        all.status.success(),
+        "{:?}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&all.stdout).lines().count(), n);
+    // Clean up the shared server (only this test's keys).
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut con = client.get_connection().expect("redis");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", cfg.prefix))
+        .query(&mut con)
+        .unwrap_or_default();
+    for chunk in keys.chunks(1000) {
+        let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut con);
+    }
+}
+
+/// Regression (issue 22, point 5): every write refreshed one hash's TTL, so decided reviews
+/// never expired. Now each review expires on its own: a decided one after the retention
+/// period (7 days), a pending one 30 days after it was raised, whatever else is written.
+#[test]
+fn each_review_expires_on_its_own() {
+    use toolgate::engine::ReviewStore;
+    use toolgate::state::redis::{DECIDED_RETENTION_SECS, PENDING_TTL_SECS, RedisReviewStore};
+    let Some(url) = url() else { return };
+    let cfg = config(&url, "reviews-ttl");
+    let store = RedisReviewStore::new(&cfg).expect("store");
+    let decided = store.insert_if_absent(review(1));
+    let pending = store.insert_if_absent(review(2));
+    store
+        .decide(
+            &decided.id,
+            toolgate::engine::ReviewStatus::Denied,
+            chrono::Utc::now(),
+        )
+        .expect("deny");
+    for i in 3..20 {
+        store.insert_if_absent(review(i));
+    }
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut con = client.get_connection().expect("redis");
+    let mut ttl = |key: String| -> i64 { redis::cmd("TTL").arg(key).query(&mut con).expect("TTL") };
+    let base = format!("{}:{{reviews}}:", cfg.prefix);
+    let t_decided = ttl(format!("{base}r:{}", decided.id));
+    let t_pending = ttl(format!("{base}r:{}", pending.id));
+    let retention = i64::try_from(DECIDED_RETENTION_SECS).expect("secs");
+    let pending_ttl = i64::try_from(PENDING_TTL_SECS).expect("secs");
+    assert!(
+        t_decided > 0 && t_decided <= retention,
+        "the decided review goes after the retention period: TTL {t_decided}"
+    );
+    assert!(
+        t_pending > retention && t_pending <= pending_ttl,
+        "the pending review keeps its own TTL: {t_pending}"
+    );
+    let t_fp = ttl(format!("{base}fp:{}", decided.fingerprint));
+    assert!(
+        t_fp > 0 && t_fp <= retention,
+        "its fingerprint goes with it: {t_fp}"
+    );
+}

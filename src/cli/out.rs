@@ -21,6 +21,11 @@ pub fn line(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Whether stdout failed (the reader went away): nothing more is written.
+pub fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
 /// Whether `e` came from writing to stdout; records it (quietly for a broken pipe).
 pub fn failed(e: &std::io::Error) {
     if !CLOSED.swap(true, Ordering::Relaxed) && e.kind() != std::io::ErrorKind::BrokenPipe {

@@ -4,21 +4,50 @@ use std::process::ExitCode;
 
 use crate::engine::{FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore};
 
-/// A review store that can say why it could not list its reviews.
+/// A review store that can say why it could not list its reviews, and lists them page by
+/// page (`each` is given each page in turn, and stops the listing by answering `false`).
 trait Store: ReviewStore {
-    fn try_list(&self) -> Result<Vec<Review>, ReviewError>;
+    fn each_page(
+        &self,
+        pending: bool,
+        each: &mut dyn FnMut(Vec<Review>) -> bool,
+    ) -> Result<(), ReviewError>;
 }
 
 impl Store for FileReviewStore {
-    fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
-        FileReviewStore::try_list(self)
+    fn each_page(
+        &self,
+        pending: bool,
+        each: &mut dyn FnMut(Vec<Review>) -> bool,
+    ) -> Result<(), ReviewError> {
+        let all = FileReviewStore::try_list(self)?;
+        each(
+            all.into_iter()
+                .filter(|r| !pending || r.status == ReviewStatus::Pending)
+                .collect(),
+        );
+        Ok(())
     }
 }
 
 #[cfg(feature = "redis")]
 impl Store for crate::state::redis::RedisReviewStore {
-    fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
-        crate::state::redis::RedisReviewStore::try_list(self)
+    fn each_page(
+        &self,
+        pending: bool,
+        each: &mut dyn FnMut(Vec<Review>) -> bool,
+    ) -> Result<(), ReviewError> {
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.page(pending, after.as_deref(), crate::state::redis::REVIEW_PAGE)?;
+            if !each(page.reviews) {
+                return Ok(());
+            }
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(()),
+            }
+        }
     }
 }
 
@@ -100,6 +129,24 @@ pub enum ReviewAction {
     },
 }
 
+/// One line of `toolgate review list`.
+fn print_review(r: &Review) {
+    outln!(
+        "{}  {:<8}  agent={} rule={} tool={} user={} args={}{}",
+        r.id,
+        format!("{:?}", r.status).to_lowercase(),
+        r.agent_id,
+        r.rule_id,
+        r.tool_name,
+        r.enduser_id.as_deref().unwrap_or("-"),
+        serde_json::to_string(&r.args).unwrap_or_default(),
+        r.reason
+            .as_deref()
+            .map(|x| format!("  ({x})"))
+            .unwrap_or_default()
+    );
+}
+
 /// Runs `toolgate review`.
 pub fn run(args: ReviewArgs) -> ExitCode {
     let (store, place): (Box<dyn Store>, String) = match open(&args) {
@@ -112,45 +159,35 @@ pub fn run(args: ReviewArgs) -> ExitCode {
     let now = chrono::Utc::now();
     let (id, status) = match args.action {
         ReviewAction::List { all, json } => {
-            let reviews = match store.try_list() {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::FAILURE;
+            let mut collected: Vec<Review> = Vec::new();
+            let mut printed = 0usize;
+            let listed = store.each_page(!all, &mut |page| {
+                if json {
+                    collected.extend(page);
+                    return true;
                 }
-            };
-            let reviews: Vec<_> = reviews
-                .into_iter()
-                .filter(|r| all || r.status == ReviewStatus::Pending)
-                .collect();
+                for r in &page {
+                    print_review(r);
+                }
+                printed += page.len();
+                // A reader that went away (`| head`) wants no more pages.
+                !super::out::closed()
+            });
+            if let Err(e) = listed {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             if json {
                 outln!(
                     "{}",
-                    serde_json::to_string_pretty(&reviews).unwrap_or_default()
+                    serde_json::to_string_pretty(&collected).unwrap_or_default()
                 );
-            } else if reviews.is_empty() {
+            } else if printed == 0 {
                 outln!(
                     "no {}reviews in {}",
                     if all { "" } else { "pending " },
                     place
                 );
-            } else {
-                for r in &reviews {
-                    outln!(
-                        "{}  {:<8}  agent={} rule={} tool={} user={} args={}{}",
-                        r.id,
-                        format!("{:?}", r.status).to_lowercase(),
-                        r.agent_id,
-                        r.rule_id,
-                        r.tool_name,
-                        r.enduser_id.as_deref().unwrap_or("-"),
-                        serde_json::to_string(&r.args).unwrap_or_default(),
-                        r.reason
-                            .as_deref()
-                            .map(|x| format!("  ({x})"))
-                            .unwrap_or_default()
-                    );
-                }
             }
             return ExitCode::SUCCESS;
         }

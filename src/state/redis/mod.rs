@@ -23,7 +23,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 pub use keys::{Keys, RunKeys};
-pub use reviews::RedisReviewStore;
+pub use reviews::{
+    DECIDED_RETENTION_SECS, PAGE as REVIEW_PAGE, PENDING_TTL_SECS, RedisReviewStore, ReviewPage,
+};
 pub use shared::LazyRedisStore;
 pub use url::redact_url;
 

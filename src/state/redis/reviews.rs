@@ -2,12 +2,24 @@
 //! --state redis://…`, or another replica's engine) is seen by every engine at its next
 //! decision.
 //!
-//! Two hashes under one hash tag, so both live in one Redis Cluster slot:
-//! `<prefix>:{reviews}:by-fp` (fingerprint → the review as JSON) and
-//! `<prefix>:{reviews}:by-id` (review id → fingerprint). Inserting is one Lua script (a pending,
-//! approved or denied review for the same fingerprint wins, as in the memory store); deciding
-//! is a compare-and-set of the stored JSON (another script), retried when another process
-//! changed the review in between, so no decision is lost and none is applied twice.
+//! Each review is a key of its own, so each expires on its own, and nothing is ever read
+//! whole (operations-redis.md, "Reviews on Redis"). Under one hash tag (one Redis Cluster
+//! slot):
+//!
+//! * `<prefix>:{reviews}:r:<id>`: the review as JSON. It lives [`PENDING_TTL_SECS`] from its
+//!   creation while pending, and [`DECIDED_RETENTION_SECS`] from its decision once decided or
+//!   expired (a decision sets its TTL anew; no other review's write touches it).
+//! * `<prefix>:{reviews}:fp:<fingerprint>`: the id of the call's review, with the same TTL.
+//! * `<prefix>:{reviews}:ids` and `…:pending`: sorted sets of ids (all, pending), every score 0,
+//!   so ordered by id: review ids are UUID v7, so that is creation order. Listing pages through
+//!   them ([`RedisReviewStore::page`]); an id whose review expired is dropped from them when a
+//!   listing or a lookup meets it, and each insert drops up to two from the oldest end.
+//!
+//! Inserting is one Lua script (a pending, approved or denied review for the same fingerprint
+//! wins, as in the memory store); deciding reads the review by its id (O(1); a unique prefix of
+//! at least 8 characters is looked up in `ids` in O(log n)) and is a compare-and-set of its
+//! JSON (another script), retried when another process changed it in between, so no decision
+//! is lost and none is applied twice.
 //!
 //! [`ReviewStore`] is synchronous, so this store uses a blocking connection with the configured
 //! timeout on connect, read and write (default 50 ms): an engine asks it only on hitl
@@ -25,30 +37,82 @@ use super::RedisConfig;
 use super::url::{redact_url, scrub};
 use crate::engine::{Review, ReviewError, ReviewStatus, ReviewStore};
 
-/// How long the review hashes live after their last change.
-const REVIEW_TTL_SECS: u64 = 30 * 24 * 3600;
+/// How long a pending review is kept after its creation (30 days).
+pub const PENDING_TTL_SECS: u64 = 30 * 24 * 3600;
+/// How long a decided (approved, denied or expired) review is kept after its decision (7
+/// days): identical calls are decided by it meanwhile, then they ask again.
+pub const DECIDED_RETENTION_SECS: u64 = 7 * 24 * 3600;
 /// How many times a decision is retried when another process changes the review meanwhile.
 const DECIDE_ATTEMPTS: usize = 16;
+/// Reviews per page when listing them all.
+pub const PAGE: usize = 200;
 
+/// KEYS: fp key, ids, pending; ARGV: review key prefix, id, json, ttl.
 const INSERT: &str = r#"
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local cur = redis.call('GET', KEYS[1])
 if cur then
-  local ok, r = pcall(cjson.decode, cur)
-  if ok and type(r) == 'table' and r.status ~= 'expired' then return cur end
+  local text = redis.call('GET', ARGV[1] .. cur)
+  if text then
+    local ok, r = pcall(cjson.decode, text)
+    if ok and type(r) == 'table' and r.status ~= 'expired' then return text end
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', ARGV[1] .. ARGV[2], ARGV[3], 'EX', ARGV[4])
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[2])
+for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, 1)) do
+  if redis.call('EXISTS', ARGV[1] .. old) == 0 then
+    redis.call('ZREM', KEYS[2], old); redis.call('ZREM', KEYS[3], old)
+  end
+end
 return ARGV[3]
 "#;
 
+/// KEYS: fp key; ARGV: review key prefix. The review of a fingerprint, or nil.
+const GET_BY_FP: &str = r#"
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+return redis.call('GET', ARGV[1] .. id)
+"#;
+
+/// KEYS: review key, fp key, pending; ARGV: old json, new json, ttl, id.
 const COMPARE_AND_SET: &str = r#"
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if redis.call('GET', KEYS[2]) == ARGV[4] then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+redis.call('ZREM', KEYS[3], ARGV[4])
 return 1
 "#;
+
+/// KEYS: index, ids, pending; ARGV: review key prefix, min (lex), max (lex), limit. Up to
+/// `limit` ids of the index from `min`, each with its JSON; ids whose review expired are
+/// dropped from the indexes (and answered with an empty text).
+const PAGE_SCRIPT: &str = r#"
+local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for i, id in ipairs(ids) do
+  local text = redis.call('GET', ARGV[1] .. id)
+  if not text then
+    redis.call('ZREM', KEYS[2], id); redis.call('ZREM', KEYS[3], id)
+    text = ''
+  end
+  out[i] = {id, text}
+end
+return out
+"#;
+
+/// One page of reviews (see [`RedisReviewStore::page`]).
+#[derive(Debug, Clone, Default)]
+pub struct ReviewPage {
+    /// The reviews, in id (creation) order.
+    pub reviews: Vec<Review>,
+    /// The id to pass as `after` for the next page; `None` at the end.
+    pub next: Option<String>,
+}
+
+/// Ids of one page, each with its stored text and review (`None`: expired or unreadable).
+type RawPage = Vec<(String, Option<(String, Review)>)>;
 
 /// A [`ReviewStore`] on Redis, shared by every process that points at the same server and
 /// prefix.
@@ -56,10 +120,12 @@ pub struct RedisReviewStore {
     client: redis::Client,
     url: String,
     timeout: Duration,
-    by_fp: String,
-    by_id: String,
+    /// `<prefix>:{reviews}:`: every key of this store starts so.
+    base: String,
     insert: redis::Script,
+    get_by_fp: redis::Script,
     cas: redis::Script,
+    page: redis::Script,
     con: Mutex<Option<redis::Connection>>,
     /// A connection attempt still under way (see [`connect`](Self::connect)).
     connecting: Mutex<Option<std::sync::mpsc::Receiver<redis::RedisResult<redis::Connection>>>>,
@@ -69,7 +135,7 @@ impl std::fmt::Debug for RedisReviewStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisReviewStore")
             .field("url", &redact_url(&self.url))
-            .field("by_fp", &self.by_fp)
+            .field("base", &self.base)
             .finish()
     }
 }
@@ -86,10 +152,11 @@ impl RedisReviewStore {
             client,
             url: config.url.clone(),
             timeout: config.timeout,
-            by_fp: format!("{}:{{reviews}}:by-fp", config.prefix),
-            by_id: format!("{}:{{reviews}}:by-id", config.prefix),
+            base: format!("{}:{{reviews}}:", config.prefix),
             insert: redis::Script::new(INSERT),
+            get_by_fp: redis::Script::new(GET_BY_FP),
             cas: redis::Script::new(COMPARE_AND_SET),
+            page: redis::Script::new(PAGE_SCRIPT),
             con: Mutex::new(None),
             connecting: Mutex::new(None),
         })
@@ -164,34 +231,117 @@ impl RedisReviewStore {
         }
     }
 
-    /// Every stored review with its stored JSON text (for compare-and-set).
-    fn all_raw(&self) -> Result<Vec<(String, Review)>, ReviewError> {
+    fn key(&self, kind: &str, name: &str) -> String {
+        format!("{}{kind}{name}", self.base)
+    }
+
+    /// Up to `limit` reviews (pending ones only when `pending`), in id (creation) order,
+    /// starting after the id `after`: one round trip, whatever the number of reviews stored.
+    pub fn page(
+        &self,
+        pending: bool,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ReviewPage, ReviewError> {
+        let min = after.map_or_else(|| "-".to_string(), |a| format!("({a}"));
+        let limit = limit.max(1);
+        let page = self.page_raw(pending, &min, "+", limit)?;
+        let next = if page.len() >= limit {
+            page.last().map(|(id, _)| id.clone())
+        } else {
+            None
+        };
+        Ok(ReviewPage {
+            reviews: page
+                .into_iter()
+                .filter_map(|(_, r)| r.map(|(_, r)| r))
+                .collect(),
+            next,
+        })
+    }
+
+    /// The ids of the index from `min` to `max` (lex), at most `limit`.
+    fn page_raw(
+        &self,
+        pending: bool,
+        min: &str,
+        max: &str,
+        limit: usize,
+    ) -> Result<RawPage, ReviewError> {
+        let index = self.key(if pending { "pending" } else { "ids" }, "");
         let raw: Vec<(String, String)> = self.with(|con| {
-            redis::cmd("HGETALL")
-                .arg(&self.by_fp)
-                .query::<Vec<(String, String)>>(con)
+            self.page
+                .key(&index)
+                .key(self.key("ids", ""))
+                .key(self.key("pending", ""))
+                .arg(self.key("r:", ""))
+                .arg(min)
+                .arg(max)
+                .arg(limit)
+                .invoke::<Vec<(String, String)>>(con)
         })?;
-        let mut out = Vec::with_capacity(raw.len());
-        for (fp, text) in raw {
-            match serde_json::from_str::<Review>(&text) {
-                Ok(r) => out.push((text, r)),
-                Err(e) => tracing::warn!(
-                    "{}: review {fp} is not readable and is skipped: {e}",
-                    redact_url(&self.url)
-                ),
+        Ok(raw
+            .into_iter()
+            .map(|(id, text)| {
+                if text.is_empty() {
+                    return (id, None);
+                }
+                match serde_json::from_str::<Review>(&text) {
+                    Ok(r) => (id, Some((text, r))),
+                    Err(e) => {
+                        tracing::warn!(
+                            "{}: review {id} is not readable and is skipped: {e}",
+                            redact_url(&self.url)
+                        );
+                        (id, None)
+                    }
+                }
+            })
+            .collect())
+    }
+
+    /// Every review (pending ones only when `pending`), page by page.
+    pub fn try_list_filtered(&self, pending: bool) -> Result<Vec<Review>, ReviewError> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.page(pending, after.as_deref(), PAGE)?;
+            out.extend(page.reviews);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
             }
         }
-        out.sort_by(|a, b| {
-            a.1.created_at
-                .cmp(&b.1.created_at)
-                .then(a.1.id.cmp(&b.1.id))
-        });
-        Ok(out)
     }
 
     /// All reviews, or the error that kept them from being read.
     pub fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
-        Ok(self.all_raw()?.into_iter().map(|(_, r)| r).collect())
+        self.try_list_filtered(false)
+    }
+
+    /// The review `id` names (the whole id, or a unique prefix of at least 8 characters) with
+    /// its stored text: O(1) for a whole id, O(log n) for a prefix.
+    fn find(&self, id: &str) -> Result<(String, Review), ReviewError> {
+        let text: Option<String> = self.with(|con| {
+            redis::cmd("GET")
+                .arg(self.key("r:", id))
+                .query::<Option<String>>(con)
+        })?;
+        if let Some(text) = text
+            && let Ok(r) = serde_json::from_str::<Review>(&text)
+        {
+            return Ok((text, r));
+        }
+        if id.is_empty() {
+            return Err(ReviewError::NotFound(id.to_string()));
+        }
+        // Ids starting with `id` (ids are ASCII: U+10FFFF sorts after every one of them).
+        let found = self.page_raw(false, &format!("[{id}"), &format!("[{id}\u{10ffff}"), 8)?;
+        let mut candidates: Vec<(String, Review)> =
+            found.into_iter().filter_map(|(_, r)| r).collect();
+        let reviews: Vec<Review> = candidates.iter().map(|(_, r)| r.clone()).collect();
+        let i = crate::engine::resolve_review(&reviews, id)?;
+        Ok(candidates.swap_remove(i))
     }
 }
 
@@ -205,10 +355,10 @@ fn to_json(review: &Review) -> Result<String, ReviewError> {
 impl ReviewStore for RedisReviewStore {
     fn get(&self, fingerprint: &str) -> Option<Review> {
         let text = match self.with(|con| {
-            redis::cmd("HGET")
-                .arg(&self.by_fp)
-                .arg(fingerprint)
-                .query::<Option<String>>(con)
+            self.get_by_fp
+                .key(self.key("fp:", fingerprint))
+                .arg(self.key("r:", ""))
+                .invoke::<Option<String>>(con)
         }) {
             Ok(t) => t?,
             Err(e) => {
@@ -229,12 +379,13 @@ impl ReviewStore for RedisReviewStore {
         };
         let stored = self.with(|con| {
             self.insert
-                .key(&self.by_fp)
-                .key(&self.by_id)
-                .arg(&review.fingerprint)
+                .key(self.key("fp:", &review.fingerprint))
+                .key(self.key("ids", ""))
+                .key(self.key("pending", ""))
+                .arg(self.key("r:", ""))
                 .arg(&review.id)
                 .arg(&json)
-                .arg(REVIEW_TTL_SECS)
+                .arg(PENDING_TTL_SECS)
                 .invoke::<String>(con)
         });
         match stored {
@@ -260,20 +411,24 @@ impl ReviewStore for RedisReviewStore {
         at: DateTime<Utc>,
     ) -> Result<Review, ReviewError> {
         for _ in 0..DECIDE_ATTEMPTS {
-            let all = self.all_raw()?;
-            let reviews: Vec<Review> = all.iter().map(|(_, r)| r.clone()).collect();
-            let i = crate::engine::resolve_review(&reviews, id)?;
-            let (old, current) = &all[i];
-            let mut next = current.clone();
+            let (old, current) = self.find(id)?;
+            let mut next = current;
             next.set_decision(status, at)?;
             let new = to_json(&next)?;
+            let ttl = if next.status == ReviewStatus::Pending {
+                PENDING_TTL_SECS
+            } else {
+                DECIDED_RETENTION_SECS
+            };
             let swapped: i64 = self.with(|con| {
                 self.cas
-                    .key(&self.by_fp)
-                    .arg(&next.fingerprint)
-                    .arg(old)
+                    .key(self.key("r:", &next.id))
+                    .key(self.key("fp:", &next.fingerprint))
+                    .key(self.key("pending", ""))
+                    .arg(&old)
                     .arg(&new)
-                    .arg(REVIEW_TTL_SECS)
+                    .arg(ttl)
+                    .arg(&next.id)
                     .invoke::<i64>(con)
             })?;
             if swapped == 1 {
