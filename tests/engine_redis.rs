@@ -139,7 +139,17 @@ async fn redis_down_follows_the_failure_mode_within_the_timeout_and_recovers() {
         assert!(Instant::now() < deadline, "no recovery");
         tokio::task::yield_now().await;
     }
+    // The restart lost the state (no persistence): each engine reports that once (issue 22,
+    // point 3), then decides as usual.
     let d = ro.before_tool(call("back", "search", json!({}))).await;
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(
+        d.error
+            .as_deref()
+            .is_some_and(|e| e.contains("lost toolgate's state")),
+        "{d:?}"
+    );
+    let d = ro.before_tool(call("back2", "search", json!({}))).await;
     assert!(d.is_allowed() && d.error.is_none(), "{d:?}");
 }
 
