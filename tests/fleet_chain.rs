@@ -178,3 +178,32 @@ async fn two_handles_appending_to_one_run_in_one_engine_is_a_fork() {
     let engine = in_memory(&sink);
     two_writers_are_a_fork(&engine, &sink, &engine, &sink).await;
 }
+
+/// A run dropped without `end` hands its chain on too (after its `run.ended`, status
+/// `dropped`, and without waiting for the sinks): started again on the same engine, it
+/// continues the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_run_started_again_in_one_engine_continues_its_chain() {
+    let sink = Arc::new(MemorySink::new());
+    let engine = in_memory(&sink);
+    let a = engine.start_run(RunContext::new("dropped", "agent"));
+    assert!(
+        a.before_tool(call("c1", "search", json!({})))
+            .await
+            .is_allowed()
+    );
+    drop(a);
+    let b = engine.start_run(RunContext::new("dropped", "agent"));
+    assert!(
+        b.before_tool(call("c2", "search", json!({})))
+            .await
+            .is_allowed()
+    );
+    b.end("success", None).await;
+    let all = events(&engine, &sink).await;
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq()).collect();
+    assert_eq!(seqs, (0..all.len() as u64).collect::<Vec<_>>(), "one chain");
+    let report = verify_events(all.iter().map(|e| &**e));
+    assert!(report.is_ok(), "{report:?}");
+    assert!(errors(&all).is_empty(), "{:?}", errors(&all));
+}

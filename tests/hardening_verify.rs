@@ -13,7 +13,7 @@ fn toolgate() -> Command {
     c
 }
 
-/// A folder with one audit file of 22 events in 3 runs (r-103 left open).
+/// A folder with one audit file of 23 events in 3 runs.
 fn audit_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     toolgate()
@@ -40,7 +40,7 @@ fn symlink_loops_end_and_each_file_is_read_once() {
         .arg(dir.path())
         .assert()
         .success()
-        .stdout(predicate::str::contains("ok: 22 events, 3 runs"))
+        .stdout(predicate::str::contains("ok: 23 events, 3 runs"))
         .get_output()
         .stdout
         .clone();
@@ -52,7 +52,7 @@ fn symlink_loops_end_and_each_file_is_read_once() {
         .arg(dir.path())
         .assert()
         .success()
-        .stdout(predicate::str::contains("ok: 22 events, 3 runs"))
+        .stdout(predicate::str::contains("ok: 23 events, 3 runs"))
         .stderr(predicate::str::contains("skipped: symlink loop"));
 }
 
@@ -70,7 +70,7 @@ fn a_fifo_named_jsonl_in_a_folder_is_skipped_with_a_note() {
         .arg(dir.path())
         .assert()
         .success()
-        .stdout(predicate::str::contains("ok: 22 events, 3 runs"))
+        .stdout(predicate::str::contains("ok: 23 events, 3 runs"))
         .stderr(predicate::str::contains(
             "zz.jsonl: skipped: not a regular file",
         ));

@@ -38,11 +38,22 @@ pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
 pub(crate) struct MemoryHead {
     head: Option<ChainHead>,
     owner: Option<Box<str>>,
+    /// A dropped run's chain and shard: its head once its queued events are sealed (a drop
+    /// does not wait for the sinks, so the next claim seals them).
+    parked: Option<(Arc<Mutex<RunChain>>, usize)>,
 }
 
 impl MemoryHeads {
-    fn claim(&self, run_key: &Arc<str>, owner: &str) -> ChainClaim {
+    fn claim(&self, run_key: &Arc<str>, owner: &str, sealer: &Sealer) -> ChainClaim {
+        let parked = self.0.get_mut(run_key).and_then(|mut e| e.parked.take());
+        let sealed = parked.and_then(|(chain, shard)| {
+            sealer.drain_shard(shard);
+            head_of(&chain.lock())
+        });
         let mut e = self.0.entry(run_key.clone()).or_default();
+        if sealed.is_some() {
+            e.head = sealed;
+        }
         let held_elsewhere = e.owner.as_deref().is_some_and(|o| o != owner);
         e.owner = Some(owner.into());
         ChainClaim {
@@ -51,6 +62,8 @@ impl MemoryHeads {
         }
     }
 
+    /// Lets go of the chain: `Some(head)` written for the next holder, `None` forgotten (the
+    /// run ended). `false`: another owner claimed it meanwhile (a fork).
     fn leave(&self, run_key: &str, owner: &str, head: Option<ChainHead>) -> bool {
         let Some(mut e) = self.0.get_mut(run_key) else {
             return true;
@@ -70,6 +83,27 @@ impl MemoryHeads {
         }
         true
     }
+
+    /// [`leave`](Self::leave) for a dropped run: the head is read at the next claim.
+    fn park(&self, run_key: &str, owner: &str, chain: Arc<Mutex<RunChain>>, shard: usize) -> bool {
+        let Some(mut e) = self.0.get_mut(run_key) else {
+            return true;
+        };
+        if e.owner.as_deref().is_some_and(|o| o != owner) {
+            return false;
+        }
+        e.owner = None;
+        e.parked = Some((chain, shard));
+        true
+    }
+}
+
+/// Where a chain stands (`None` before its first event).
+fn head_of(chain: &RunChain) -> Option<ChainHead> {
+    Some(ChainHead {
+        next_seq: chain.next_seq(),
+        last_hash: chain.last_hash()?.to_string(),
+    })
 }
 
 impl AuditState {
@@ -161,7 +195,7 @@ impl EngineInner {
                     }
                 }
             }
-            None => a.heads.claim(run_key, &owner),
+            None => a.heads.claim(run_key, &owner, &a.sealer),
         };
         if claim.held_elsewhere {
             problems.push(format!(
@@ -193,10 +227,7 @@ impl EngineInner {
         let a = self.audit.as_ref()?;
         a.sealer.drain_shard(run.audit.shard);
         let chain = run.audit.chain.as_ref()?.lock();
-        Some(ChainHead {
-            next_seq: chain.next_seq(),
-            last_hash: chain.last_hash()?.to_string(),
-        })
+        head_of(&chain)
     }
 
     /// Leaves the run's chain (after sealing its queued events): writes its head for the next
@@ -218,24 +249,49 @@ impl EngineInner {
         self.report_leave(run, outcome);
     }
 
-    /// [`leave_chain`](Self::leave_chain) for a caller that is not async (a dropped run).
-    pub(crate) fn leave_chain_blocking(&self, run: &RunShared) {
-        let Some(head) = self.sealed_head(run) else {
+    /// [`leave_chain`](Self::leave_chain) for a dropped run, which must not wait (for the
+    /// sinks, or the store): in memory the chain is parked for the next claim to read; on a
+    /// shared store a thread of its own seals the run's events and writes the head.
+    pub(crate) fn leave_chain_on_drop(self: &Arc<Self>, run: &RunShared) {
+        let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.clone()) else {
             return;
         };
-        let ctx = &run.context;
-        let outcome = match &self.shared {
-            Some(store) => super::blocking::block_on(store.leave_chain(
-                &ctx.agent_id,
-                &ctx.run_id,
-                &run.audit.owner,
-                Some(&head),
-            ))
-            .unwrap_or_else(|| Err(crate::state::SharedStateError("no runtime".into())))
-            .map_err(|e| e.to_string()),
-            None => Ok(self.leave_memory_chain(run, Some(head))),
+        let shard = run.audit.shard;
+        let Some(store) = self.shared.clone() else {
+            let ok = a
+                .heads
+                .park(&run.run_key, &run.audit.owner, chain.clone(), shard);
+            if !ok {
+                self.report_leave_on(shard, &chain, &run.context, Ok(false));
+            }
+            return;
         };
-        self.report_leave(run, outcome);
+        let engine = self.clone();
+        let owner = run.audit.owner.clone();
+        let ctx = run.context.clone();
+        let spawned = std::thread::Builder::new()
+            .name("toolgate-leave-run".into())
+            .spawn(move || {
+                let Some(a) = engine.audit.as_ref() else {
+                    return;
+                };
+                a.sealer.drain_shard(shard);
+                let Some(head) = head_of(&chain.lock()) else {
+                    return;
+                };
+                let left = super::blocking::block_on(store.leave_chain(
+                    &ctx.agent_id,
+                    &ctx.run_id,
+                    &owner,
+                    Some(&head),
+                ))
+                .unwrap_or_else(|| Err(crate::state::SharedStateError("no runtime".into())))
+                .map_err(|e| e.to_string());
+                engine.report_leave_on(shard, &chain, &ctx, left);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(run_id = %run.context.run_id, "cannot hand the run's audit chain on: {e}");
+        }
     }
 
     fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
@@ -245,7 +301,20 @@ impl EngineInner {
     }
 
     fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
-        let ctx = &run.context;
+        if let Some(chain) = &run.audit.chain {
+            self.report_leave_on(run.audit.shard, chain, &run.context, outcome);
+        }
+    }
+
+    /// An `error` event for a fork or a store failure found when letting go of a chain,
+    /// sealed at once.
+    fn report_leave_on(
+        &self,
+        shard: usize,
+        chain: &Arc<Mutex<RunChain>>,
+        ctx: &RunContext,
+        outcome: Result<bool, String>,
+    ) {
         let message = match outcome {
             Ok(true) => return,
             Ok(false) => format!(
@@ -255,12 +324,19 @@ impl EngineInner {
             ),
             Err(e) => format!("state store: writing the run's audit chain head failed: {e}"),
         };
+        let Some(a) = &self.audit else {
+            return;
+        };
         let mut body = Map::new();
         body.insert("message".into(), Value::String(message));
-        self.emit(run, crate::audit::EventKind::Error, body, self.clock.now());
-        if let Some(a) = &self.audit {
-            a.sealer.drain_shard(run.audit.shard);
-        }
+        a.sealer.push(
+            shard,
+            chain,
+            EventKind::Error,
+            self.clock.now(),
+            Body::Json(body),
+        );
+        a.sealer.drain_shard(shard);
     }
 
     /// Queues an event of the run for sealing (redaction, hash, chain) off the caller's

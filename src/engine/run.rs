@@ -123,8 +123,8 @@ impl Drop for RunShared {
             let now = self.engine.clock.now();
             let body = Body::RunEnded(self.ended_body("dropped", None, now));
             self.engine.emit_body(self, EventKind::RunEnded, body, now);
-            // The run's state stays in a shared store: the next holder continues its chain.
-            self.engine.leave_chain_blocking(self);
+            // The run's state stays: the next holder continues its chain.
+            self.engine.leave_chain_on_drop(self);
         }
     }
 }
