@@ -237,6 +237,27 @@ fn fill_reviews(cfg: &RedisConfig, n: usize) -> String {
     ids[0].clone()
 }
 
+/// Deletes this test's keys from the shared server when dropped (only keys under `prefix`).
+struct Cleanup(String, String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.0.as_str()) else {
+            return;
+        };
+        let Ok(mut con) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.1))
+            .query(&mut con)
+            .unwrap_or_default();
+        for chunk in keys.chunks(1000) {
+            let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut con);
+        }
+    }
+}
+
 fn toolgate_review(url: &str, prefix: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .arg("review")
@@ -254,11 +275,21 @@ fn approve_and_list_work_with_a_hundred_thousand_reviews() {
     let Some(url) = url() else { return };
     let n = 100_000;
     let cfg = config(&url, "reviews-100k");
+    let _cleanup = Cleanup(url.clone(), cfg.prefix.clone());
+    let t0 = Instant::now();
     let id = fill_reviews(&cfg, n);
+    eprintln!("{n} reviews stored in {:?}", t0.elapsed());
+    let t0 = Instant::now();
     let approve = toolgate_review(&url, &cfg.prefix, &["approve", &id]);
+    eprintln!(
+        "review approve: {:?} (reported, not asserted)",
+        t0.elapsed()
+    );
     assert!(approve.status.success(), "{approve:?}");
     assert!(String::from_utf8_lossy(&approve.stdout).contains("approved"));
+    let t0 = Instant::now();
     let list = toolgate_review(&url, &cfg.prefix, &["list"]);
+    eprintln!("review list: {:?} (reported, not asserted)", t0.elapsed());
     assert!(
         list.status.success(),
         "{:?}",
@@ -277,16 +308,6 @@ fn approve_and_list_work_with_a_hundred_thousand_reviews() {
         String::from_utf8_lossy(&all.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&all.stdout).lines().count(), n);
-    // Clean up the shared server (only this test's keys).
-    let client = redis::Client::open(url.as_str()).expect("url");
-    let mut con = client.get_connection().expect("redis");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", cfg.prefix))
-        .query(&mut con)
-        .unwrap_or_default();
-    for chunk in keys.chunks(1000) {
-        let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query(&mut con);
-    }
 }
 
 /// Regression (issue 22, point 5): every write refreshed one hash's TTL, so decided reviews
@@ -298,6 +319,7 @@ fn each_review_expires_on_its_own() {
     use toolgate::state::redis::{DECIDED_RETENTION_SECS, PENDING_TTL_SECS, RedisReviewStore};
     let Some(url) = url() else { return };
     let cfg = config(&url, "reviews-ttl");
+    let _cleanup = Cleanup(url.clone(), cfg.prefix.clone());
     let store = RedisReviewStore::new(&cfg).expect("store");
     let decided = store.insert_if_absent(review(1));
     let pending = store.insert_if_absent(review(2));

@@ -45,7 +45,9 @@ pub const DECIDED_RETENTION_SECS: u64 = 7 * 24 * 3600;
 /// How many times a decision is retried when another process changes the review meanwhile.
 const DECIDE_ATTEMPTS: usize = 16;
 /// Reviews per page when listing them all.
-pub const PAGE: usize = 200;
+pub const PAGE: usize = 100;
+/// How many times a page is asked for before listing fails.
+const PAGE_ATTEMPTS: usize = 4;
 
 /// KEYS: fp key, ids, pending; ARGV: review key prefix, id, json, ttl.
 const INSERT: &str = r#"
@@ -127,6 +129,9 @@ pub struct RedisReviewStore {
     cas: redis::Script,
     page: redis::Script,
     con: Mutex<Option<redis::Connection>>,
+    /// Whether a connection was tried: the first may take one connect (the timeout, at least
+    /// 1 s), later ones the timeout.
+    tried: std::sync::atomic::AtomicBool,
     /// A connection attempt still under way (see [`connect`](Self::connect)).
     connecting: Mutex<Option<std::sync::mpsc::Receiver<redis::RedisResult<redis::Connection>>>>,
 }
@@ -159,6 +164,7 @@ impl RedisReviewStore {
             page: redis::Script::new(PAGE_SCRIPT),
             con: Mutex::new(None),
             connecting: Mutex::new(None),
+            tried: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -221,7 +227,13 @@ impl RedisReviewStore {
                 rx
             }
         };
-        match rx.recv_timeout(self.timeout) {
+        let first = !self.tried.swap(true, std::sync::atomic::Ordering::Relaxed);
+        let wait = if first {
+            self.timeout.max(Duration::from_secs(1))
+        } else {
+            self.timeout
+        };
+        match rx.recv_timeout(wait) {
             Ok(r) => r.map_err(|e| self.error(e)),
             Err(RecvTimeoutError::Timeout) => {
                 *connecting = Some(rx);
@@ -245,7 +257,17 @@ impl RedisReviewStore {
     ) -> Result<ReviewPage, ReviewError> {
         let min = after.map_or_else(|| "-".to_string(), |a| format!("({a}"));
         let limit = limit.max(1);
-        let page = self.page_raw(pending, &min, "+", limit)?;
+        // A page is only read (and expired ids dropped): asked again, up to
+        // `PAGE_ATTEMPTS` times, when it failed (a timeout on a busy server; a connection
+        // still being made is taken up by the next attempt).
+        let mut attempt = 1;
+        let page = loop {
+            match self.page_raw(pending, &min, "+", limit) {
+                Ok(p) => break p,
+                Err(e) if attempt >= PAGE_ATTEMPTS => return Err(e),
+                Err(_) => attempt += 1,
+            }
+        };
         let next = if page.len() >= limit {
             page.last().map(|(id, _)| id.clone())
         } else {
