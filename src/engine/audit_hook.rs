@@ -15,7 +15,7 @@ use super::run::{RunContext, RunShared, ToolOutcome};
 use super::sealer::{Body, Sealer, SealerConfig};
 use crate::audit::{AuditBus, EventKind, Redactor, RunChain, RunSigner};
 use crate::eval::EvaluationInput;
-use crate::state::{ChainClaim, ChainHead};
+use crate::state::ChainClaim;
 
 /// Audit settings of an engine.
 pub(crate) struct AuditState {
@@ -24,86 +24,8 @@ pub(crate) struct AuditState {
     pub(crate) flush_timeout: Duration,
     /// Signs every run's chain, when set.
     pub(crate) signer: Option<Arc<RunSigner>>,
-    /// Chain heads of runs left open, without a shared store (see [`MemoryHeads`]).
-    pub(crate) heads: MemoryHeads,
-}
-
-/// The chain heads of an engine without a shared state store: a run left open (or dropped)
-/// and started again in the same engine continues its chain, as it does across processes on
-/// a shared store (design §8). Keyed by the run's scope string.
-#[derive(Default)]
-pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
-
-#[derive(Default)]
-pub(crate) struct MemoryHead {
-    head: Option<ChainHead>,
-    owner: Option<Box<str>>,
-    /// A dropped run's chain and shard: its head once its queued events are sealed (a drop
-    /// does not wait for the sinks, so the next claim seals them).
-    parked: Option<(Arc<Mutex<RunChain>>, usize)>,
-}
-
-impl MemoryHeads {
-    fn claim(&self, run_key: &Arc<str>, owner: &str, sealer: &Sealer) -> ChainClaim {
-        let parked = self.0.get_mut(run_key).and_then(|mut e| e.parked.take());
-        let sealed = parked.and_then(|(chain, shard)| {
-            sealer.drain_shard(shard);
-            head_of(&chain.lock())
-        });
-        let mut e = self.0.entry(run_key.clone()).or_default();
-        if sealed.is_some() {
-            e.head = sealed;
-        }
-        let held_elsewhere = e.owner.as_deref().is_some_and(|o| o != owner);
-        e.owner = Some(owner.into());
-        ChainClaim {
-            head: e.head.clone(),
-            held_elsewhere,
-        }
-    }
-
-    /// Lets go of the chain: `Some(head)` written for the next holder, `None` forgotten (the
-    /// run ended). `false`: another owner claimed it meanwhile (a fork).
-    fn leave(&self, run_key: &str, owner: &str, head: Option<ChainHead>) -> bool {
-        let Some(mut e) = self.0.get_mut(run_key) else {
-            return true;
-        };
-        if e.owner.as_deref().is_some_and(|o| o != owner) {
-            return false;
-        }
-        match head {
-            Some(h) => {
-                e.head = Some(h);
-                e.owner = None;
-            }
-            None => {
-                drop(e);
-                self.0.remove(run_key);
-            }
-        }
-        true
-    }
-
-    /// [`leave`](Self::leave) for a dropped run: the head is read at the next claim.
-    fn park(&self, run_key: &str, owner: &str, chain: Arc<Mutex<RunChain>>, shard: usize) -> bool {
-        let Some(mut e) = self.0.get_mut(run_key) else {
-            return true;
-        };
-        if e.owner.as_deref().is_some_and(|o| o != owner) {
-            return false;
-        }
-        e.owner = None;
-        e.parked = Some((chain, shard));
-        true
-    }
-}
-
-/// Where a chain stands (`None` before its first event).
-fn head_of(chain: &RunChain) -> Option<ChainHead> {
-    Some(ChainHead {
-        next_seq: chain.next_seq(),
-        last_hash: chain.last_hash()?.to_string(),
-    })
+    /// Chain heads of runs left open, without a shared store (see `chain_head.rs`).
+    pub(crate) heads: super::chain_head::MemoryHeads,
 }
 
 impl AuditState {
@@ -118,7 +40,7 @@ impl AuditState {
             sealer: Sealer::start(bus, redactor, flush_timeout, sealers),
             flush_timeout,
             signer,
-            heads: MemoryHeads::default(),
+            heads: super::chain_head::MemoryHeads::default(),
         }
     }
 
@@ -134,12 +56,12 @@ pub(crate) type SlowEvaluation = (Arc<crate::eval::EvaluationRunner>, Evaluation
 
 /// Per-run audit state: the run's hash chain and its background evaluations.
 pub(crate) struct RunAudit {
-    chain: Option<Arc<Mutex<RunChain>>>,
+    pub(super) chain: Option<Arc<Mutex<RunChain>>>,
     /// The sealer shard the run's events go to.
-    shard: usize,
+    pub(super) shard: usize,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// This handle's claim on the run's chain head (unique per run handle).
-    owner: Box<str>,
+    pub(super) owner: Box<str>,
 }
 
 /// What starting a run's chain found wrong, for `error` events after `run.started`.
@@ -221,124 +143,9 @@ impl EngineInner {
         };
         (audit, problems)
     }
+}
 
-    /// Seals what the run queued and answers where its chain stands.
-    fn sealed_head(&self, run: &RunShared) -> Option<ChainHead> {
-        let a = self.audit.as_ref()?;
-        a.sealer.drain_shard(run.audit.shard);
-        let chain = run.audit.chain.as_ref()?.lock();
-        head_of(&chain)
-    }
-
-    /// Leaves the run's chain (after sealing its queued events): writes its head for the next
-    /// holder, or forgets it when `ended`. A fork (another holder claimed the run meanwhile)
-    /// or a store failure is an `error` event.
-    pub(crate) async fn leave_chain(&self, run: &RunShared, ended: bool) {
-        let Some(head) = self.sealed_head(run) else {
-            return;
-        };
-        let head = (!ended).then_some(head);
-        let ctx = &run.context;
-        let outcome = match &self.shared {
-            Some(store) => store
-                .leave_chain(&ctx.agent_id, &ctx.run_id, &run.audit.owner, head.as_ref())
-                .await
-                .map_err(|e| e.to_string()),
-            None => Ok(self.leave_memory_chain(run, head)),
-        };
-        self.report_leave(run, outcome);
-    }
-
-    /// [`leave_chain`](Self::leave_chain) for a dropped run, which must not wait (for the
-    /// sinks, or the store): in memory the chain is parked for the next claim to read; on a
-    /// shared store a thread of its own seals the run's events and writes the head.
-    pub(crate) fn leave_chain_on_drop(self: &Arc<Self>, run: &RunShared) {
-        let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.clone()) else {
-            return;
-        };
-        let shard = run.audit.shard;
-        let Some(store) = self.shared.clone() else {
-            let ok = a
-                .heads
-                .park(&run.run_key, &run.audit.owner, chain.clone(), shard);
-            if !ok {
-                self.report_leave_on(shard, &chain, &run.context, Ok(false));
-            }
-            return;
-        };
-        let engine = self.clone();
-        let owner = run.audit.owner.clone();
-        let ctx = run.context.clone();
-        let spawned = std::thread::Builder::new()
-            .name("toolgate-leave-run".into())
-            .spawn(move || {
-                let Some(a) = engine.audit.as_ref() else {
-                    return;
-                };
-                a.sealer.drain_shard(shard);
-                let Some(head) = head_of(&chain.lock()) else {
-                    return;
-                };
-                let left = super::blocking::block_on(store.leave_chain(
-                    &ctx.agent_id,
-                    &ctx.run_id,
-                    &owner,
-                    Some(&head),
-                ))
-                .unwrap_or_else(|| Err(crate::state::SharedStateError("no runtime".into())))
-                .map_err(|e| e.to_string());
-                engine.report_leave_on(shard, &chain, &ctx, left);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(run_id = %run.context.run_id, "cannot hand the run's audit chain on: {e}");
-        }
-    }
-
-    fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
-        self.audit
-            .as_ref()
-            .is_none_or(|a| a.heads.leave(&run.run_key, &run.audit.owner, head))
-    }
-
-    fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
-        if let Some(chain) = &run.audit.chain {
-            self.report_leave_on(run.audit.shard, chain, &run.context, outcome);
-        }
-    }
-
-    /// An `error` event for a fork or a store failure found when letting go of a chain,
-    /// sealed at once.
-    fn report_leave_on(
-        &self,
-        shard: usize,
-        chain: &Arc<Mutex<RunChain>>,
-        ctx: &RunContext,
-        outcome: Result<bool, String>,
-    ) {
-        let message = match outcome {
-            Ok(true) => return,
-            Ok(false) => format!(
-                "fork: run {:?} of agent {:?} was claimed by another process or handle while \
-                 this one appended to it; two audit chains were written",
-                ctx.run_id, ctx.agent_id
-            ),
-            Err(e) => format!("state store: writing the run's audit chain head failed: {e}"),
-        };
-        let Some(a) = &self.audit else {
-            return;
-        };
-        let mut body = Map::new();
-        body.insert("message".into(), Value::String(message));
-        a.sealer.push(
-            shard,
-            chain,
-            EventKind::Error,
-            self.clock.now(),
-            Body::Json(body),
-        );
-        a.sealer.drain_shard(shard);
-    }
-
+impl EngineInner {
     /// Queues an event of the run for sealing (redaction, hash, chain) off the caller's
     /// thread; returns its id.
     pub(crate) fn emit(

@@ -21,6 +21,7 @@ mod audit_hook;
 mod blocking;
 mod body;
 mod call;
+mod chain_head;
 mod clock;
 mod conditions;
 mod decision;

@@ -195,33 +195,6 @@ impl Run {
         run
     }
 
-    /// Leaves the run open for another process (or a later [`start_run`] of the same id on
-    /// this engine) to continue: what is left is written to the state store, the audit trail
-    /// is flushed and the run's chain head is written where the next holder reads it (design
-    /// §8); no `run.ended` is written and the run's state stays. The handle does nothing more
-    /// afterwards (as after [`end`](Run::end)). A fork found now (another holder claimed the
-    /// run meanwhile) is an `error` event.
-    ///
-    /// [`start_run`]: super::GovernanceEngine::start_run
-    pub async fn leave(&self) {
-        if self.shared.ended.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if let Some(store) = self.engine.shared.clone() {
-            let now = self.engine.clock.now();
-            self.settle_shared(&*store, Default::default(), now, "")
-                .await;
-        }
-        super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, "open")
-        });
-        if self.engine.audit_enabled() {
-            self.engine.await_background(&self.shared).await;
-            self.engine.leave_chain(&self.shared, false).await;
-            self.engine.flush_run_audit(&self.shared).await;
-        }
-    }
-
     /// The run's context.
     pub fn context(&self) -> &RunContext {
         &self.shared.context
@@ -256,7 +229,6 @@ impl Run {
     pub(crate) fn emit(&self, kind: EventKind, body: Map<String, Value>, at: DateTime<Utc>) {
         self.engine.emit(&self.shared, kind, body, at);
     }
-
     /// Decides whether a tool call may proceed (phase `tool.before`).
     ///
     /// Never fails: an internal fault yields a decision by the engine's failure mode. When no
