@@ -117,7 +117,7 @@ impl EngineInner {
                     }
                 }
             }
-            None => a.heads.claim(run_key, &owner, &a.sealer),
+            None => a.heads.claim(run_key, &owner),
         };
         if claim.held_elsewhere {
             problems.push(format!(

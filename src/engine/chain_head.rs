@@ -12,12 +12,12 @@ use serde_json::{Map, Value};
 
 use super::EngineInner;
 use super::run::{Run, RunContext, RunShared};
-use super::sealer::{Body, Sealer};
+use super::sealer::Body;
 use crate::audit::{EventKind, RunChain};
 use crate::state::{ChainClaim, ChainHead};
 
-/// The chain heads of an engine without a shared state store: a run left open (or dropped)
-/// and started again in the same engine continues its chain, as it does across processes on
+/// The chain heads of an engine without a shared state store: a run left open
+/// ([`Run::leave`]) and started again in the same engine continues its chain, as it does across processes on
 /// a shared store (design §8). Keyed by the run's scope string.
 #[derive(Default)]
 pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
@@ -26,22 +26,11 @@ pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
 pub(crate) struct MemoryHead {
     head: Option<ChainHead>,
     owner: Option<Box<str>>,
-    /// A dropped run's chain and shard: its head once its queued events are sealed (a drop
-    /// does not wait for the sinks, so the next claim seals them).
-    parked: Option<(Arc<Mutex<RunChain>>, usize)>,
 }
 
 impl MemoryHeads {
-    pub(super) fn claim(&self, run_key: &Arc<str>, owner: &str, sealer: &Sealer) -> ChainClaim {
-        let parked = self.0.get_mut(run_key).and_then(|mut e| e.parked.take());
-        let sealed = parked.and_then(|(chain, shard)| {
-            sealer.drain_shard(shard);
-            head_of(&chain.lock())
-        });
+    pub(super) fn claim(&self, run_key: &Arc<str>, owner: &str) -> ChainClaim {
         let mut e = self.0.entry(run_key.clone()).or_default();
-        if sealed.is_some() {
-            e.head = sealed;
-        }
         let held_elsewhere = e.owner.as_deref().is_some_and(|o| o != owner);
         e.owner = Some(owner.into());
         ChainClaim {
@@ -69,25 +58,6 @@ impl MemoryHeads {
                 self.0.remove(run_key);
             }
         }
-        true
-    }
-
-    /// [`leave`](Self::leave) for a dropped run: the head is read at the next claim.
-    pub(super) fn park(
-        &self,
-        run_key: &str,
-        owner: &str,
-        chain: Arc<Mutex<RunChain>>,
-        shard: usize,
-    ) -> bool {
-        let Some(mut e) = self.0.get_mut(run_key) else {
-            return true;
-        };
-        if e.owner.as_deref().is_some_and(|o| o != owner) {
-            return false;
-        }
-        e.owner = None;
-        e.parked = Some((chain, shard));
         true
     }
 }
@@ -129,17 +99,17 @@ impl EngineInner {
     }
 
     /// [`leave_chain`](Self::leave_chain) for a dropped run, which must not wait (for the
-    /// sinks, or the store): in memory the chain is parked for the next claim to read; on a
-    /// shared store a thread of its own seals the run's events and writes the head.
+    /// sinks, or the store). In memory a dropped run is over, its chain head forgotten with
+    /// its state (as at `end`; keeping it would keep every dropped run's head for ever); on
+    /// a shared store, where the run's state stays, a thread of its own seals the run's events
+    /// and writes the head for the next holder.
     pub(crate) fn leave_chain_on_drop(self: &Arc<Self>, run: &RunShared) {
         let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.clone()) else {
             return;
         };
         let shard = run.audit.shard;
         let Some(store) = self.shared.clone() else {
-            let ok = a
-                .heads
-                .park(&run.run_key, &run.audit.owner, chain.clone(), shard);
+            let ok = a.heads.leave(&run.run_key, &run.audit.owner, None);
             if !ok {
                 self.report_leave_on(shard, &chain, &run.context, Ok(false));
             }
