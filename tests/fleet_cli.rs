@@ -273,3 +273,87 @@ fn review_list_into_a_closed_pipe_exits_quietly() {
     assert!(stderr.is_empty(), "quiet: {stderr}");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A `toolgate collect` on a folder, killed when dropped.
+struct Collector {
+    child: std::process::Child,
+    addr: String,
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Collector {
+    fn start(out: &Path) -> Collector {
+        use std::io::BufRead;
+        let mut child = toolgate()
+            .args(["collect", "--listen", "127.0.0.1:0", "--out"])
+            .arg(out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("toolgate collect runs");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("first line");
+        let addr = line
+            .strip_prefix("listening on http://")
+            .and_then(|r| r.split(',').next())
+            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
+            .to_string();
+        Collector {
+            child,
+            addr,
+            _stdout: stdout,
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same two processes shipping to one collector: it holds one unbroken chain (nothing
+/// rejected as a fork), which `toolgate verify` checks whole.
+#[test]
+fn a_collector_holds_one_chain_for_a_run_continued_by_another_process() {
+    let Some(url) = url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("collected");
+    let collector = Collector::start(&store);
+    let policy = write(dir.path(), "p.json", POLICY);
+    let start = r#"{"type":"run.start","runId":"r","agentId":"agent","at":"2026-01-05T09:00:00Z"}"#;
+    let a = format!(
+        "{start}\n{}\n",
+        r#"{"type":"tool.call","runId":"r","id":"c1","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:01Z"}"#
+    );
+    let b = format!(
+        "{start}\n{}\n{}\n",
+        r#"{"type":"tool.call","runId":"r","id":"c2","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:02Z"}"#,
+        r#"{"type":"run.end","runId":"r","status":"success","at":"2026-01-05T09:00:03Z"}"#
+    );
+    let prefix = prefix("collector");
+    for (name, text) in [("a", &a), ("b", &b)] {
+        let trace = write(dir.path(), &format!("{name}.jsonl"), text);
+        let out = run_bounded(
+            toolgate()
+                .args(["replay", "--policy"])
+                .arg(&policy)
+                .arg("--trace")
+                .arg(&trace)
+                .args(["--state", &url, "--state-prefix", &prefix])
+                .args(["--collector", &format!("http://{}", collector.addr)]),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let verify = run_bounded(
+        toolgate().arg("verify").arg(&store),
+        Duration::from_secs(60),
+    );
+    let shown = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "{verify:?}");
+    // run.started, decision; run.started, decision, run.ended
+    assert!(shown.contains("5 events, 1 runs"), "{shown}");
+}
