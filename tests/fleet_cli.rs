@@ -343,7 +343,9 @@ fn a_collector_holds_one_chain_for_a_run_continued_by_another_process() {
                 .arg("--trace")
                 .arg(&trace)
                 .args(["--state", &url, "--state-prefix", &prefix])
-                .args(["--collector", &format!("http://{}", collector.addr)]),
+                .args(["--collector", &format!("http://{}", collector.addr)])
+                // the HTTP sink's spool goes under the working directory
+                .current_dir(dir.path()),
             Duration::from_secs(60),
         );
         assert!(out.status.success(), "{out:?}");
