@@ -78,7 +78,7 @@ impl Body {
                 "phase": "tool.before",
                 "callId": call.id,
                 "tool": {"name": call.name, "tags": call.tags},
-                "args": call.args,
+                "args": call.audit_args(),
                 "subjects": subjects,
                 "decision": decision,
             })),
@@ -370,7 +370,7 @@ fn seal_typed(
             decision.write_canonical(scratch);
             let decision = decision_at..scratch.len();
             let parts = BeforeParts {
-                args: &call.args,
+                args: call.audit_args(),
                 call_id: &call.id,
                 decision: &scratch[decision],
                 subjects: &scratch[subjects],

@@ -47,6 +47,8 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) missing: Vec<String>,
     /// Effect forced by a condition's `onMissing` in the current rule.
     pub(crate) effect_override: Option<EffectType>,
+    /// What `sensitiveData` conditions detected in the current rule.
+    pub(crate) detections: Vec<super::decision::Detection>,
     /// On a shared state store: what the decision read from it (conditions read here).
     pub(crate) remote: Option<super::shared_state::RemoteView>,
 }
@@ -75,6 +77,7 @@ impl<'a> DecisionCtx<'a> {
             signals: Vec::new(),
             missing: Vec::new(),
             effect_override: None,
+            detections: Vec::new(),
             remote: None,
         }
     }
@@ -345,6 +348,7 @@ impl Combiner {
             shadow: rule.shadow,
             missing: std::mem::take(&mut ctx.missing),
             error: None,
+            detected: std::mem::take(&mut ctx.detections),
         });
     }
 

@@ -22,7 +22,7 @@ mod blocking;
 mod body;
 mod call;
 mod clock;
-mod conditions;
+pub(crate) mod conditions;
 mod decision;
 mod decision_json;
 mod evaluate;

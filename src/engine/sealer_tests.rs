@@ -65,6 +65,12 @@ fn decisions() -> Vec<Decision> {
             shadow: false,
             missing: Vec::new(),
             error: None,
+            detected: vec![crate::engine::decision::Detection {
+                detector: crate::policy::Detector::CreditCard,
+                path: "card.\"no\"".into(),
+                segs: Vec::new(),
+                redact: true,
+            }],
         },
         EvaluatedRule {
             rule_id: Arc::from("shadowed"),
@@ -73,6 +79,7 @@ fn decisions() -> Vec<Decision> {
             shadow: true,
             missing: vec!["signal:risk".into()],
             error: Some("timeout\u{0}".into()),
+            detected: Vec::new(),
         },
     ];
     block.signals = vec![SignalRecord {
@@ -126,6 +133,7 @@ fn record(i: usize) -> Arc<CallRecord> {
         } else {
             tricky_args(i)
         },
+        redaction: None,
     })
 }
 

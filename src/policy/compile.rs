@@ -251,6 +251,7 @@ pub(crate) enum CCond {
         value: SignalValue,
         on_missing: Option<EffectType>,
     },
+    SensitiveData(Box<crate::engine::conditions::CSensitive>),
     And(Vec<CCond>),
     Or(Vec<CCond>),
     Not(Box<CCond>),
@@ -327,6 +328,8 @@ struct Compiler<'a> {
     trackers_by_metric: HashMap<String, Vec<usize>>,
     errors: Vec<PolicyError>,
     file: Option<&'a Path>,
+    /// The current policy's `redactDetected`.
+    redact_detected: bool,
 }
 
 struct CounterIndexBuilder {
@@ -628,6 +631,16 @@ impl Compiler<'_> {
                 },
                 on_missing: *on_missing,
             },
+            Condition::SensitiveData {
+                path: p,
+                all,
+                detectors,
+            } => CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
+                p.as_deref(),
+                *all,
+                detectors,
+                self.redact_detected,
+            ))),
             Condition::And(cs) | Condition::Or(cs) => {
                 let mut out = Vec::with_capacity(cs.len());
                 let key = if matches!(c, Condition::And(_)) {
@@ -707,11 +720,13 @@ impl CompiledPolicies {
             trackers_by_metric: HashMap::new(),
             errors: Vec::new(),
             file: None,
+            redact_detected: true,
         };
         for (pi, ri) in order {
             let policy = &policies[pi];
             let rule = &policy.rules[ri];
             c.file = files.get(pi).copied().flatten();
+            c.redact_detected = policy.meta.redact_detected;
             let mode = rule.mode.unwrap_or(policy.meta.mode);
             let Some(tool) = &rule.selector.tool else {
                 continue;

@@ -11,6 +11,7 @@ use super::error::{PolicyError, PolicyErrors};
 use super::types::*;
 
 mod fields;
+mod sensitive;
 mod signals;
 mod tools;
 
@@ -196,6 +197,7 @@ impl Parser {
                 "onMissingDefault",
                 "timezone",
                 "version",
+                "redactDetected",
             ],
         )?;
         let name = match o.map.get("name") {
@@ -214,6 +216,7 @@ impl Parser {
         );
         let on_missing_default = self.opt_enum(&o, "onMissingDefault", EFFECTS);
         let timezone = self.opt_str(&o, "timezone");
+        let redact_detected = self.opt_bool(&o, "redactDetected");
         if let Some(Some(tz)) = &timezone {
             self.timezone(tz, "policy.timezone");
         }
@@ -229,6 +232,7 @@ impl Parser {
             combine: combine?.unwrap_or(Combine::MostSevereWins),
             on_missing_default: on_missing_default?.unwrap_or(EffectType::Allow),
             timezone: timezone?,
+            redact_detected: redact_detected?.unwrap_or(true),
         })
     }
 
@@ -439,6 +443,7 @@ impl Parser {
             "timeGate" => self.time_gate(v, path),
             "requireSubject" => self.require_subject(v, path),
             "signal" => self.signal(v, path),
+            "sensitiveData" => self.sensitive_data(v, path),
             "and" | "or" => {
                 let key = if kind == "and" { "all" } else { "any" };
                 let keys: &'static [&'static str] = if kind == "and" {
@@ -524,6 +529,7 @@ const SCOPES: &[(&str, Scope)] = &[
 
 /// Every condition `kind`.
 pub const CONDITION_KINDS: &[&str] = &[
+    "sensitiveData",
     "toolName",
     "toolTag",
     "toolArg",

@@ -52,6 +52,9 @@ impl Policy {
             m.on_missing_default.as_str().into(),
         );
         put_opt(&mut meta, "timezone", m.timezone.clone());
+        if !m.redact_detected {
+            meta.insert("redactDetected".into(), false.into());
+        }
         json!({
             "policy": meta,
             "rules": self.rules.iter().map(Rule::to_json).collect::<Vec<_>>(),
@@ -348,6 +351,37 @@ impl Condition {
                 m.insert("op".into(), op.as_str().into());
                 m.insert("value".into(), value.clone());
                 put_opt(&mut m, "onMissing", on_missing.map(EffectType::as_str));
+            }
+            Condition::SensitiveData {
+                path,
+                all,
+                detectors,
+            } => {
+                m.insert("target".into(), "toolArg".into());
+                put_opt(&mut m, "path", path.clone());
+                m.insert("op".into(), if *all { "allOf" } else { "anyOf" }.into());
+                let entries = detectors
+                    .iter()
+                    .map(|d| {
+                        let mut e = Map::new();
+                        e.insert("detector".into(), d.detector.as_str().into());
+                        if let Some(sc) = &d.sub_condition {
+                            e.insert(
+                                "subCondition".into(),
+                                json!({
+                                    "check": sc.check.as_str(),
+                                    "op": sc.op.as_str(),
+                                    "value": match &sc.value {
+                                        SubValue::One(s) => Value::from(s.clone()),
+                                        SubValue::List(l) => Value::from(l.clone()),
+                                    },
+                                }),
+                            );
+                        }
+                        Value::Object(e)
+                    })
+                    .collect();
+                m.insert("detectors".into(), Value::Array(entries));
             }
             Condition::And(cs) => {
                 m.insert(

@@ -10,7 +10,9 @@ use std::fmt;
 use serde_json::Value;
 
 mod parts;
+mod sensitive;
 pub use parts::*;
+pub use sensitive::*;
 
 /// A whole policy file: its metadata and its rules, in file order.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +38,9 @@ pub struct PolicyMeta {
     pub on_missing_default: EffectType,
     /// The organisation's IANA timezone, used by `timeGate` with `fallback: "org"`.
     pub timezone: Option<String>,
+    /// Strings in which a `sensitiveData` detector matched are replaced by
+    /// `"[redacted:<detector>]"` in audit events (`redactDetected`, default true).
+    pub redact_detected: bool,
 }
 
 impl Default for PolicyMeta {
@@ -47,6 +52,7 @@ impl Default for PolicyMeta {
             combine: Combine::MostSevereWins,
             on_missing_default: EffectType::Allow,
             timezone: None,
+            redact_detected: true,
         }
     }
 }
@@ -274,6 +280,15 @@ pub enum Condition {
         /// Resolution when the provider fails or a binding is missing.
         on_missing: Option<EffectType>,
     },
+    /// Detects sensitive data (card numbers, keys, …) in the arguments.
+    SensitiveData {
+        /// Dot path of the value scanned; every string leaf of the arguments when absent.
+        path: Option<String>,
+        /// `allOf`: every detector must match somewhere; `anyOf` (default): one.
+        all: bool,
+        /// The detectors (at least one).
+        detectors: Vec<DetectorEntry>,
+    },
     /// All must hold.
     And(Vec<Condition>),
     /// At least one must hold.
@@ -297,6 +312,7 @@ impl Condition {
             Condition::TimeGate { .. } => "timeGate",
             Condition::RequireSubject(_) => "requireSubject",
             Condition::Signal { .. } => "signal",
+            Condition::SensitiveData { .. } => "sensitiveData",
             Condition::And(_) => "and",
             Condition::Or(_) => "or",
             Condition::Not(_) => "not",

@@ -6,6 +6,7 @@ mod execution_time;
 mod max_calls;
 mod metric_window;
 mod require_subject;
+mod sensitive_data;
 mod sequence;
 mod signal;
 mod time_gate;
@@ -14,6 +15,8 @@ mod tool_name;
 mod tool_tag;
 
 use futures::future::BoxFuture;
+
+pub(crate) use sensitive_data::{CSensitive, Redaction, redact_strings, redaction};
 
 use super::evaluate::DecisionCtx;
 use crate::policy::{CCond, EffectType};
@@ -190,6 +193,7 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             resolve_missing(t, *on_missing, ctx)
         }
         CCond::RequireSubject(s) => require_subject::eval(s, ctx),
+        CCond::SensitiveData(c) => sensitive_data::eval(c, ctx),
         CCond::Signal { .. } | CCond::And(_) | CCond::Or(_) | CCond::Not(_) => eval_sync(c, ctx),
     }
 }
