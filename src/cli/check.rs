@@ -182,12 +182,12 @@ fn fails_open(p: &Policy, r: &crate::policy::Rule) -> Option<String> {
 
 /// The first part of a condition that can be unknown (missing data), if any.
 fn unknown_source(c: &crate::policy::Condition, phase: Phase, org_tz: bool) -> Option<String> {
-    use crate::policy::{Aggregate, Condition, TimeScope, TimezoneSource};
+    use crate::policy::{Aggregate, ArgTest, Condition, TimeScope, TimezoneSource};
     match c {
         Condition::ToolArg {
-            path,
+            path: Some(path),
+            test: ArgTest::String(_) | ArgTest::Number(..) | ArgTest::Boolean(_),
             on_missing: None,
-            ..
         } => Some(format!("toolArg \"{path}\" (absent or of another type)")),
         Condition::ExecutionTime {
             scope: TimeScope::Tool,

@@ -150,6 +150,56 @@ impl DecisionCtx<'_> {
     }
 }
 
+impl DecisionCtx<'_> {
+    /// Whether rule `i`'s policy applies to the run's agent (its `agentSelector`).
+    #[cold]
+    fn selects_agent(&self, i: usize) -> bool {
+        let p = self.policies.rules[i].policy as usize;
+        match self
+            .policies
+            .policies
+            .get(p)
+            .and_then(|p| p.agents.as_ref())
+        {
+            None => true,
+            Some(a) => a.selects(&self.run.context.agent_id, &self.run.context.agent_tags),
+        }
+    }
+
+    /// A custom condition's value: its registered function called with `args` and the call's
+    /// context, with the signal timeout; panics, errors, timeouts and unregistered names are
+    /// missing data.
+    pub(crate) async fn custom_value(&mut self, name: &Arc<str>, args: &Value) -> Tri {
+        let f = self.engine.customs.load().get(&**name).cloned();
+        let Some(f) = f else {
+            self.note_missing(format!("custom {name}: no function registered"));
+            return Tri::Unknown;
+        };
+        let cc = super::CustomContext {
+            tool_name: self.call.name.to_string(),
+            tool_tags: self.call.tags.to_vec(),
+            args: self.call.args.clone(),
+            run: self.run.context.clone(),
+        };
+        let args = args.clone();
+        let timeout = self.engine.signal_timeout;
+        match call_user_code(timeout, || f.call(args, cc)).await {
+            Ok(b) => b.into(),
+            Err(e) => {
+                let why = match e {
+                    UserCodeFailure::Panicked => "the function panicked".to_string(),
+                    UserCodeFailure::Failed(e) => format!("the function failed: {e}"),
+                    UserCodeFailure::TimedOut => {
+                        format!("timed out after {} ms", timeout.as_millis())
+                    }
+                };
+                self.note_missing(format!("custom {name}: {why}"));
+                Tri::Unknown
+            }
+        }
+    }
+}
+
 /// Why registered user code (a signal provider, a subject extractor) gave no result.
 enum UserCodeFailure {
     Panicked,
@@ -376,6 +426,9 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> 
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;
+        if ctx.policies.agent_gated && !ctx.selects_agent(i) {
+            continue;
+        }
         c.start(ctx, i);
         let rule = &ctx.policies.rules[i];
         let t = if rule.has_signal {
@@ -393,6 +446,9 @@ pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> R
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;
+        if ctx.policies.agent_gated && !ctx.selects_agent(i) {
+            continue;
+        }
         c.start(ctx, i);
         let t = eval_sync(&ctx.policies.rules[i].condition, ctx);
         c.push(ctx, i, t);

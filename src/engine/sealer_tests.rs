@@ -442,6 +442,7 @@ proptest! {
     ) {
         let ctx = RunContext {
             run_id,
+            agent_tags: agent_id.chars().take(3).map(|c| format!("t{c}\"")).collect(),
             agent_id,
             session_id,
             enduser: enduser.map(|(id, tags)| crate::engine::Enduser { id, tags }),

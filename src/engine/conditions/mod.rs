@@ -65,6 +65,11 @@ pub(crate) fn eval_sync(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             fold.acc
         }
         CCond::Not(c) => not(eval_sync(c, ctx)),
+        CCond::Custom { name, .. } => {
+            // Never reached: rules with custom conditions are evaluated by `eval_async`.
+            ctx.note_missing(format!("custom {name}: evaluated without a runtime"));
+            Tri::Unknown
+        }
         CCond::Signal { key, .. } => {
             // Never reached: rules with signals are evaluated by `eval_async`.
             ctx.note_missing(format!("signal {key}: evaluated without a runtime"));
@@ -91,6 +96,7 @@ pub(crate) fn eval_async<'a, 'c: 'a>(
                 fold.acc
             }
             CCond::Not(c) => not(eval_async(c, ctx).await),
+            CCond::Custom { name, args } => ctx.custom_value(name, args).await,
             CCond::Signal {
                 key,
                 args,
@@ -159,7 +165,7 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             test,
             on_missing,
         } => {
-            let t = tool_arg::eval(path, test, ctx);
+            let t = tool_arg::eval(path.as_deref(), test, ctx);
             resolve_missing(t, *on_missing, ctx)
         }
         CCond::EnduserTag(op) => enduser_tag::eval(op, ctx),
@@ -194,7 +200,11 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
         }
         CCond::RequireSubject(s) => require_subject::eval(s, ctx),
         CCond::SensitiveData(c) => sensitive_data::eval(c, ctx),
-        CCond::Signal { .. } | CCond::And(_) | CCond::Or(_) | CCond::Not(_) => eval_sync(c, ctx),
+        CCond::Signal { .. }
+        | CCond::Custom { .. }
+        | CCond::And(_)
+        | CCond::Or(_)
+        | CCond::Not(_) => eval_sync(c, ctx),
     }
 }
 
