@@ -6,8 +6,8 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::*;
 use proptest::prelude::*;
@@ -16,25 +16,30 @@ use toolgate::audit::{EventKind, MemorySink, verify_events};
 use toolgate::engine::{GovernanceEngine, RunContext, ToolOutcome};
 use toolgate::policy::EffectType;
 
-/// Counts the bytes allocated while `COUNTING` is set (this test binary only).
+/// Counts the bytes allocated by the current thread while it has `COUNTING` set (this test
+/// binary only; other tests run on other threads meanwhile).
 struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count(n: usize) {
+    if COUNTING.with(Cell::get) {
+        ALLOCATED.with(|a| a.set(a.get() + n));
+    }
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATED.fetch_add(l.size(), Ordering::Relaxed);
-        }
+        count(l.size());
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATED.fetch_add(n, Ordering::Relaxed);
-        }
+        count(n);
         unsafe { System.realloc(p, l, n) }
     }
 }
@@ -533,11 +538,11 @@ proptest! {
         // Warm up (the tool's profile is cached on its first decision).
         rt.block_on(run.before_tool(call("w", "t", args.clone())));
         let c = call("c", "t", args);
-        ALLOCATED.store(0, Ordering::Relaxed);
-        COUNTING.store(true, Ordering::Relaxed);
+        ALLOCATED.with(|a| a.set(0));
+        COUNTING.with(|c| c.set(true));
         let d = rt.block_on(run.before_tool(c));
-        COUNTING.store(false, Ordering::Relaxed);
-        let bytes = ALLOCATED.load(Ordering::Relaxed);
+        COUNTING.with(|c| c.set(false));
+        let bytes = ALLOCATED.with(Cell::get);
         prop_assert!(matches!(d.effect, EffectType::Allow | EffectType::Block));
         // The scanners copy nothing: what is allocated is the decision's own bookkeeping.
         prop_assert!(bytes <= 2 * len + 64 * 1024, "{bytes} bytes for {len} bytes of input");
