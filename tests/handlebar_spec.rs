@@ -99,6 +99,10 @@ async fn tool_arg_exists_and_not_exists_are_never_missing_data() {
     );
 }
 
+/// What a custom condition was called with: args, tool name, tool tags, call args, run id,
+/// end user.
+type Seen = (Value, String, Vec<String>, Value, String, Option<String>);
+
 const CUSTOM: &str = r#"[{"id": "vip", "name": "vip", "priority": 1, "enabled": true,
     "selector": {"phase": "tool.before", "tool": {"name": "refund"}},
     "condition": {"kind": "custom", "name": "over_limit", "args": {"limit": 100}},
@@ -106,14 +110,7 @@ const CUSTOM: &str = r#"[{"id": "vip", "name": "vip", "priority": 1, "enabled": 
 
 #[tokio::test]
 async fn custom_conditions_get_args_and_context_and_fail_like_signals() {
-    let seen = Arc::new(parking_lot::Mutex::new(Vec::<(
-        Value,
-        String,
-        Vec<String>,
-        Value,
-        String,
-        Option<String>,
-    )>::new()));
+    let seen: Arc<parking_lot::Mutex<Vec<Seen>>> = Arc::default();
     let s = seen.clone();
     let engine = builder(CUSTOM, &clock())
         .signal_timeout(Duration::from_millis(50))

@@ -345,7 +345,7 @@ async fn scan_all_walks_nested_arrays_and_objects_and_names_paths_not_text() {
         ))
         .await;
     assert_eq!(d.effect, EffectType::Allow);
-    assert!(d.evaluated[0].detected.is_empty());
+    assert!(d.evaluated[0].detected.is_none());
 }
 
 #[tokio::test]

@@ -85,8 +85,9 @@ pub struct EvaluatedRule {
     pub error: Option<String>,
     /// What its `sensitiveData` conditions detected: detectors and argument paths, never the
     /// matched text.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub detected: Vec<Detection>,
+    /// (`None` when nothing was detected: the common case costs one null pointer.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detected: Option<Box<[Detection]>>,
 }
 
 impl Serialize for Detector {

@@ -26,11 +26,9 @@ impl EvaluatedRule {
     /// Writes the canonical JSON of this entry (keys: detected, effect, error, missing, ruleId,
     /// shadow, triggered).
     fn write_canonical(&self, out: &mut String) {
-        if self.detected.is_empty() {
-            out.push_str("{\"effect\":\"");
-        } else {
+        if let Some(detected) = &self.detected {
             out.push_str("{\"detected\":[");
-            for (i, d) in self.detected.iter().enumerate() {
+            for (i, d) in detected.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
@@ -42,6 +40,8 @@ impl EvaluatedRule {
                 out.push('}');
             }
             out.push_str("],\"effect\":\"");
+        } else {
+            out.push_str("{\"effect\":\"");
         }
         // An effect's name needs no escape.
         out.push_str(self.effect.as_str());
@@ -196,7 +196,7 @@ mod tests {
             effect: EffectType::Hitl,
             shadow: true,
             missing: vec!["signal x: \u{1}".into(), "tz".into()],
-            detected: Vec::new(),
+            detected: None,
             error: Some("bad".into()),
         }];
         d.signals = vec![SignalRecord {
@@ -242,7 +242,7 @@ mod tests {
                 reason.map(Arc::from));
             d.rule_id = rule.map(Arc::from);
             d.evaluated = rules.into_iter().map(|(id, t, e, s, missing, error)| EvaluatedRule {
-                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error, detected: Vec::new(),
+                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error, detected: None,
             }).collect();
             d.hitl = hitl.map(|(id, s, fp)| HitlInfo {
                 review_id: id,

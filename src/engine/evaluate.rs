@@ -151,19 +151,26 @@ impl DecisionCtx<'_> {
 }
 
 impl DecisionCtx<'_> {
-    /// Whether rule `i`'s policy applies to the run's agent (its `agentSelector`).
+    /// The rules whose policy applies to the run's agent (its `agentSelector`).
     #[cold]
-    fn selects_agent(&self, i: usize) -> bool {
-        let p = self.policies.rules[i].policy as usize;
-        match self
-            .policies
-            .policies
-            .get(p)
-            .and_then(|p| p.agents.as_ref())
-        {
-            None => true,
-            Some(a) => a.selects(&self.run.context.agent_id, &self.run.context.agent_tags),
-        }
+    fn selected_rules(&self, rules: &[u32]) -> SmallVec<[u32; 16]> {
+        let ctx = &self.run.context;
+        rules
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let p = self.policies.rules[i as usize].policy as usize;
+                match self
+                    .policies
+                    .policies
+                    .get(p)
+                    .and_then(|p| p.agents.as_ref())
+                {
+                    None => true,
+                    Some(a) => a.selects(&ctx.agent_id, &ctx.agent_tags),
+                }
+            })
+            .collect()
     }
 
     /// A custom condition's value: its registered function called with `args` and the call's
@@ -398,7 +405,11 @@ impl Combiner {
             shadow: rule.shadow,
             missing: std::mem::take(&mut ctx.missing),
             error: None,
-            detected: std::mem::take(&mut ctx.detections),
+            detected: if ctx.detections.is_empty() {
+                None
+            } else {
+                Some(std::mem::take(&mut ctx.detections).into_boxed_slice())
+            },
         });
     }
 
@@ -423,12 +434,18 @@ impl Combiner {
 
 /// Evaluates the rules in play and combines their effects; signal providers are awaited.
 pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return Box::pin(evaluate_selected(ctx, &selected)).await;
+    }
+    evaluate_selected(ctx, rules).await
+}
+
+/// [`evaluate_rules`] over rules already filtered by their policies' `agentSelector`.
+async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;
-        if ctx.policies.agent_gated && !ctx.selects_agent(i) {
-            continue;
-        }
         c.start(ctx, i);
         let rule = &ctx.policies.rules[i];
         let t = if rule.has_signal {
@@ -443,12 +460,18 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> 
 
 /// Evaluates rules none of which asks a signal provider, without a runtime.
 pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return evaluate_selected_sync(ctx, &selected);
+    }
+    evaluate_selected_sync(ctx, rules)
+}
+
+#[inline(always)]
+fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;
-        if ctx.policies.agent_gated && !ctx.selects_agent(i) {
-            continue;
-        }
         c.start(ctx, i);
         let t = eval_sync(&ctx.policies.rules[i].condition, ctx);
         c.push(ctx, i, t);

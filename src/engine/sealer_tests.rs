@@ -65,12 +65,12 @@ fn decisions() -> Vec<Decision> {
             shadow: false,
             missing: Vec::new(),
             error: None,
-            detected: vec![crate::engine::decision::Detection {
+            detected: Some(Box::new([crate::engine::decision::Detection {
                 detector: crate::policy::Detector::CreditCard,
                 path: "card.\"no\"".into(),
                 segs: Vec::new(),
                 redact: true,
-            }],
+            }])),
         },
         EvaluatedRule {
             rule_id: Arc::from("shadowed"),
@@ -79,7 +79,7 @@ fn decisions() -> Vec<Decision> {
             shadow: true,
             missing: vec!["signal:risk".into()],
             error: Some("timeout\u{0}".into()),
-            detected: Vec::new(),
+            detected: None,
         },
     ];
     block.signals = vec![SignalRecord {

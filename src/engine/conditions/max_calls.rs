@@ -8,9 +8,10 @@ use crate::engine::evaluate::DecisionCtx;
 
 pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
     let idx = &ctx.policies.counters;
-    if let Some(spec) = idx.counters.get(counter as usize)
-        && !spec.passes(ctx.call.tags_lc)
-    {
+    let Some(spec) = idx.counters.get(counter as usize) else {
+        return Tri::Unknown;
+    };
+    if !spec.tag_filter.is_empty() && !spec.passes(ctx.call.tags_lc) {
         // `tagFilter`: a call lacking a listed tag is neither counted nor limited.
         return Tri::False;
     }
@@ -26,9 +27,6 @@ pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
         // Already counted for this call by an identical condition evaluation.
         return Tri::False;
     }
-    let Some(spec) = idx.counters.get(counter as usize) else {
-        return Tri::Unknown;
-    };
     let key = ctx.run.state_key(spec.slot, spec.scope);
     if !ctx.profile.counts(counter) {
         return (ctx

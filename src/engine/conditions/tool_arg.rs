@@ -32,6 +32,7 @@ pub(crate) fn eval(path: Option<&[String]>, test: &CArgTest, ctx: &mut DecisionC
 }
 
 /// The test on one value: `None` when the value is of another type.
+#[inline(always)]
 fn test_value(test: &CArgTest, v: &Value) -> Option<bool> {
     match (test, v) {
         (CArgTest::Str(t), Value::String(s)) => Some(t.matches(s)),

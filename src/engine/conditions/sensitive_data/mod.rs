@@ -228,7 +228,7 @@ pub(crate) fn redaction(
 ) -> Option<Redaction> {
     let mut found = evaluated
         .iter()
-        .flat_map(|e| e.detected.iter())
+        .flat_map(|e| e.detected.iter().flat_map(|d| d.iter()))
         .filter(|d| d.redact)
         .peekable();
     found.peek()?;
