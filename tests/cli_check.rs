@@ -465,3 +465,48 @@ fn help_texts_say_what_they_do() {
         .success()
         .stdout(predicate::str::contains("Validate policy files"));
 }
+
+#[test]
+fn warnings_where_toolgate_reads_handlebar_differently_and_for_custom_conditions() {
+    let t = TempDir::new().unwrap();
+    let mut custom = rule("host-fn");
+    custom["condition"] = json!({"kind": "not", "not": {"kind": "or", "any": [
+        {"kind": "toolName", "op": "eq", "value": "x"},
+        {"kind": "custom", "name": "over_limit", "args": {"limit": 3}}]}});
+    let mut filtered = rule("filtered");
+    filtered["condition"] = json!({"kind": "metricWindow", "scope": "agent",
+        "metric": {"kind": "inbuilt", "key": "bytes_in"}, "aggregate": "sum", "windowSeconds": 60,
+        "op": "gt", "value": 1, "filter": {"toolName": "a*"}});
+    let mut run_window = rule("run-window");
+    run_window["condition"] = json!({"kind": "metricWindow", "scope": "run",
+        "metric": {"kind": "inbuilt", "key": "bytes_in"}, "aggregate": "sum", "windowSeconds": 60,
+        "op": "gt", "value": 1});
+    let mut run_whole = rule("run-whole");
+    run_whole["condition"] = json!({"kind": "metricWindow", "scope": "run",
+        "metric": {"kind": "inbuilt", "key": "bytes_in"}, "aggregate": "sum", "op": "gt", "value": 1});
+    let f = write(
+        t.path(),
+        "h.json",
+        policy(vec![custom, filtered, run_window, run_whole]),
+    );
+    let o = check(&[&f]);
+    assert_eq!(o.code, Some(0), "{}", o.stdout);
+    let shown = f.display();
+    let expect = [
+        format!(
+            r#"{shown}: warning: rules[0].condition.not.any[1]: custom condition "over_limit" is a host function"#
+        ),
+        format!(
+            "{shown}: warning: rules[1].condition.filter: Handlebar now ignores metricWindow.filter"
+        ),
+        format!(
+            r#"{shown}: warning: rules[2].condition.windowSeconds: Handlebar ignores windowSeconds for scope "run""#
+        ),
+        format!("{shown}: ok: 4 rules"),
+    ];
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), expect.len(), "{}", o.stdout);
+    for (l, e) in lines.iter().zip(&expect) {
+        assert!(l.starts_with(e.as_str()), "`{l}` should start with `{e}`");
+    }
+}

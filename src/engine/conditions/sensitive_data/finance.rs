@@ -1,7 +1,7 @@
 //! Detectors for financial and identity numbers: `credit_card` (Luhn), `iban` (mod 97),
 //! `uk_nino`.
 
-use super::scan::{alnum, left_boundary, right_boundary};
+use super::scan::{alnum, left_boundary, next_digit, right_boundary};
 
 /// A card number: 13–19 digits, single spaces or hyphens allowed between groups, not preceded
 /// or followed by a letter or digit, with a Visa (4; 13, 16 or 19 digits), Mastercard (51–55
@@ -9,11 +9,12 @@ use super::scan::{alnum, left_boundary, right_boundary};
 /// valid Luhn check digit.
 pub(crate) fn credit_card(s: &[u8]) -> bool {
     let mut i = 0;
-    while i < s.len() {
-        if !s[i].is_ascii_digit()
-            || !left_boundary(s, i)
-            || (i > 0 && matches!(s[i - 1], b'.' | b'-' | b'+'))
-        {
+    loop {
+        i = next_digit(s, i);
+        if i >= s.len() {
+            break;
+        }
+        if !left_boundary(s, i) || (i > 0 && matches!(s[i - 1], b'.' | b'-' | b'+')) {
             i += 1;
             continue;
         }

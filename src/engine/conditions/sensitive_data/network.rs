@@ -1,6 +1,6 @@
 //! The `ip_address` detector: IPv4 and IPv6.
 
-use super::scan::{alnum, text};
+use super::scan::{alnum, next_digit, text};
 
 /// An IPv4 address (four decimal octets 0–255 joined by dots, no leading zeros, not part of a
 /// longer dotted number or word) or an IPv6 address (a run of hex digits, colons and dots
@@ -12,9 +12,12 @@ pub(crate) fn ip_address(s: &[u8]) -> bool {
 
 fn ipv4(s: &[u8]) -> bool {
     let mut i = 0;
-    while i < s.len() {
-        let b = s[i];
-        if !b.is_ascii_digit() || (i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.')) {
+    loop {
+        i = next_digit(s, i);
+        if i >= s.len() {
+            break;
+        }
+        if i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.') {
             i += 1;
             continue;
         }

@@ -43,6 +43,33 @@ pub(crate) fn run_end(s: &[u8], mut i: usize, f: impl Fn(u8) -> bool) -> usize {
     i
 }
 
+/// The index of the first ASCII digit at or after `i` (`s.len()` when none), eight bytes at a
+/// time: in prose digits are rare, so most of the input is skipped a word at once.
+pub(crate) fn next_digit(s: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const LOW7: u64 = LO * 127;
+    while i + 8 <= s.len() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[i..i + 8]);
+        let x = u64::from_le_bytes(w);
+        // Bytes in 0x30..=0x39 (per byte, no carries: the operands stay below 256; bytes
+        // >= 0x80 are excluded by `!x`).
+        let t = ((LO * (127 + 0x3A)).wrapping_sub(x & LOW7))
+            & !x
+            & ((x & LOW7) + LO * (127 - 0x2F))
+            & HI;
+        if t != 0 {
+            return i + (t.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < s.len() && !s[i].is_ascii_digit() {
+        i += 1;
+    }
+    i
+}
+
 /// The bytes as a `&str` (the detectors only slice at ASCII bytes, so this never fails on
 /// their slices; an empty string otherwise).
 #[inline]

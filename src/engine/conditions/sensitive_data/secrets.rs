@@ -12,14 +12,20 @@ fn b64url(b: u8) -> bool {
 /// unsecured token), not inside a longer such run, whose first part decodes (base64url, no
 /// padding, at most 2048 characters) to a JSON object with a string member `alg`.
 pub(crate) fn jwt(s: &[u8]) -> bool {
+    // A JSON header starts with `{` and then a quote or whitespace: its base64url starts with
+    // `ey` (`{"`, `{ "`) or `ew` (`{` and a newline, tab or carriage return).
+    jwt_from(s, b"ey") || jwt_from(s, b"ew")
+}
+
+fn jwt_from(s: &[u8], prefix: &[u8; 2]) -> bool {
+    let finder = memchr::memmem::Finder::new(prefix);
     let mut i = 0;
-    while let Some(off) = memchr::memchr(b'e', &s[i..]) {
+    while let Some(off) = finder.find(&s[i..]) {
         let start = i + off;
         i = start + 1;
         if start > 0 && (b64url(s[start - 1]) || s[start - 1] == b'.') {
             continue;
         }
-        // A JSON header starts with `{`, whose base64 starts with `e`.
         let e1 = run_end(s, start, b64url);
         if e1 >= s.len() || s[e1] != b'.' {
             i = e1.max(i);
@@ -145,31 +151,59 @@ const PREFIXES: &[(&[u8], usize)] = &[
     (b"hf_", 30),
 ];
 
+/// Bytes of `[A-Za-z0-9_\-+/=]`, as a table (one load per byte).
+static TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'+' | b'/' | b'=');
+        b += 1;
+    }
+    t
+};
+
+#[inline(always)]
 fn token_char(b: u8) -> bool {
-    alnum(b) || matches!(b, b'_' | b'-' | b'+' | b'/' | b'=')
+    TOKEN[usize::from(b)]
 }
+
+/// The shortest token a known prefix can match (`xoxb-` and 10 key characters).
+const MIN_PREFIXED: usize = 15;
 
 /// A secret key: in a token (a maximal run of `[A-Za-z0-9_\-+/=]`), either a known prefix at
 /// its start followed by enough key characters, or ≥ 24 characters mixing letters and digits
 /// whose Shannon entropy per character is at least min(4.3, log2(length) − 0.5) bits. UUIDs
 /// and hex strings never reach that (≤ 4 bits per character).
 pub(crate) fn secret_key(s: &[u8]) -> bool {
+    // Only tokens of MIN_PREFIXED or more bytes can match. Invariant: `i` is 0 or follows a
+    // byte that is not a token byte. A token that long starting in i..=i+14 covers i+14: when
+    // that byte is not a token byte the whole window is skipped with one look.
     let mut i = 0;
-    while i < s.len() {
-        if !token_char(s[i]) {
-            i += 1;
+    while i + MIN_PREFIXED <= s.len() {
+        let probe = i + MIN_PREFIXED - 1;
+        if !token_char(s[probe]) {
+            i = probe + 1;
             continue;
         }
-        let end = run_end(s, i, token_char);
-        if secret_token(&s[i..end]) {
+        let mut start = probe;
+        while start > i && token_char(s[start - 1]) {
+            start -= 1;
+        }
+        let end = run_end(s, probe, token_char);
+        if secret_token(&s[start..end]) {
             return true;
         }
-        i = end;
+        i = end + 1;
     }
     false
 }
 
 fn secret_token(t: &[u8]) -> bool {
+    // Most tokens are words: too short for any rule.
+    if t.len() < MIN_PREFIXED {
+        return false;
+    }
     for (p, min) in PREFIXES {
         if let Some(rest) = t.strip_prefix(*p) {
             let key = run_end(rest, 0, |b| alnum(b) || b == b'_' || b == b'-');
