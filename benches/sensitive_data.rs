@@ -7,6 +7,7 @@
 //! - `sensitive/all11/<size>`: one rule with all 11 detectors.
 //! - `sensitive/none/<size>`: the same call under a policy whose rule in play is a `toolName`
 //!   test: the decision without scanning, to subtract.
+//! - `sensitive/one/<detector>/10KB`: one detector at a time.
 //!
 //! The call is built outside the measurement (`iter_batched`).
 //!
@@ -149,6 +150,23 @@ fn bench(c: &mut Criterion) {
                 )
             });
         }
+    }
+    // One detector at a time over 10 KB: where the time goes.
+    let call = ToolCall::new("c", "send_email", json!({"to": "x", "body": text(10_000)}));
+    g.sample_size(50);
+    for d in DETECTORS {
+        let engine = GovernanceEngine::builder()
+            .policy(parse_policy(&sensitive(&[d]), None).expect("policy"))
+            .build()
+            .expect("engine");
+        let run = engine.start_run(RunContext::new("r", "a"));
+        g.bench_function(BenchmarkId::new("one", format!("{d}/10KB")), |b| {
+            b.iter_batched(
+                || call.clone(),
+                |call| black_box(rt.block_on(run.before_tool(call))),
+                BatchSize::LargeInput,
+            )
+        });
     }
     g.finish();
 }

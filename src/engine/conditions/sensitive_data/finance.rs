@@ -1,7 +1,7 @@
 //! Detectors for financial and identity numbers: `credit_card` (Luhn), `iban` (mod 97),
 //! `uk_nino`.
 
-use super::scan::{alnum, left_boundary, next_digit, right_boundary};
+use super::scan::{alnum, left_boundary, next_digit, right_boundary, run_end};
 
 /// A card number: 13–19 digits, single spaces or hyphens allowed between groups, not preceded
 /// or followed by a letter or digit, with a Visa (4; 13, 16 or 19 digits), Mastercard (51–55
@@ -15,7 +15,8 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
             break;
         }
         if !left_boundary(s, i) || (i > 0 && matches!(s[i - 1], b'.' | b'-' | b'+')) {
-            i += 1;
+            // No card starts inside this run of digits: skip it whole.
+            i = run_end(s, i, |b| b.is_ascii_digit());
             continue;
         }
         let mut buf = [0u8; 19];

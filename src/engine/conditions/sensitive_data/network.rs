@@ -18,7 +18,10 @@ fn ipv4(s: &[u8]) -> bool {
             break;
         }
         if i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.') {
-            i += 1;
+            // No address starts inside this run of digits: skip it whole.
+            while i < s.len() && s[i].is_ascii_digit() {
+                i += 1;
+            }
             continue;
         }
         let (end, ok) = ipv4_at(s, i);
