@@ -147,7 +147,11 @@ impl PgStore {
             &[&keys],
         )
         .await?;
-        let ids: Vec<Uuid> = batch.iter().map(|i| i.id).collect();
+        let ids: Vec<Uuid> = batch
+            .iter()
+            .filter(|i| super::ids_problem(i).is_none())
+            .map(|i| i.id)
+            .collect();
         let mut snap = Snapshot::default();
         for row in tx
             .query(
@@ -220,6 +224,10 @@ impl PgStore {
     }
 
     async fn resolve_agent(&self, agent: Option<&str>, run_id: &str) -> Result<String, StoreError> {
+        if run_id.contains('\0') || agent.is_some_and(|a| a.contains('\0')) {
+            // No stored id holds a NUL (it is an invalid id), and PostgreSQL refuses it in text.
+            return Err(StoreError::NotFound(format!("no run {run_id:?}")));
+        }
         if let Some(a) = agent {
             return Ok(a.to_string());
         }
@@ -321,6 +329,12 @@ impl EventStore for PgStore {
     }
 
     async fn events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
+        if q.agent_id.as_deref().is_some_and(|a| a.contains('\0')) {
+            return Ok(EventPage {
+                lines: Vec::new(),
+                next: None,
+            });
+        }
         let after: i64 = match &q.after {
             None => 0,
             Some(c) => c
