@@ -42,7 +42,7 @@ pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
 pub use sinks::memory::MemorySink;
 pub use verify::{
     BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyReport, verify_events,
-    verify_events_signed, verify_paths, verify_paths_signed,
+    verify_events_signed, verify_paths, verify_paths_signed, verify_paths_signed_open,
 };
 
 /// Errors of the audit module.

@@ -19,11 +19,91 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::{
-    EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunPage, Slot, Snapshot,
-    StoreError, StoreStats, decide, neighbour_seqs,
+    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage, Slot,
+    Snapshot, StoreError, StoreStats, decide, neighbour_seqs,
 };
 use crate::audit::verify::StreamVerifier;
-use crate::audit::{AuditError, RunVerifier, VerifyReport};
+use crate::audit::{AuditError, BreakKind, RunVerifier, VerifyReport};
+
+/// The columns a verification reads: the indexed ones and the line.
+const ROW_COLUMNS: &str = "id, agent_id, run_id, seq, kind, ts, hash, prev_hash, line";
+
+/// A stored row as a verification reads it.
+struct StoredRow {
+    id: Uuid,
+    agent_id: String,
+    run_id: String,
+    seq: i64,
+    kind: String,
+    ts: chrono::DateTime<chrono::Utc>,
+    hash: String,
+    prev_hash: Option<String>,
+    line: String,
+}
+
+impl StoredRow {
+    fn from_row(row: &tokio_postgres::Row) -> Result<StoredRow, tokio_postgres::Error> {
+        Ok(StoredRow {
+            id: row.try_get(0)?,
+            agent_id: row.try_get(1)?,
+            run_id: row.try_get(2)?,
+            seq: row.try_get(3)?,
+            kind: row.try_get(4)?,
+            ts: row.try_get(5)?,
+            hash: row.try_get(6)?,
+            prev_hash: row.try_get(7)?,
+            line: row.try_get(8)?,
+        })
+    }
+
+    /// Every indexed column that differs from the line (the reads, the acceptance rules and
+    /// the `/v1/events` filters trust the columns, so a moved or edited row must show).
+    fn mismatches(&self) -> Vec<String> {
+        let Ok(line) = Incoming::from_line(&self.line) else {
+            // The line's own problem is reported by the chain check.
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut differ = |column: &str, field: &str, stored: String, lined: String| {
+            if stored != lined {
+                out.push(format!(
+                    "the row's {column} column ({stored}) differs from its line's {field} \
+                     ({lined}): the row was moved or edited"
+                ));
+            }
+        };
+        differ("id", "id", self.id.to_string(), line.id.to_string());
+        differ(
+            "agent_id",
+            "agentId",
+            format!("{:?}", self.agent_id),
+            format!("{:?}", line.agent_id),
+        );
+        differ(
+            "run_id",
+            "runId",
+            format!("{:?}", self.run_id),
+            format!("{:?}", line.run_id),
+        );
+        differ("seq", "seq", self.seq.to_string(), line.seq.to_string());
+        differ("kind", "kind", self.kind.clone(), line.kind.as_str().to_string());
+        // The column keeps microseconds.
+        differ(
+            "ts",
+            "ts",
+            self.ts.timestamp_micros().to_string(),
+            line.ts.timestamp_micros().to_string(),
+        );
+        differ("hash", "hash", self.hash.clone(), line.hash.clone());
+        differ(
+            "prev_hash",
+            "prevHash",
+            format!("{:?}", self.prev_hash),
+            format!("{:?}", line.prev_hash),
+        );
+        out
+    }
+}
 
 const MIGRATIONS: &[(i32, &str)] = &[(
     1,
@@ -328,6 +408,42 @@ impl EventStore for PgStore {
         })
     }
 
+    /// Checks a run's stored chain page by page, and that every row's indexed columns equal
+    /// its line.
+    async fn verify_run(&self, agent: Option<&str>, run_id: &str) -> Result<RunCheck, StoreError> {
+        let agent_id = self.resolve_agent(agent, run_id).await?;
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM toolgate_events \
+             WHERE agent_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
+        );
+        let mut check = RunCheck::default();
+        let mut after: i64 = -1;
+        loop {
+            let rows = client
+                .query(&sql, &[&agent_id, &run_id, &after, &(DEFAULT_PAGE as i64)])
+                .await
+                .map_err(|e| db_error("read", e))?;
+            for row in &rows {
+                let row = StoredRow::from_row(row).map_err(|e| db_error("read", e))?;
+                check.push_line(&row.line);
+                for m in row.mismatches() {
+                    check.push_break(u64::try_from(row.seq).ok(), m);
+                }
+                after = row.seq;
+            }
+            if rows.len() < DEFAULT_PAGE {
+                break;
+            }
+        }
+        if check.events == 0 {
+            return Err(StoreError::NotFound(format!(
+                "no run {run_id:?} of agent {agent_id:?}"
+            )));
+        }
+        Ok(check)
+    }
+
     async fn events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
         if q.agent_id.as_deref().is_some_and(|a| a.contains('\0')) {
             return Ok(EventPage {
@@ -391,6 +507,16 @@ pub async fn verify_postgres(
     url: &str,
     key: Option<&RunVerifier>,
 ) -> Result<VerifyReport, AuditError> {
+    verify_postgres_with(url, key, false).await
+}
+
+/// [`verify_postgres`]; `allow_open`: open signed runs are expected (see
+/// [`crate::audit::verify_paths_signed_open`]).
+pub async fn verify_postgres_with(
+    url: &str,
+    key: Option<&RunVerifier>,
+    allow_open: bool,
+) -> Result<VerifyReport, AuditError> {
     let config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
@@ -409,12 +535,12 @@ pub async fn verify_postgres(
             .map_err(|e| db_error("verify", e))?;
         let portal = tx
             .bind(
-                "SELECT line FROM toolgate_events ORDER BY agent_id, run_id, seq",
+                &format!("SELECT {ROW_COLUMNS} FROM toolgate_events ORDER BY agent_id, run_id, seq"),
                 &[],
             )
             .await
             .map_err(|e| db_error("verify", e))?;
-        let mut verifier = StreamVerifier::new(key);
+        let mut verifier = StreamVerifier::new(key).allow_open(allow_open);
         loop {
             let rows = tx
                 .query_portal(&portal, 1_000)
@@ -424,8 +550,16 @@ pub async fn verify_postgres(
                 break;
             }
             for row in rows {
-                let line: &str = row.try_get(0).map_err(|e| db_error("verify", e))?;
-                verifier.push_line(line);
+                let row = StoredRow::from_row(&row).map_err(|e| db_error("verify", e))?;
+                verifier.push_line(&row.line);
+                for m in row.mismatches() {
+                    verifier.push_break(
+                        Some((&row.agent_id, &row.run_id)),
+                        u64::try_from(row.seq).ok(),
+                        BreakKind::ColumnMismatch,
+                        m,
+                    );
+                }
             }
         }
         Ok::<_, AuditError>(verifier.finish())

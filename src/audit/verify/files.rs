@@ -10,6 +10,7 @@ use super::{BreakKind, MAX_LINE_BYTES, RunVerifier, Verifier, VerifyReport};
 pub(super) fn verify_paths_inner<P: AsRef<Path>>(
     paths: &[P],
     key: Option<RunVerifier>,
+    allow_open: bool,
 ) -> VerifyReport {
     let mut files = Vec::new();
     let mut unreadable = Vec::new();
@@ -32,6 +33,7 @@ pub(super) fn verify_paths_inner<P: AsRef<Path>>(
         }
     }
     let mut v = Verifier::new(key, false);
+    v.allow_open = allow_open;
     for path in files {
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
