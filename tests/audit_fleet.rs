@@ -432,17 +432,19 @@ fn postgres_errors_name_the_server_message_and_hide_passwords() {
             assert!(!text.contains(&format!("password={pw}")), "{text}");
         }
     }
-    // A wrong password with a raw '/' in it, in user:pass@ form.
-    let wrong = format!("postgres://{user}:s3cr/et-pw@{host}:{port}/toolgate_ci");
+    // A password with a raw "/" in it, in user:pass@ form.
+    let wrong = format!("postgres://{user}:s3cr/et-pw@{host}:{port}/tg_no_such_db_xyz");
     let (code, text) = toolgate(&["verify", &wrong]);
     assert_eq!(code, Some(2), "{text}");
     assert!(!text.contains("s3cr"), "{text}");
     assert!(!text.contains("et-pw"), "{text}");
-    let q = format!("postgres://{user}@{host}:{port}/toolgate_ci?password=s3cr%2Fet-pw");
+    // The collector: the server's message on start-up, the password in `?password=` hidden.
+    let q = format!("postgres://{user}@{host}:{port}/tg_no_such_db_xyz?password=s3cr%2Fet-pw");
     let (code, text) = toolgate(&["collect", "--listen", "127.0.0.1:0", "--store", &q]);
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("28P01"), "{text}");
+    assert!(text.contains("3D000"), "{text}");
     assert!(!text.contains("s3cr"), "{text}");
+    assert!(!text.contains("et-pw"), "{text}");
 }
 
 fn urlencode(s: &str) -> String {
@@ -471,9 +473,14 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
         .unwrap();
     tokio::spawn(conn);
     let tx = holder.transaction().await.unwrap();
+    // The lock the store takes for the run (its bucket, see RUN_LOCK_BUCKETS).
     tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        &[&"support\u{1f}r-stalled"],
+        "SELECT pg_advisory_xact_lock($2, (hashtextextended($1, 0) & $3)::int)",
+        &[
+            &"support\u{1f}r-stalled",
+            &toolgate::audit::store::postgres::RUN_LOCK_CLASS,
+            &(toolgate::audit::store::postgres::RUN_LOCK_BUCKETS - 1),
+        ],
     )
     .await
     .unwrap();
@@ -524,7 +531,8 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
 }
 
 /// Point 8: six concurrent batches of 10,000 runs each do not exhaust the server's lock
-/// table.
+/// table: every batch is stored, at worst after a 503 the client retries (as the HTTP sink
+/// does), never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_run_batches_take_a_bounded_number_of_locks() {
     let Some(pg) = pg_support::fresh_schema("manyruns").await else {
@@ -537,14 +545,29 @@ async fn many_run_batches_take_a_bounded_number_of_locks() {
                 .flat_map(|i| run(&format!("r-{b}-{i}"), "bulk", 1))
                 .collect();
             let url = c.url();
-            tokio::spawn(async move { post(&url, body_of(&events)).await })
+            tokio::spawn(async move {
+                let body = body_of(&events);
+                for _ in 0..60 {
+                    let (status, answer) = post(&url, body.clone()).await;
+                    if status != 503 {
+                        return (status, answer);
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                panic!("still 503 after 60 tries");
+            })
         })
         .collect();
     for p in posts {
         let (status, answer) = p.await.unwrap();
         assert_eq!(status, 200, "{answer}");
-        assert_eq!(answer["accepted"], json!(10_000));
+        assert_eq!(
+            answer["accepted"].as_u64().unwrap() + answer["duplicates"].as_u64().unwrap(),
+            10_000
+        );
     }
+    let runs = toolgate::audit::store::postgres::count_runs(&pg).await.unwrap();
+    assert_eq!(runs.len(), 60_000);
 }
 
 /// Point 16: key files are read at most a few KB of a regular file: a FIFO does not hang, a

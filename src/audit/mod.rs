@@ -75,6 +75,16 @@ pub enum AuditError {
     /// A sink failed.
     #[error("audit sink: {0}")]
     Sink(String),
+    /// A store is busy (a lock or a connection not free within its limit, e.g. behind a
+    /// stalled peer) or unreachable: nothing was stored, and the same request may succeed after
+    /// `retry_after` (the collector answers 503 with `Retry-After`).
+    #[error("audit store unavailable: {message}")]
+    Unavailable {
+        /// What was not available, for people (no credentials).
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The bus or sink has been shut down.
     #[error("audit: shut down")]
     Closed,

@@ -166,7 +166,7 @@ async fn read_postgres(
     filter: &WhatIfFilter,
 ) -> Result<(Vec<crate::audit::AuditEvent>, usize), String> {
     let shown = crate::audit::collector::redact_url(url);
-    let store = crate::audit::store::postgres::PgStore::connect(url)
+    let store = crate::audit::store::postgres::PgStore::open_existing(url)
         .await
         .map_err(|e| format!("{shown}: {e}"))?;
     crate::whatif::read_store(&store, filter)
