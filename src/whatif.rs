@@ -13,7 +13,7 @@
 //! call's new before-phase decision with the recorded one. See `docs/what-if.md` for what it
 //! cannot reproduce.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -32,6 +32,20 @@ pub struct WhatIfFilter {
     pub agent: Option<String>,
     /// Only runs that started at or after this time.
     pub since: Option<DateTime<Utc>>,
+    /// Runs not to replay, by (agent, run), with why (e.g. their chain does not verify: see
+    /// [`AuditRead::broken`]). They are listed in [`WhatIfReport::skipped`] with
+    /// `chain_broken` set.
+    pub exclude: BTreeMap<(String, String), String>,
+}
+
+impl WhatIfFilter {
+    /// Whether an event passes the agent filter and (its `ts`) the start-time filter. A run's
+    /// events are never older than its `run.started`, so dropping older events while reading
+    /// loses nothing of a selected run.
+    pub fn keeps(&self, e: &AuditEvent) -> bool {
+        self.agent.as_deref().is_none_or(|a| a == e.agent_id())
+            && self.since.is_none_or(|t| e.ts() >= t)
+    }
 }
 
 /// A recorded call decided again.
@@ -81,6 +95,8 @@ pub struct SkippedRun {
     pub run_id: String,
     /// Why.
     pub reason: String,
+    /// Left out because its hash chain does not verify.
+    pub chain_broken: bool,
 }
 
 /// The outcome of a what-if replay.
@@ -167,30 +183,108 @@ pub struct RebuiltTrace {
     pub runs: usize,
     /// Runs left out, with the reason.
     pub skipped: Vec<SkippedRun>,
-    recorded: HashMap<(String, String), Recorded>,
+    /// Per (run, callId), the recorded decisions in trail order: a retried call reuses its id,
+    /// and its decisions are matched by position.
+    recorded: HashMap<(String, String), VecDeque<Recorded>>,
 }
 
-/// Reads audit events from JSONL files and folders (searched recursively for `*.jsonl`).
-/// Lines that are not audit events are counted, not fatal; unreadable paths are errors.
-pub fn read_audit_paths<P: AsRef<Path>>(
-    paths: &[P],
-) -> Result<(Vec<AuditEvent>, usize), (PathBuf, std::io::Error)> {
-    let mut files = Vec::new();
-    for p in paths {
-        collect_jsonl(p.as_ref(), &mut files)?;
+/// What reading an audit trail found (see [`read_audit_trail`]).
+#[derive(Debug, Clone, Default)]
+pub struct AuditRead {
+    /// The events the filter keeps.
+    pub events: Vec<AuditEvent>,
+    /// Lines that are not audit events (or not UTF-8).
+    pub bad: usize,
+    /// Problems met while reading, for people: a line that is not UTF-8 or not an event with
+    /// its file and line, a path skipped (the first 100).
+    pub notes: Vec<String>,
+    /// Runs whose hash chain does not verify, by (agent, run), with the first break.
+    pub broken: BTreeMap<(String, String), String>,
+}
+
+impl AuditRead {
+    fn note(&mut self, text: String) {
+        if self.notes.len() < 100 {
+            self.notes.push(text);
+        }
     }
-    let mut events = Vec::new();
-    let mut bad = 0usize;
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| (f.clone(), e))?;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            match serde_json::from_str::<AuditEvent>(line) {
-                Ok(e) => events.push(e),
-                Err(_) => bad += 1,
+
+    /// Records the runs `report` finds broken.
+    fn add_breaks(&mut self, report: &crate::audit::VerifyReport) {
+        for b in &report.breaks {
+            if let (Some(a), Some(r)) = (&b.agent_id, &b.run_id) {
+                self.broken
+                    .entry((a.clone(), r.clone()))
+                    .or_insert_with(|| b.to_string());
             }
         }
     }
-    Ok((events, bad))
+}
+
+/// Reads the audit events `filter` selects from JSONL files and folders, walked as `toolgate
+/// verify` walks them ([`crate::audit::audit_files`]: each real file once, symlink loops and
+/// FIFOs skipped), line by line; the filter applies while reading, so events of other agents
+/// or older than `since` are never held. A line that is not UTF-8 or not an audit event is
+/// counted and noted with its file and line, and reading goes on; an unreadable path is an
+/// error. Every run's chain is verified too ([`crate::audit::verify_paths`]): broken runs are
+/// in [`AuditRead::broken`].
+pub fn read_audit_trail<P: AsRef<Path>>(
+    paths: &[P],
+    filter: &WhatIfFilter,
+) -> Result<AuditRead, (PathBuf, std::io::Error)> {
+    use std::io::BufRead;
+    let (files, unreadable, skipped) = crate::audit::audit_files(paths);
+    if let Some((p, why)) = unreadable.into_iter().next() {
+        return Err((p, std::io::Error::other(why)));
+    }
+    let mut out = AuditRead::default();
+    for (p, why) in skipped {
+        out.note(format!("{}: skipped: {why}", p.display()));
+    }
+    let mut buf = Vec::new();
+    for f in &files {
+        let file = std::fs::File::open(f).map_err(|e| (f.clone(), e))?;
+        let mut reader = std::io::BufReader::new(file);
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            if reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| (f.clone(), e))?
+                == 0
+            {
+                break;
+            }
+            n += 1;
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let Ok(line) = std::str::from_utf8(&buf) else {
+                out.bad += 1;
+                out.note(format!("{}:{n}: not UTF-8; line skipped", f.display()));
+                continue;
+            };
+            match serde_json::from_str::<AuditEvent>(line) {
+                Ok(e) if filter.keeps(&e) => out.events.push(e),
+                Ok(_) => {}
+                Err(e) => {
+                    out.bad += 1;
+                    out.note(format!("{}:{n}: not an audit event ({e}); line skipped", f.display()));
+                }
+            }
+        }
+    }
+    out.add_breaks(&crate::audit::verify_paths(&files));
+    Ok(out)
+}
+
+
+/// Reads audit events from JSONL files and folders ([`read_audit_trail`] without a filter):
+/// the events, and the number of lines that are not audit events.
+pub fn read_audit_paths<P: AsRef<Path>>(
+    paths: &[P],
+) -> Result<(Vec<AuditEvent>, usize), (PathBuf, std::io::Error)> {
+    read_audit_trail(paths, &WhatIfFilter::default()).map(|r| (r.events, r.bad))
 }
 
 /// Reads the audit events `filter` selects from a collector store (e.g. the PostgreSQL store
@@ -225,25 +319,19 @@ pub async fn read_store(
     }
 }
 
-fn collect_jsonl(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::Error)> {
-    let meta = std::fs::metadata(p).map_err(|e| (p.to_path_buf(), e))?;
-    if !meta.is_dir() {
-        out.push(p.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-        .map_err(|e| (p.to_path_buf(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            collect_jsonl(&e, out)?;
-        } else if e.extension().is_some_and(|x| x == "jsonl") {
-            out.push(e);
-        }
-    }
-    Ok(())
+/// [`read_store`], with every read run's chain verified ([`AuditRead::broken`]).
+pub async fn read_store_verified(
+    store: &dyn EventStore,
+    filter: &WhatIfFilter,
+) -> Result<AuditRead, StoreError> {
+    let (events, bad) = read_store(store, filter).await?;
+    let mut out = AuditRead {
+        bad,
+        ..AuditRead::default()
+    };
+    out.add_breaks(&crate::audit::verify_events(&events));
+    out.events = events;
+    Ok(out)
 }
 
 /// Rebuilds the replay trace of the recorded runs `filter` selects (see the module docs).
@@ -272,6 +360,7 @@ pub fn rebuild_trace(
             agent_id: agent_id.clone(),
             run_id: run_id.clone(),
             reason: reason.to_string(),
+            chain_broken: false,
         };
         let Some(first) = evs.get(&0) else {
             // With --since, a run that started earlier is cut: leave it out quietly.
@@ -281,6 +370,13 @@ pub fn rebuild_trace(
             }
             continue;
         };
+        if let Some(why) = filter.exclude.get(&(agent_id.clone(), run_id.clone())) {
+            out.skipped.push(SkippedRun {
+                chain_broken: true,
+                ..skip(&format!("its hash chain does not verify: {why}"))
+            });
+            continue;
+        }
         if first.kind() != EventKind::RunStarted {
             out.skipped.push(skip("seq 0 is not run.started"));
             continue;
@@ -328,7 +424,10 @@ pub fn rebuild_trace(
                 TraceLine::ToolCall { run_id, .. } => run_id.clone().unwrap_or_default(),
                 _ => String::new(),
             };
-            out.recorded.insert((run_id, meta.call_id), meta.recorded);
+            out.recorded
+                .entry((run_id, meta.call_id))
+                .or_default()
+                .push_back(meta.recorded);
         }
         out.lines.push(line);
         if let Some(next) = iters.get_mut(i).and_then(Iterator::next) {
@@ -539,8 +638,20 @@ pub async fn what_if(
         skipped: trace.skipped,
         ..WhatIfReport::default()
     };
-    let recorded = trace.recorded;
+    let mut recorded = trace.recorded;
     for line in trace.lines {
+        // The recorded decision of this call: the next one recorded under its (run, callId),
+        // so a retried call (same id) is matched by position.
+        let rec = match &line {
+            TraceLine::ToolCall {
+                run_id: Some(run_id),
+                id,
+                ..
+            } => recorded
+                .get_mut(&(run_id.clone(), id.clone()))
+                .and_then(VecDeque::pop_front),
+            _ => None,
+        };
         let rows = match replayer.step(line).await {
             Ok(rows) => rows,
             Err(message) => {
@@ -549,7 +660,7 @@ pub async fn what_if(
             }
         };
         for row in rows.into_iter().filter(|r| r.phase == "tool.before") {
-            let Some(rec) = recorded.get(&(row.run_id.clone(), row.call_id.clone())) else {
+            let Some(rec) = rec.as_ref() else {
                 continue;
             };
             report.calls.push(WhatIfCall {

@@ -35,6 +35,8 @@ use run::{Breaks, Entry, Loc, RunKey, RunStream};
 
 mod files;
 mod run;
+
+pub use files::{AuditFiles, audit_files};
 mod strict;
 
 /// What is wrong at a [`ChainBreak`].

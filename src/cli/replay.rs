@@ -54,6 +54,10 @@ pub struct ReplayArgs {
     /// What-if: print every call, not only those whose effect would change.
     #[arg(long, requires = "from_audit")]
     pub all: bool,
+    /// What-if: replay runs whose hash chain does not verify too (by default they are listed,
+    /// left out, and the exit status is 1).
+    #[arg(long, requires = "from_audit")]
+    pub no_verify: bool,
     /// The org timezone (IANA name) for timeGate rules with `fallback: "org"`; overrides the policy's.
     #[arg(long, value_name = "TZ")]
     pub org_timezone: Option<String>,
