@@ -269,7 +269,10 @@ pub fn read_audit_trail<P: AsRef<Path>>(
                 Ok(_) => {}
                 Err(e) => {
                     out.bad += 1;
-                    out.note(format!("{}:{n}: not an audit event ({e}); line skipped", f.display()));
+                    out.note(format!(
+                        "{}:{n}: not an audit event ({e}); line skipped",
+                        f.display()
+                    ));
                 }
             }
         }
@@ -277,7 +280,6 @@ pub fn read_audit_trail<P: AsRef<Path>>(
     out.add_breaks(&crate::audit::verify_paths(&files));
     Ok(out)
 }
-
 
 /// Reads audit events from JSONL files and folders ([`read_audit_trail`] without a filter):
 /// the events, and the number of lines that are not audit events.

@@ -338,9 +338,7 @@ fn exits_within(mut child: Child, limit: Duration) -> Option<std::process::Outpu
             stderr: stderr.into_bytes(),
         }),
         Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status();
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             None
         }
     }
@@ -566,7 +564,9 @@ async fn many_run_batches_take_a_bounded_number_of_locks() {
             10_000
         );
     }
-    let runs = toolgate::audit::store::postgres::count_runs(&pg).await.unwrap();
+    let runs = toolgate::audit::store::postgres::count_runs(&pg)
+        .await
+        .unwrap();
     assert_eq!(runs.len(), 60_000);
 }
 

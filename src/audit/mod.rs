@@ -42,8 +42,8 @@ pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
 pub use sinks::memory::MemorySink;
 pub use verify::{
     AuditFiles, BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyReport, audit_files,
-    verify_events,
-    verify_events_signed, verify_paths, verify_paths_signed, verify_paths_signed_open,
+    verify_events, verify_events_signed, verify_paths, verify_paths_signed,
+    verify_paths_signed_open,
 };
 
 /// Errors of the audit module.

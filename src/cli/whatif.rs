@@ -50,8 +50,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     let read = if source.starts_with("postgres://") || source.starts_with("postgresql://") {
         rt.block_on(read_postgres(source, &filter))
     } else {
-        read_audit_trail(&[source], &filter)
-            .map_err(|(path, e)| format!("{}: {e}", path.display()))
+        read_audit_trail(&[source], &filter).map_err(|(path, e)| format!("{}: {e}", path.display()))
     };
     let read = match read {
         Ok(r) => r,

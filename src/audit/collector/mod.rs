@@ -129,10 +129,7 @@ fn passwords_of(url: &str) -> Vec<String> {
         out.push(url[start..end].to_string());
         from = end;
     }
-    let decoded: Vec<String> = out
-        .iter()
-        .filter_map(|p| percent_decoded(p))
-        .collect();
+    let decoded: Vec<String> = out.iter().filter_map(|p| percent_decoded(p)).collect();
     out.extend(decoded);
     out.retain(|p| !p.is_empty());
     out.sort_by_key(|p| std::cmp::Reverse(p.len()));
@@ -385,7 +382,10 @@ mod tests {
             "postgres://u@h/db?sslmode=disable&password=***&x=1"
         );
         assert_eq!(
-            redact_in("postgres://u@h/db?password=s3%2Fcr", "bad s3/cr and s3%2Fcr"),
+            redact_in(
+                "postgres://u@h/db?password=s3%2Fcr",
+                "bad s3/cr and s3%2Fcr"
+            ),
             "bad *** and ***"
         );
     }

@@ -21,8 +21,8 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::{
-    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage, Slot,
-    Snapshot, StoreError, StoreStats, decide, neighbour_seqs,
+    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage,
+    Slot, Snapshot, StoreError, StoreStats, decide, neighbour_seqs,
 };
 use crate::audit::verify::StreamVerifier;
 use crate::audit::{AuditError, BreakKind, RunVerifier, VerifyReport};
@@ -88,7 +88,12 @@ impl StoredRow {
             format!("{:?}", line.run_id),
         );
         differ("seq", "seq", self.seq.to_string(), line.seq.to_string());
-        differ("kind", "kind", self.kind.clone(), line.kind.as_str().to_string());
+        differ(
+            "kind",
+            "kind",
+            self.kind.clone(),
+            line.kind.as_str().to_string(),
+        );
         // The column keeps microseconds.
         differ(
             "ts",
@@ -680,7 +685,9 @@ pub async fn verify_postgres_with(
             .map_err(|e| db_error("verify", &e))?;
         let portal = tx
             .bind(
-                &format!("SELECT {ROW_COLUMNS} FROM toolgate_events ORDER BY agent_id, run_id, seq"),
+                &format!(
+                    "SELECT {ROW_COLUMNS} FROM toolgate_events ORDER BY agent_id, run_id, seq"
+                ),
                 &[],
             )
             .await
