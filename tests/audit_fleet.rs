@@ -670,3 +670,28 @@ fn a_null_signal_value_is_a_value() {
     assert_eq!(code, Some(0), "{text}");
     assert!(!text.contains("needs a"), "{text}");
 }
+
+/// Point 20: 600 idle unauthenticated connections (more than the 512 served at once) do not
+/// hold up a legitimate POST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_do_not_delay_a_real_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collect::start(dir.path().join("store").to_str().unwrap());
+    let mut idle = Vec::new();
+    for _ in 0..600 {
+        idle.push(tokio::net::TcpStream::connect(&c.addr).await.unwrap());
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let resp = client
+        .post(format!("{}/v1/events", c.url()))
+        .header("content-type", "application/json")
+        .body(body_of(&run("r-real", "support", 2)))
+        .send()
+        .await
+        .expect("the POST is served while idle connections wait");
+    assert_eq!(resp.status().as_u16(), 200);
+    drop(idle);
+}
