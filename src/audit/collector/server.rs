@@ -185,9 +185,10 @@ impl IdleSet {
 
     /// Closes the oldest live idle connection (of `addr`, if given).
     fn evict_oldest(&mut self, addr: Option<IpAddr>) -> bool {
-        let pos = self.order.iter().position(|(id, a)| {
-            self.live.contains_key(id) && addr.is_none_or(|want| want == *a)
-        });
+        let pos = self
+            .order
+            .iter()
+            .position(|(id, a)| self.live.contains_key(id) && addr.is_none_or(|want| want == *a));
         let Some(pos) = pos else {
             return false;
         };
