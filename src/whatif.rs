@@ -13,14 +13,12 @@
 //! call's new before-phase decision with the recorded one. See `docs/what-if.md` for what it
 //! cannot reproduce.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::audit::store::{DEFAULT_PAGE, EventQuery, EventStore, StoreError};
 use crate::audit::{AuditEvent, EventKind};
 use crate::engine::{Enduser, EngineBuilder, EngineError, RunContext, SubjectRef};
 use crate::trace::{Replayer, TraceLine, TraceTool};
@@ -32,7 +30,24 @@ pub struct WhatIfFilter {
     pub agent: Option<String>,
     /// Only runs that started at or after this time.
     pub since: Option<DateTime<Utc>>,
+    /// Runs not to replay, by (agent, run), with why (e.g. their chain does not verify: see
+    /// [`AuditRead::broken`]). They are listed in [`WhatIfReport::skipped`] with
+    /// `chain_broken` set.
+    pub exclude: BTreeMap<(String, String), String>,
 }
+
+impl WhatIfFilter {
+    /// Whether an event passes the agent filter and (its `ts`) the start-time filter. A run's
+    /// events are never older than its `run.started`, so dropping older events while reading
+    /// loses nothing of a selected run.
+    pub fn keeps(&self, e: &AuditEvent) -> bool {
+        self.agent.as_deref().is_none_or(|a| a == e.agent_id())
+            && self.since.is_none_or(|t| e.ts() >= t)
+    }
+}
+
+mod read;
+pub use read::{AuditRead, read_audit_paths, read_audit_trail, read_store, read_store_verified};
 
 /// A recorded call decided again.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -81,6 +96,8 @@ pub struct SkippedRun {
     pub run_id: String,
     /// Why.
     pub reason: String,
+    /// Left out because its hash chain does not verify.
+    pub chain_broken: bool,
 }
 
 /// The outcome of a what-if replay.
@@ -167,83 +184,9 @@ pub struct RebuiltTrace {
     pub runs: usize,
     /// Runs left out, with the reason.
     pub skipped: Vec<SkippedRun>,
-    recorded: HashMap<(String, String), Recorded>,
-}
-
-/// Reads audit events from JSONL files and folders (searched recursively for `*.jsonl`).
-/// Lines that are not audit events are counted, not fatal; unreadable paths are errors.
-pub fn read_audit_paths<P: AsRef<Path>>(
-    paths: &[P],
-) -> Result<(Vec<AuditEvent>, usize), (PathBuf, std::io::Error)> {
-    let mut files = Vec::new();
-    for p in paths {
-        collect_jsonl(p.as_ref(), &mut files)?;
-    }
-    let mut events = Vec::new();
-    let mut bad = 0usize;
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| (f.clone(), e))?;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            match serde_json::from_str::<AuditEvent>(line) {
-                Ok(e) => events.push(e),
-                Err(_) => bad += 1,
-            }
-        }
-    }
-    Ok((events, bad))
-}
-
-/// Reads the audit events `filter` selects from a collector store (e.g. the PostgreSQL store
-/// of `toolgate collect --store postgres://...`), page by page. Stored lines that are not
-/// audit events are counted, not fatal.
-pub async fn read_store(
-    store: &dyn EventStore,
-    filter: &WhatIfFilter,
-) -> Result<(Vec<AuditEvent>, usize), StoreError> {
-    let mut query = EventQuery {
-        agent_id: filter.agent.clone(),
-        kind: None,
-        since: filter.since,
-        until: None,
-        after: None,
-        limit: DEFAULT_PAGE,
-    };
-    let mut events = Vec::new();
-    let mut bad = 0usize;
-    loop {
-        let page = store.events(&query).await?;
-        for line in &page.lines {
-            match serde_json::from_str::<AuditEvent>(line) {
-                Ok(e) => events.push(e),
-                Err(_) => bad += 1,
-            }
-        }
-        match page.next {
-            Some(next) => query.after = Some(next),
-            None => return Ok((events, bad)),
-        }
-    }
-}
-
-fn collect_jsonl(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, std::io::Error)> {
-    let meta = std::fs::metadata(p).map_err(|e| (p.to_path_buf(), e))?;
-    if !meta.is_dir() {
-        out.push(p.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-        .map_err(|e| (p.to_path_buf(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            collect_jsonl(&e, out)?;
-        } else if e.extension().is_some_and(|x| x == "jsonl") {
-            out.push(e);
-        }
-    }
-    Ok(())
+    /// Per (run, callId), the recorded decisions in trail order: a retried call reuses its id,
+    /// and its decisions are matched by position.
+    recorded: HashMap<(String, String), VecDeque<Recorded>>,
 }
 
 /// Rebuilds the replay trace of the recorded runs `filter` selects (see the module docs).
@@ -272,6 +215,7 @@ pub fn rebuild_trace(
             agent_id: agent_id.clone(),
             run_id: run_id.clone(),
             reason: reason.to_string(),
+            chain_broken: false,
         };
         let Some(first) = evs.get(&0) else {
             // With --since, a run that started earlier is cut: leave it out quietly.
@@ -281,6 +225,13 @@ pub fn rebuild_trace(
             }
             continue;
         };
+        if let Some(why) = filter.exclude.get(&(agent_id.clone(), run_id.clone())) {
+            out.skipped.push(SkippedRun {
+                chain_broken: true,
+                ..skip(&format!("its hash chain does not verify: {why}"))
+            });
+            continue;
+        }
         if first.kind() != EventKind::RunStarted {
             out.skipped.push(skip("seq 0 is not run.started"));
             continue;
@@ -328,7 +279,10 @@ pub fn rebuild_trace(
                 TraceLine::ToolCall { run_id, .. } => run_id.clone().unwrap_or_default(),
                 _ => String::new(),
             };
-            out.recorded.insert((run_id, meta.call_id), meta.recorded);
+            out.recorded
+                .entry((run_id, meta.call_id))
+                .or_default()
+                .push_back(meta.recorded);
         }
         out.lines.push(line);
         if let Some(next) = iters.get_mut(i).and_then(Iterator::next) {
@@ -543,8 +497,20 @@ pub async fn what_if(
         skipped: trace.skipped,
         ..WhatIfReport::default()
     };
-    let recorded = trace.recorded;
+    let mut recorded = trace.recorded;
     for line in trace.lines {
+        // The recorded decision of this call: the next one recorded under its (run, callId),
+        // so a retried call (same id) is matched by position.
+        let rec = match &line {
+            TraceLine::ToolCall {
+                run_id: Some(run_id),
+                id,
+                ..
+            } => recorded
+                .get_mut(&(run_id.clone(), id.clone()))
+                .and_then(VecDeque::pop_front),
+            _ => None,
+        };
         let rows = match replayer.step(line).await {
             Ok(rows) => rows,
             Err(message) => {
@@ -553,7 +519,7 @@ pub async fn what_if(
             }
         };
         for row in rows.into_iter().filter(|r| r.phase == "tool.before") {
-            let Some(rec) = recorded.get(&(row.run_id.clone(), row.call_id.clone())) else {
+            let Some(rec) = rec.as_ref() else {
                 continue;
             };
             report.calls.push(WhatIfCall {

@@ -48,8 +48,13 @@ fn collect_exports_the_events_it_receives() {
     assert!(replay.status.success());
     // Sent again, the same events are duplicates: no new spans.
     let mut events = Vec::new();
+    // Agent folders (the store's lock file sits beside them).
     for agent in std::fs::read_dir(out.path()).unwrap() {
-        for day in std::fs::read_dir(agent.unwrap().path()).unwrap() {
+        let agent = agent.unwrap().path();
+        if !agent.is_dir() {
+            continue;
+        }
+        for day in std::fs::read_dir(agent).unwrap() {
             let text = std::fs::read_to_string(day.unwrap().path()).unwrap();
             events.extend(
                 text.lines()

@@ -41,8 +41,9 @@ pub use sinks::file::{DEFAULT_AUDIT_DIR, FileSink, FileSinkConfig};
 pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
 pub use sinks::memory::MemorySink;
 pub use verify::{
-    BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyReport, verify_events,
-    verify_events_signed, verify_paths, verify_paths_signed,
+    AuditFiles, BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyReport, audit_files,
+    verify_events, verify_events_signed, verify_paths, verify_paths_signed,
+    verify_paths_signed_open,
 };
 
 /// Errors of the audit module.
@@ -75,6 +76,16 @@ pub enum AuditError {
     /// A sink failed.
     #[error("audit sink: {0}")]
     Sink(String),
+    /// A store is busy (a lock or a connection not free within its limit, e.g. behind a
+    /// stalled peer) or unreachable: nothing was stored, and the same request may succeed after
+    /// `retry_after` (the collector answers 503 with `Retry-After`).
+    #[error("audit store unavailable: {message}")]
+    Unavailable {
+        /// What was not available, for people (no credentials).
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The bus or sink has been shut down.
     #[error("audit: shut down")]
     Closed,

@@ -66,8 +66,10 @@ impl RunSigner {
     }
 
     /// Reads a private key file (PKCS#8 PEM, as `toolgate keygen` writes).
+    /// Reads at most [`MAX_KEY_FILE_BYTES`] of a regular file (see [`read_key_file`]) and warns
+    /// (a `tracing` warning) when others than its owner may read it.
     pub fn from_file(path: &Path) -> Result<RunSigner, AuditError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+        let text = read_key_file(path, true)?;
         let key = SigningKey::from_pkcs8_pem(&text).map_err(|e| {
             AuditError::Config(format!(
                 "{}: not an Ed25519 private key (PKCS#8 PEM): {e}",
@@ -166,8 +168,9 @@ impl RunVerifier {
 
     /// Reads a public key file (SubjectPublicKeyInfo PEM, as `toolgate keygen` writes to
     /// `KEY.pub`).
+    /// Reads at most [`MAX_KEY_FILE_BYTES`] of a regular file (see [`read_key_file`]).
     pub fn from_file(path: &Path) -> Result<RunVerifier, AuditError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AuditError::io(path, e))?;
+        let text = read_key_file(path, false)?;
         let key = VerifyingKey::from_public_key_pem(&text).map_err(|e| {
             AuditError::Config(format!(
                 "{}: not an Ed25519 public key (PEM): {e}",
@@ -257,4 +260,58 @@ mod tests {
         ));
         assert!(RunVerifier::from_file(&key).is_err());
     }
+}
+
+/// The largest key file read (a PEM Ed25519 key is about 120 bytes).
+pub const MAX_KEY_FILE_BYTES: u64 = 8 * 1024;
+
+/// Reads a key file: a regular file (a FIFO or device is refused before it is opened, so
+/// nothing blocks), at most [`MAX_KEY_FILE_BYTES`] (a larger one is refused unread), not
+/// empty. `private`: warns when the file's mode lets others than its owner read it.
+pub fn read_key_file(path: &Path, private: bool) -> Result<String, AuditError> {
+    use std::io::Read;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| AuditError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(AuditError::Config(format!(
+            "{shown}: not a regular file; a key is a small PEM file (`toolgate keygen` writes one)"
+        )));
+    }
+    if meta.len() > MAX_KEY_FILE_BYTES {
+        return Err(AuditError::Config(format!(
+            "{shown}: too large for a key file ({} bytes; a PEM key is a few hundred)",
+            meta.len()
+        )));
+    }
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "{shown}: the private key is readable by other users (mode {:o}); \
+                 `chmod 600 {shown}`",
+                mode & 0o777
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    let file = std::fs::File::open(path).map_err(|e| AuditError::io(path, e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| AuditError::io(path, e))?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(AuditError::Config(format!(
+            "{shown}: too large for a key file (over {MAX_KEY_FILE_BYTES} bytes)"
+        )));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(AuditError::Config(format!(
+            "{shown}: the file is empty; expected a PEM key (`toolgate keygen --out KEY` writes one)"
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| AuditError::Config(format!("{shown}: not a PEM key (not text)")))
 }

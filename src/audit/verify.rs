@@ -35,6 +35,8 @@ use run::{Breaks, Entry, Loc, RunKey, RunStream};
 
 mod files;
 mod run;
+
+pub use files::{AuditFiles, audit_files};
 mod strict;
 
 /// What is wrong at a [`ChainBreak`].
@@ -60,6 +62,12 @@ pub enum BreakKind {
     BadSignature,
     /// Verifying with a public key: events after the run's last good signature.
     AfterLastSigned,
+    /// A database row whose indexed columns (`id`, `agent_id`, `run_id`, `seq`, `kind`, `ts`,
+    /// `hash`, `prev_hash`) differ from its stored line: the row was moved or edited.
+    ColumnMismatch,
+    /// Verifying with a public key: a signed run without a signed `run.ended` (cut after its
+    /// last checkpoint, or still open).
+    Incomplete,
 }
 
 /// One place where a chain breaks.
@@ -153,6 +161,7 @@ struct Verifier {
     runs_checked: usize,
     key: Option<RunVerifier>,
     streaming: bool,
+    allow_open: bool,
     current: Option<RunStream>,
 }
 
@@ -263,6 +272,7 @@ impl Verifier {
             prev_hash: event.prev_hash().map(str::to_owned),
             hash_ok: computed.as_deref() == Some(event.hash()),
             signature,
+            is_end: event.kind() == super::EventKind::RunEnded,
         };
         let same_run = |r: &RunKey| r.0 == event.agent_id() && r.1 == event.run_id();
         if !self.streaming {
@@ -277,7 +287,7 @@ impl Verifier {
                     self.end_run(done);
                 }
                 let key = (event.agent_id().to_string(), event.run_id().to_string());
-                RunStream::new(key, self.key.is_some())
+                RunStream::new(key, self.key.is_some(), self.allow_open)
             }
         };
         stream.push(entry, self);
@@ -311,7 +321,7 @@ impl Verifier {
                 *slot = (*slot).max(e.seq);
             }
             entries.sort_by_key(|e| e.seq);
-            let mut stream = RunStream::new(key, self.key.is_some());
+            let mut stream = RunStream::new(key, self.key.is_some(), self.allow_open);
             for e in entries {
                 stream.push(e, self);
             }
@@ -385,6 +395,13 @@ impl StreamVerifier {
         }
     }
 
+    /// With a key: a signed run without a signed `run.ended` is expected (an open run) rather
+    /// than reported as incomplete, and its events after the last signature are not breaks.
+    pub fn allow_open(mut self, allow: bool) -> StreamVerifier {
+        self.inner.allow_open = allow;
+        self
+    }
+
     /// Checks the next stored line (its bytes must be the canonical form of its content).
     pub fn push_line(&mut self, line: &str) {
         self.position += 1;
@@ -407,6 +424,23 @@ impl StreamVerifier {
     /// Events read so far.
     pub fn events(&self) -> usize {
         self.inner.events
+    }
+
+    /// Records a break found by the caller at the line pushed last (e.g. a database row whose
+    /// columns differ from its line).
+    pub fn push_break(
+        &mut self,
+        run: Option<(&str, &str)>,
+        seq: Option<u64>,
+        kind: BreakKind,
+        message: String,
+    ) {
+        let loc = Loc {
+            file: None,
+            line: self.position,
+        };
+        let run = run.map(|(a, r)| (a.to_string(), r.to_string()));
+        self.inner.push_break(loc, run.as_ref(), seq, kind, message);
     }
 
     /// Ends the last run and returns the report.
@@ -457,12 +491,20 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// on the command line are read whatever they are, up to the first line longer than
 /// [`MAX_LINE_BYTES`].
 pub fn verify_paths<P: AsRef<Path>>(paths: &[P]) -> VerifyReport {
-    files::verify_paths_inner(paths, None)
+    files::verify_paths_inner(paths, None, false)
 }
 
-/// [`verify_paths`], and every run must be signed by `key` (see the module docs).
+/// [`verify_paths`], and every run must be signed by `key` (see the module docs); a signed
+/// run without a signed `run.ended` is a break ([`BreakKind::Incomplete`]).
 pub fn verify_paths_signed<P: AsRef<Path>>(paths: &[P], key: &RunVerifier) -> VerifyReport {
-    files::verify_paths_inner(paths, Some(key.clone()))
+    files::verify_paths_inner(paths, Some(key.clone()), false)
+}
+
+/// [`verify_paths_signed`] where open runs are expected (`toolgate verify --allow-open`): a
+/// run without `run.ended` is checked up to its last signature, and the events after it are
+/// not breaks (nothing signs them yet).
+pub fn verify_paths_signed_open<P: AsRef<Path>>(paths: &[P], key: &RunVerifier) -> VerifyReport {
+    files::verify_paths_inner(paths, Some(key.clone()), true)
 }
 
 #[cfg(test)]

@@ -54,6 +54,10 @@ pub struct ReplayArgs {
     /// What-if: print every call, not only those whose effect would change.
     #[arg(long, requires = "from_audit")]
     pub all: bool,
+    /// What-if: replay runs whose hash chain does not verify too (by default they are listed,
+    /// left out, and the exit status is 1).
+    #[arg(long, requires = "from_audit")]
+    pub no_verify: bool,
     /// The org timezone (IANA name) for timeGate rules with `fallback: "org"`; overrides the policy's.
     #[arg(long, value_name = "TZ")]
     pub org_timezone: Option<String>,
@@ -198,11 +202,19 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             }
         }
         replayer.finish().await;
+        // Any event not written or delivered by the end is a failure: the trail is incomplete.
         let mut rejected = false;
         if let Err(e) = replayer.engine().shutdown().await {
-            rejected = matches!(e, crate::audit::AuditError::Rejected(_));
-            let level = if rejected { "error" } else { "warning" };
-            eprintln!("{level}: audit trail: {e}");
+            rejected = true;
+            match &e {
+                crate::audit::AuditError::Rejected(_) => eprintln!("error: audit trail: {e}"),
+                _ if args.collector.is_some() => eprintln!(
+                    "error: audit trail: events not delivered ({e}); the collector is \
+                     unreachable or failing (see the log above). The undelivered events stay \
+                     in the spool and are sent by the next process that uses it"
+                ),
+                _ => eprintln!("error: audit trail: events not written: {e}"),
+            }
         }
         super::otel::finish(otel, "replay").await;
         printer.finish(bad);

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::audit::{RunVerifier, verify_paths, verify_paths_signed};
+use crate::audit::{RunVerifier, verify_paths, verify_paths_signed, verify_paths_signed_open};
 
 /// The long help of `toolgate verify`.
 pub const LONG_ABOUT: &str = "Verify the hash chains of audit trail files and report where any chain breaks.\n\n\
@@ -13,7 +13,9 @@ ends the reading of its file): each event's hash matches its content, `seq` runs
 without gaps, every `prevHash` is the previous event's `hash`, a run's events appear in order, and every \
 line is byte for byte the canonical JSON of its content (else \"not canonical\"). \
 With --public-key, every run must also be signed by that key: unsigned runs, bad signatures and events \
-after a run's last good signature are breaks. Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
+after a run's last good signature are breaks, and so is a signed run without a signed `run.ended` \
+(\"incomplete\": cut after its last checkpoint, or still open) unless --allow-open says open runs are \
+expected (then a run without `run.ended` is checked up to its last signature). Edited, deleted, reordered or forged events are reported as `FILE:LINE run RUN seq S: problem`; \
 intact files as `FILE: ok: N events, R runs`. \
 A `postgres://...` argument (on its own) verifies a collector's PostgreSQL store with the same checks, \
 --public-key included, reading it run by run in a read-only snapshot; breaks print as \
@@ -30,6 +32,10 @@ pub struct VerifyArgs {
     /// Require every run to be signed by this Ed25519 public key (PEM, `toolgate keygen` writes KEY.pub).
     #[arg(long, value_name = "FILE")]
     pub public_key: Option<PathBuf>,
+    /// With --public-key: runs without a signed `run.ended` are expected (live or crashed
+    /// runs): they are checked up to their last signature instead of reported "incomplete".
+    #[arg(long, requires = "public_key")]
+    pub allow_open: bool,
 }
 
 /// Runs `toolgate verify`: prints `FILE: ok: N events, R runs` for every intact file and
@@ -45,12 +51,13 @@ pub fn run(args: VerifyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
         return match public_key(&args) {
-            Ok(key) => verify_postgres(url, key.as_ref()),
+            Ok(key) => verify_postgres(url, key.as_ref(), args.allow_open),
             Err(code) => code,
         };
     }
     let report = match public_key(&args) {
         Ok(None) => verify_paths(&args.paths),
+        Ok(Some(key)) if args.allow_open => verify_paths_signed_open(&args.paths, &key),
         Ok(Some(key)) => verify_paths_signed(&args.paths, &key),
         Err(code) => return code,
     };
@@ -119,7 +126,7 @@ fn public_key(args: &VerifyArgs) -> Result<Option<RunVerifier>, ExitCode> {
 /// `toolgate verify postgres://...`: every run of a database store, from its stored lines,
 /// with the checks of a folder (and, with a key, of signatures).
 #[cfg(feature = "postgres")]
-fn verify_postgres(url: &str, key: Option<&RunVerifier>) -> ExitCode {
+fn verify_postgres(url: &str, key: Option<&RunVerifier>, allow_open: bool) -> ExitCode {
     let shown = crate::audit::collector::redact_url(url);
     let rt = match super::runtime() {
         Ok(rt) => rt,
@@ -128,7 +135,9 @@ fn verify_postgres(url: &str, key: Option<&RunVerifier>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(crate::audit::store::postgres::verify_postgres(url, key)) {
+    match rt.block_on(crate::audit::store::postgres::verify_postgres_with(
+        url, key, allow_open,
+    )) {
         Err(e) => {
             eprintln!("{shown}: cannot read: {e}");
             ExitCode::from(2)
@@ -166,7 +175,7 @@ fn verify_postgres(url: &str, key: Option<&RunVerifier>) -> ExitCode {
 }
 
 #[cfg(not(feature = "postgres"))]
-fn verify_postgres(_url: &str, _key: Option<&RunVerifier>) -> ExitCode {
+fn verify_postgres(_url: &str, _key: Option<&RunVerifier>, _allow_open: bool) -> ExitCode {
     eprintln!("toolgate verify: built without the `postgres` feature");
     ExitCode::from(2)
 }

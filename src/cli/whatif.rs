@@ -3,7 +3,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::replay::{Format, ReplayArgs};
-use crate::whatif::{WhatIfCall, WhatIfFilter, read_audit_paths, what_if};
+use crate::whatif::{AuditRead, WhatIfCall, WhatIfFilter, read_audit_trail, what_if};
 
 /// Runs the what-if replay described by `args` (`--from-audit` is set).
 pub fn run(args: ReplayArgs) -> ExitCode {
@@ -35,9 +35,10 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = WhatIfFilter {
+    let mut filter = WhatIfFilter {
         agent: args.agent.clone(),
         since,
+        ..WhatIfFilter::default()
     };
     let rt = match super::runtime() {
         Ok(rt) => rt,
@@ -49,18 +50,28 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     let read = if source.starts_with("postgres://") || source.starts_with("postgresql://") {
         rt.block_on(read_postgres(source, &filter))
     } else {
-        read_audit_paths(&[source]).map_err(|(path, e)| format!("{}: {e}", path.display()))
+        read_audit_trail(&[source], &filter).map_err(|(path, e)| format!("{}: {e}", path.display()))
     };
-    let (events, bad) = match read {
+    let read = match read {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: --from-audit: {e}");
             return ExitCode::from(2);
         }
     };
-    if bad > 0 {
-        eprintln!("warning: {bad} stored line(s) are not audit events; skipped");
+    for note in &read.notes {
+        eprintln!("warning: {note}");
     }
+    if read.bad > 0 {
+        eprintln!(
+            "warning: {} stored line(s) are not audit events; skipped",
+            read.bad
+        );
+    }
+    if !args.no_verify {
+        filter.exclude = read.broken;
+    }
+    let events = read.events;
     let builder = args
         .policies
         .iter()
@@ -100,6 +111,14 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         }
     }
     let _ = out.flush();
+    let broken = report.skipped.iter().filter(|s| s.chain_broken).count();
+    if broken > 0 {
+        eprintln!(
+            "error: {broken} run(s) not replayed because their hash chain does not verify (listed \
+             above); `toolgate verify` shows every break, --no-verify replays them anyway"
+        );
+        return ExitCode::FAILURE;
+    }
     ExitCode::SUCCESS
 }
 
@@ -161,23 +180,17 @@ fn print_table(out: &mut impl Write, calls: &[&WhatIfCall]) {
 }
 
 #[cfg(feature = "postgres")]
-async fn read_postgres(
-    url: &str,
-    filter: &WhatIfFilter,
-) -> Result<(Vec<crate::audit::AuditEvent>, usize), String> {
+async fn read_postgres(url: &str, filter: &WhatIfFilter) -> Result<AuditRead, String> {
     let shown = crate::audit::collector::redact_url(url);
-    let store = crate::audit::store::postgres::PgStore::connect(url)
+    let store = crate::audit::store::postgres::PgStore::open_existing(url)
         .await
         .map_err(|e| format!("{shown}: {e}"))?;
-    crate::whatif::read_store(&store, filter)
+    crate::whatif::read_store_verified(&store, filter)
         .await
         .map_err(|e| format!("{shown}: {e}"))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn read_postgres(
-    _url: &str,
-    _filter: &WhatIfFilter,
-) -> Result<(Vec<crate::audit::AuditEvent>, usize), String> {
+async fn read_postgres(_url: &str, _filter: &WhatIfFilter) -> Result<AuditRead, String> {
     Err("toolgate was built without the `postgres` feature".to_string())
 }

@@ -16,14 +16,18 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 /// Largest response body read from the OTLP endpoint.
 const MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The last transport error of the export client, with its causes ("connection refused",
+/// "operation timed out"): the OTLP exporter reports only "network error".
+pub(crate) type LastError = Arc<parking_lot::Mutex<Option<String>>>;
+
 /// A blocking `reqwest` client: the SDK exports from its own background threads.
 #[derive(Debug)]
-pub(crate) struct BlockingHttp(reqwest::blocking::Client);
+pub(crate) struct BlockingHttp(reqwest::blocking::Client, LastError);
 
 impl BlockingHttp {
     /// A client with this request timeout. Built on a thread of its own, because the blocking
     /// client cannot be created on an async runtime's thread.
-    pub(crate) fn new(timeout: Duration) -> Result<BlockingHttp, String> {
+    pub(crate) fn new(timeout: Duration, last_error: LastError) -> Result<BlockingHttp, String> {
         std::thread::Builder::new()
             .name("toolgate-otel-http".into())
             .spawn(move || {
@@ -34,7 +38,7 @@ impl BlockingHttp {
             .map_err(|e| format!("cannot start the HTTP client thread: {e}"))?
             .join()
             .map_err(|_| "the HTTP client thread failed".to_string())?
-            .map(BlockingHttp)
+            .map(|c| BlockingHttp(c, last_error))
             .map_err(|e| format!("cannot build the HTTP client: {e}"))
     }
 }
@@ -44,7 +48,13 @@ impl HttpClient for BlockingHttp {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         use std::io::Read;
         let request: reqwest::blocking::Request = request.try_into()?;
-        let response = self.0.execute(request)?;
+        let response = match self.0.execute(request) {
+            Ok(r) => r,
+            Err(e) => {
+                *self.1.lock() = Some(with_causes(&e));
+                return Err(e.into());
+            }
+        };
         let status = response.status();
         let headers = response.headers().clone();
         let mut body = Vec::new();
@@ -55,6 +65,20 @@ impl HttpClient for BlockingHttp {
     }
 }
 
+/// An error and its causes, `: `-joined, each said once.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(&format!(": {text}"));
+        }
+        source = s.source();
+    }
+    out
+}
+
 /// What to do with an export failure (the first one only).
 pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -62,6 +86,7 @@ pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
 pub(crate) struct FailureReport {
     failures: AtomicU64,
     hook: FailureHook,
+    last_error: LastError,
 }
 
 impl fmt::Debug for FailureReport {
@@ -73,18 +98,32 @@ impl fmt::Debug for FailureReport {
 }
 
 impl FailureReport {
-    pub(crate) fn new(hook: FailureHook) -> FailureReport {
+    pub(crate) fn new(hook: FailureHook, last_error: LastError) -> FailureReport {
         FailureReport {
             failures: AtomicU64::new(0),
             hook,
+            last_error,
+        }
+    }
+
+    /// Reports `message` through the hook if nothing was reported yet (counts as a failure).
+    pub(crate) fn once(&self, message: &str) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) == 0 {
+            (self.hook)(message);
         }
     }
 
     /// Records a failure of exporting `signal` to `endpoint`; the first one goes to the hook.
     pub(crate) fn failed(&self, signal: &str, endpoint: &str, error: &dyn fmt::Display) {
         if self.failures.fetch_add(1, Ordering::Relaxed) == 0 {
+            let cause = self
+                .last_error
+                .lock()
+                .as_ref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default();
             (self.hook)(&format!(
-                "OpenTelemetry export of {signal} to {endpoint} failed: {error} \
+                "OpenTelemetry export of {signal} to {endpoint} failed: {error}{cause} \
                  (later export failures are not reported)"
             ));
         }

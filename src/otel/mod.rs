@@ -35,6 +35,7 @@
 mod audit;
 #[cfg(feature = "http")]
 mod collect;
+mod env;
 mod export;
 mod observer;
 mod spans;
@@ -57,6 +58,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 pub use audit::AuditExport;
 #[cfg(feature = "http")]
 pub use collect::collector_layer;
+pub use env::MAX_QUEUE_CAP;
 pub use export::FailureHook;
 use export::{BlockingHttp, FailureReport, Reported};
 use observer::Worker;
@@ -143,14 +145,25 @@ impl OtelBuilder {
 
     /// Builds the providers and starts their export threads.
     pub fn build(self) -> Result<Otel, OtelError> {
-        let timeout = self.timeout.unwrap_or_else(env_timeout);
-        let http = Arc::new(BlockingHttp::new(timeout).map_err(OtelError::Setup)?);
+        env::check_protocol()?;
+        env::check_headers()?;
+        let queue = env::queue_size(self.max_queue)?;
+        let timeout = match self.timeout {
+            Some(t) => t,
+            None => env::timeout()?,
+        };
+        let last_error = export::LastError::default();
+        let http =
+            Arc::new(BlockingHttp::new(timeout, last_error.clone()).map_err(OtelError::Setup)?);
         let traces_url = signal_endpoint(self.endpoint.as_deref(), "TRACES", "/v1/traces");
         let metrics_url = signal_endpoint(self.endpoint.as_deref(), "METRICS", "/v1/metrics");
         let hook = self.on_failure.unwrap_or_else(|| {
             Arc::new(|msg: &str| tracing::warn!(target: "toolgate::otel", "{msg}"))
         });
-        let report = Arc::new(FailureReport::new(hook));
+        let report = Arc::new(FailureReport::new(hook, last_error));
+        // One attempt per export: a failing endpoint costs one request, not a backoff series
+        // (at exit, that series delayed the process by seconds).
+        let once = || opentelemetry_otlp::RetryPolicy::default().with_max_retries(0);
         let resource = resource(self.service_name);
 
         let spans = SpanExporter::builder()
@@ -160,6 +173,7 @@ impl OtelBuilder {
             .with_timeout(timeout)
             .with_headers(self.headers.clone())
             .with_shared_http_client(http.clone())
+            .with_retry_policy(once())
             .build()
             .map_err(|e| OtelError::Setup(e.to_string()))?;
         let metrics = MetricExporter::builder()
@@ -169,16 +183,14 @@ impl OtelBuilder {
             .with_timeout(timeout)
             .with_headers(self.headers)
             .with_shared_http_client(http)
+            .with_retry_policy(once())
             .build()
             .map_err(|e| OtelError::Setup(e.to_string()))?;
 
-        let mut batch = BatchConfigBuilder::default();
-        if let Some(q) = self.max_queue {
-            batch = batch.with_max_queue_size(q.max(1));
-        }
+        let batch = BatchConfigBuilder::default().with_max_queue_size(queue);
         let processor = BatchSpanProcessor::builder(Reported {
             inner: spans,
-            endpoint: traces_url,
+            endpoint: traces_url.clone(),
             report: report.clone(),
         })
         .with_batch_config(batch.build())
@@ -210,6 +222,7 @@ impl OtelBuilder {
             telemetry,
             worker,
             report,
+            endpoint: traces_url,
         })
     }
 }
@@ -223,7 +236,11 @@ pub struct Otel {
     telemetry: Arc<Telemetry>,
     worker: Arc<Worker>,
     report: Arc<FailureReport>,
+    endpoint: String,
 }
+
+/// The longest [`Otel::shutdown`] waits for the last export.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Otel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,13 +293,36 @@ impl Otel {
     }
 
     /// Ends the spans still open (calls without a result, runs not ended), exports everything
-    /// and stops the export threads. Blocking, like [`flush`](Self::flush).
+    /// (one attempt) and stops the export threads, waiting at most [`SHUTDOWN_LIMIT`]: an
+    /// endpoint that accepts and never answers costs a second, then the rest is dropped and
+    /// the error says so. Blocking, like [`flush`](Self::flush).
     pub fn shutdown(&self) -> Result<(), OtelError> {
         self.worker.drain();
         self.telemetry.end_all();
-        let t = self.tracer_provider.shutdown();
-        let m = self.meter_provider.shutdown();
-        t.and(m).map_err(|e| OtelError::Shutdown(e.to_string()))
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tracer = self.tracer_provider.clone();
+        let meter = self.meter_provider.clone();
+        std::thread::Builder::new()
+            .name("toolgate-otel-shutdown".into())
+            .spawn(move || {
+                let t = tracer.shutdown();
+                let m = meter.shutdown();
+                let _ = tx.send(t.and(m));
+            })
+            .map_err(|e| OtelError::Shutdown(format!("cannot start the shutdown thread: {e}")))?;
+        match rx.recv_timeout(SHUTDOWN_LIMIT) {
+            Ok(r) => r.map_err(|e| OtelError::Shutdown(e.to_string())),
+            Err(_) => {
+                let message = format!(
+                    "OpenTelemetry export to {} did not finish within {SHUTDOWN_LIMIT:?} at exit: \
+                     the endpoint accepted the connection but did not answer; the spans and \
+                     metrics still queued are dropped",
+                    self.endpoint
+                );
+                self.report.once(&message);
+                Err(OtelError::Shutdown(message))
+            }
+        }
     }
 }
 
@@ -321,14 +361,6 @@ fn signal_endpoint(base: Option<&str>, signal: &str, path: &str) -> String {
         return url;
     }
     join(&var("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()))
-}
-
-/// `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), else 10 s.
-fn env_timeout() -> Duration {
-    std::env::var("OTEL_EXPORTER_OTLP_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(Duration::from_secs(10), Duration::from_millis)
 }
 
 /// The resource: detected from the environment, with `service.name` = `toolgate` unless set.

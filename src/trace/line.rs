@@ -35,8 +35,8 @@ pub enum TraceLine {
     Signal {
         /// Provider key.
         key: String,
-        /// The value.
-        #[serde(default)]
+        /// The value (`null` included: a present `"value": null` is the value null, design §5).
+        #[serde(default, deserialize_with = "present_value")]
         value: Option<Value>,
         /// An error instead.
         #[serde(default)]
@@ -185,4 +185,13 @@ impl TraceLine {
             | TraceLine::RunEnd { at, .. } => *at,
         }
     }
+}
+
+/// A field that is present is `Some`, whatever its value (`null` included); an absent one is
+/// `None` (through `#[serde(default)]`).
+fn present_value<'de, D>(d: D) -> Result<Option<Value>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
 }

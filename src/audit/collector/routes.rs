@@ -42,6 +42,28 @@ fn json_response(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
+/// A store error: busy or unreachable → 503 with `Retry-After` (logged as a warning);
+/// anything else is a [`fault`].
+fn store_fault(what: &str, e: &crate::audit::AuditError) -> Response {
+    if let crate::audit::AuditError::Unavailable {
+        message,
+        retry_after,
+    } = e
+    {
+        tracing::warn!("collector: {what}: {message}");
+        let secs = retry_after.as_secs().max(1);
+        let mut resp = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{what}: the store is busy or unavailable; retry after {secs} s"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    fault(what, e)
+}
+
 /// A server fault: logged in full, answered without details (no paths, no SQL).
 fn fault(what: &str, e: &dyn std::fmt::Display) -> Response {
     tracing::error!("collector: {what}: {e}");
@@ -55,7 +77,7 @@ fn store_error(e: StoreError) -> Response {
     match e {
         StoreError::NotFound(m) => error(StatusCode::NOT_FOUND, m),
         StoreError::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
-        StoreError::Fault(e) => fault("cannot read the store", &e),
+        StoreError::Fault(e) => store_fault("cannot read the store", &e),
     }
 }
 
@@ -148,7 +170,7 @@ pub(super) async fn post_events(
             };
             json_response(status, outcome.to_json().to_string())
         }
-        Err(e) => fault("cannot store events", &e),
+        Err(e) => store_fault("cannot store events", &e),
     }
 }
 
@@ -321,10 +343,13 @@ pub(super) async fn healthz(State(c): State<Collector>) -> Response {
         ),
         Err(e) => {
             tracing::error!("collector: store unhealthy: {e}");
-            error(
+            let mut resp = error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store unavailable; see the collector's log",
-            )
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
         }
     }
 }

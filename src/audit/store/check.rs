@@ -57,6 +57,15 @@ impl RunCheck {
         }
     }
 
+    /// Records a break found by the store itself (e.g. a row whose columns differ from its
+    /// line), at the event pushed last.
+    pub fn push_break(&mut self, seq: Option<u64>, message: String) {
+        self.break_count += 1;
+        if self.breaks.len() < MAX_BREAKS {
+            self.breaks.push(RunBreak { seq, message });
+        }
+    }
+
     /// Whether the run verified.
     pub fn is_ok(&self) -> bool {
         self.break_count == 0

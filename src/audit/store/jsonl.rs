@@ -36,6 +36,10 @@ type LineLoc = (PathBuf, u64, u32);
 
 /// Most records one `GET /v1/events` page scans.
 const MAX_SCAN: usize = 200_000;
+/// The file in a store folder whose exclusive lock the store holds while open (one collector
+/// per folder: two would truncate each other's files).
+pub const LOCK_FILE: &str = ".toolgate-collector.lock";
+
 /// Most files kept open for appending.
 const MAX_OPEN: usize = 64;
 
@@ -332,6 +336,8 @@ fn read_lines(locs: Vec<LineLoc>) -> Result<Vec<String>, AuditError> {
 #[derive(Clone)]
 pub struct JsonlStore {
     inner: Arc<Mutex<Inner>>,
+    /// The folder's lock file, locked while any clone of the store lives.
+    _lock: Arc<File>,
 }
 
 impl std::fmt::Debug for JsonlStore {
@@ -345,10 +351,31 @@ impl std::fmt::Debug for JsonlStore {
 }
 
 impl JsonlStore {
-    /// Creates `dir` if needed and reads every event in it. Blocking.
+    /// Creates `dir` if needed, takes the folder's lock ([`LOCK_FILE`]: one store per folder,
+    /// across processes) and reads every event in it. Blocking. A folder another store (another
+    /// collector) holds is an [`AuditError::Config`] saying so.
     pub fn open(dir: impl Into<PathBuf>) -> Result<JsonlStore, AuditError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| AuditError::io(&dir, e))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| AuditError::io(&lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AuditError::Config(format!(
+                    "{}: in use by another collector (it holds {}); one collector per folder \
+                     — stop the other one, or share a PostgreSQL store between collectors",
+                    dir.display(),
+                    lock_path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(AuditError::io(&lock_path, e)),
+        }
         let mut inner = Inner {
             dir,
             ..Inner::default()
@@ -356,6 +383,7 @@ impl JsonlStore {
         inner.load()?;
         Ok(JsonlStore {
             inner: Arc::new(Mutex::new(inner)),
+            _lock: Arc::new(lock),
         })
     }
 

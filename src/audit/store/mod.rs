@@ -11,7 +11,9 @@
 //!   Links to neighbours not yet stored are checked when they arrive, so a store only ever holds
 //!   chains that verify, whatever order events arrive in;
 //! * a `hash` that does not match the content → rejected;
-//! * `agentId` / `runId` not 1–256 bytes → rejected ("id too long");
+//! * `agentId` / `runId` empty or holding a NUL character → rejected ("invalid id: ..."),
+//!   longer than 256 bytes → rejected ("id too long"), on every store alike and before any
+//!   lookup (so such an id never reaches a database);
 //! * otherwise stored.
 //!
 //! Stores: [`jsonl::JsonlStore`] (a folder of JSON Lines files, the default) and, with the
@@ -163,10 +165,12 @@ impl Known for Snapshot {
     }
 }
 
-/// The seqs whose stored events [`decide`] looks at for this batch, per (agent, run).
+/// The seqs whose stored events [`decide`] looks at for this batch, per (agent, run). Events
+/// whose ids [`decide`] refuses before any lookup ([`ids_problem`]) are left out, so a store
+/// never sends such an id to its database.
 pub fn neighbour_seqs(batch: &[Incoming]) -> HashMap<(String, String), Vec<u64>> {
     let mut out: HashMap<(String, String), Vec<u64>> = HashMap::new();
-    for inc in batch {
+    for inc in batch.iter().filter(|i| ids_problem(i).is_none()) {
         let v = out
             .entry((inc.agent_id.clone(), inc.run_id.clone()))
             .or_default();
@@ -198,9 +202,9 @@ pub struct Plan {
 
 fn id_problem(what: &str, id: &str) -> Option<String> {
     if id.is_empty() {
-        Some(format!("{what} is empty"))
+        Some(format!("invalid id: {what} is empty"))
     } else if id.contains('\0') {
-        Some(format!("{what} contains a NUL character"))
+        Some(format!("invalid id: {what} contains a NUL character"))
     } else if id.len() > MAX_ID_BYTES {
         Some(format!(
             "id too long: {what} has {} bytes, at most {MAX_ID_BYTES} are accepted",
@@ -209,6 +213,13 @@ fn id_problem(what: &str, id: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Why an event's `agentId` or `runId` cannot be stored (empty, a NUL character, longer than
+/// [`MAX_ID_BYTES`]), the same on every store. [`decide`] checks this first, before looking
+/// anything up, so such an id never reaches a database (PostgreSQL refuses NUL in text).
+pub fn ids_problem(inc: &Incoming) -> Option<String> {
+    id_problem("agentId", &inc.agent_id).or_else(|| id_problem("runId", &inc.run_id))
 }
 
 /// Applies the acceptance rules (module docs) to a batch against what is stored.
@@ -234,6 +245,10 @@ pub fn decide(batch: Vec<Incoming>, known: &dyn Known) -> Plan {
         let reject = |plan: &mut Plan, reason: String| {
             plan.rejected.push(Rejection { id: inc.id, reason });
         };
+        if let Some(p) = ids_problem(&inc) {
+            reject(&mut plan, p);
+            continue;
+        }
         let stored_hash = ids.get(&inc.id).cloned().or_else(|| known.hash_of(&inc.id));
         if let Some(h) = stored_hash {
             if h == inc.hash && inc.hash_ok {
@@ -241,14 +256,6 @@ pub fn decide(batch: Vec<Incoming>, known: &dyn Known) -> Plan {
             } else {
                 reject(&mut plan, "id reused with different content".into());
             }
-            continue;
-        }
-        if let Some(p) = id_problem("agentId", &inc.agent_id) {
-            reject(&mut plan, p);
-            continue;
-        }
-        if let Some(p) = id_problem("runId", &inc.run_id) {
-            reject(&mut plan, p);
             continue;
         }
         if inc.seq > i64::MAX as u64 {

@@ -13,17 +13,23 @@
 
 use std::collections::HashMap;
 
+use std::time::Duration;
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::{
-    EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunPage, Slot, Snapshot,
-    StoreError, StoreStats, decide, neighbour_seqs,
+    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage,
+    Slot, Snapshot, StoreError, StoreStats, decide, neighbour_seqs,
 };
-use crate::audit::verify::StreamVerifier;
-use crate::audit::{AuditError, RunVerifier, VerifyReport};
+
+use crate::audit::AuditError;
+
+mod verify;
+use verify::{ROW_COLUMNS, StoredRow};
+pub use verify::{verify_postgres, verify_postgres_with};
 
 const MIGRATIONS: &[(i32, &str)] = &[(
     1,
@@ -50,8 +56,105 @@ const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465;
 /// Attempts of one batch when a concurrent writer got in first.
 const ATTEMPTS: usize = 5;
 
-fn db_error(what: &str, e: impl std::fmt::Display) -> AuditError {
-    AuditError::Sink(format!("postgres: {what}: {e}"))
+/// The first key of the two-key advisory locks a batch takes (`pg_advisory_xact_lock(
+/// RUN_LOCK_CLASS, bucket)`); the second is the run's bucket (see [`RUN_LOCK_BUCKETS`]).
+pub const RUN_LOCK_CLASS: i32 = 0x746f_6f6c;
+/// Runs are locked by bucket: `hashtextextended(agentId || U+001F || runId, 0) & 63`, so a
+/// batch takes at most 64 advisory locks however many runs it touches (one lock per run
+/// exhausted the server's lock table with many-run batches).
+pub const RUN_LOCK_BUCKETS: i64 = 64;
+
+/// Session limits every store connection sets (the URL's own `options` come after and win):
+/// a lock not granted in 2 s, a statement over 30 s, a transaction idle (a frozen peer) for
+/// 10 s end with an error, so a stalled peer holds others up a bounded time.
+const SESSION_OPTIONS: &str = "-c lock_timeout=2000 -c statement_timeout=30000 \
+                               -c idle_in_transaction_session_timeout=10000";
+/// Longest wait for a free pooled connection, and for a new connection to open.
+const POOL_WAIT: Duration = Duration::from_secs(3);
+/// `Retry-After` of a busy store.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A PostgreSQL error for people: the server's message, detail and SQLSTATE when the server
+/// sent one (tokio-postgres alone says "db error"), else the error and its causes. Never
+/// holds a password (the server's messages do not carry one; URLs are shown redacted).
+pub fn describe_pg_error(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut out = format!("{}: {}", db.severity(), db.message());
+        if let Some(d) = db.detail() {
+            out.push_str(&format!(" ({d})"));
+        }
+        out.push_str(&format!(" [SQLSTATE {}]", db.code().code()));
+        return out;
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(&format!(": {text}"));
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Whether the error means "busy or unreachable, try again" rather than a fault of the request.
+fn transient(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        Some(c) => {
+            *c == SqlState::LOCK_NOT_AVAILABLE
+                || *c == SqlState::QUERY_CANCELED
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::TOO_MANY_CONNECTIONS
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
+        }
+        // No server answer: the connection broke or could not be made.
+        None => e.is_closed() || std::error::Error::source(e).is_some(),
+    }
+}
+
+fn db_error(what: &str, e: &tokio_postgres::Error) -> AuditError {
+    let message = format!("postgres: {what}: {}", describe_pg_error(e));
+    if transient(e) {
+        AuditError::Unavailable {
+            message,
+            retry_after: RETRY_AFTER,
+        }
+    } else {
+        AuditError::Sink(message)
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> AuditError {
+    let message = match &e {
+        deadpool_postgres::PoolError::Backend(pg) => describe_pg_error(pg),
+        other => other.to_string(),
+    };
+    AuditError::Unavailable {
+        message: format!("postgres: connect: {message}"),
+        retry_after: RETRY_AFTER,
+    }
+}
+
+/// The URL parsed, with the session limits added and a connect timeout.
+fn config_of(url: &str) -> Result<tokio_postgres::Config, AuditError> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        AuditError::Config(format!(
+            "bad PostgreSQL URL {}: {}",
+            crate::audit::collector::redact_url(url),
+            crate::audit::collector::redact_in(url, &describe_pg_error(&e))
+        ))
+    })?;
+    let options = match config.get_options() {
+        Some(o) if !o.is_empty() => format!("{SESSION_OPTIONS} {o}"),
+        _ => SESSION_OPTIONS.to_string(),
+    };
+    config.options(&options);
+    config.connect_timeout(POOL_WAIT);
+    Ok(config)
 }
 
 /// The PostgreSQL store (module docs).
@@ -67,11 +170,48 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects (a pool of up to 16 connections) and migrates the schema.
+    /// Connects (a pool of up to 16 connections) and migrates the schema (for a collector).
     pub async fn connect(url: &str) -> Result<PgStore, AuditError> {
-        let config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
+        let store = PgStore::pool(url)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Connects to an existing store to read it: never migrates (a read-only role is enough).
+    /// A database without toolgate's tables, or with a newer schema than this build knows, is
+    /// an [`AuditError::Config`] saying so.
+    pub async fn open_existing(url: &str) -> Result<PgStore, AuditError> {
+        let store = PgStore::pool(url)?;
+        let client = store.client().await?;
+        let version = client
+            .query_one("SELECT max(version) FROM toolgate_migrations", &[])
+            .await;
+        let known = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
+        match version {
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                Err(AuditError::Config(format!(
+                    "no toolgate audit store in this database (no toolgate_migrations table in \
+                     its search_path): point it at a collector's database, and schema \
+                     (?options=-c%20search_path%3D...), that `toolgate collect` has written"
+                )))
+            }
+            Err(e) => Err(db_error("read", &e)),
+            Ok(row) => match row.try_get::<_, Option<i32>>(0) {
+                Ok(Some(v)) if v <= known => Ok(store.clone()),
+                Ok(Some(v)) => Err(AuditError::Config(format!(
+                    "the store's schema is version {v}; this toolgate knows up to {known}: \
+                     upgrade toolgate"
+                ))),
+                _ => Err(AuditError::Config(
+                    "no toolgate audit store in this database (toolgate_migrations is empty)"
+                        .into(),
+                )),
+            },
+        }
+    }
+
+    fn pool(url: &str) -> Result<PgStore, AuditError> {
+        let config = config_of(url)?;
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -82,14 +222,22 @@ impl PgStore {
         let pool = Pool::builder(manager)
             .max_size(16)
             .build()
-            .map_err(|e| db_error("pool", e))?;
-        let store = PgStore { pool };
-        store.migrate().await?;
-        Ok(store)
+            .map_err(|e| AuditError::Sink(format!("postgres: pool: {e}")))?;
+        Ok(PgStore { pool })
     }
 
+    /// A pooled connection, waiting at most [`POOL_WAIT`] (then: unavailable, retry).
     async fn client(&self) -> Result<deadpool_postgres::Object, AuditError> {
-        self.pool.get().await.map_err(|e| db_error("connect", e))
+        match tokio::time::timeout(POOL_WAIT, self.pool.get()).await {
+            Ok(r) => r.map_err(pool_error),
+            Err(_) => Err(AuditError::Unavailable {
+                message: format!(
+                    "postgres: no free connection within {POOL_WAIT:?} (all busy, e.g. behind \
+                     a stalled peer's locks)"
+                ),
+                retry_after: RETRY_AFTER,
+            }),
+        }
     }
 
     async fn migrate(&self) -> Result<(), AuditError> {
@@ -97,21 +245,21 @@ impl PgStore {
         let tx = client
             .transaction()
             .await
-            .map_err(|e| db_error("migrate", e))?;
+            .map_err(|e| db_error("migrate", &e))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
-            .map_err(|e| db_error("migrate", e))?;
+            .map_err(|e| db_error("migrate", &e))?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS toolgate_migrations (
                 version INT PRIMARY KEY,
                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
         )
         .await
-        .map_err(|e| db_error("migrate", e))?;
+        .map_err(|e| db_error("migrate", &e))?;
         let done: Vec<i32> = tx
             .query("SELECT version FROM toolgate_migrations", &[])
             .await
-            .map_err(|e| db_error("migrate", e))?
+            .map_err(|e| db_error("migrate", &e))?
             .iter()
             .map(|r| r.get(0))
             .collect();
@@ -121,33 +269,39 @@ impl PgStore {
             }
             tx.batch_execute(sql)
                 .await
-                .map_err(|e| db_error(&format!("migration {version}"), e))?;
+                .map_err(|e| db_error(&format!("migration {version}"), &e))?;
             tx.execute(
                 "INSERT INTO toolgate_migrations (version) VALUES ($1)",
                 &[version],
             )
             .await
-            .map_err(|e| db_error("migrate", e))?;
+            .map_err(|e| db_error("migrate", &e))?;
         }
-        tx.commit().await.map_err(|e| db_error("migrate", e))
+        tx.commit().await.map_err(|e| db_error("migrate", &e))
     }
 
     async fn try_ingest(&self, batch: &[Incoming]) -> Result<IngestOutcome, TxError> {
-        let mut client = self.pool.get().await.map_err(TxError::Pool)?;
+        let mut client = self.client().await.map_err(TxError::Store)?;
         let tx = client.transaction().await?;
         let neighbours = neighbour_seqs(batch);
-        let mut keys: Vec<String> = neighbours
+        let keys: Vec<String> = neighbours
             .keys()
             .map(|(a, r)| format!("{a}\u{1f}{r}"))
             .collect();
-        keys.sort();
+        // One lock per bucket of runs, in bucket order (no deadlock between batches), at most
+        // RUN_LOCK_BUCKETS of them.
         tx.execute(
-            "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) \
-             FROM unnest($1::text[]) WITH ORDINALITY AS t(k, n)",
-            &[&keys],
+            "SELECT count(pg_advisory_xact_lock($2, b)) FROM \
+             (SELECT DISTINCT (hashtextextended(k, 0) & $3)::int AS b \
+              FROM unnest($1::text[]) AS t(k) ORDER BY b) AS buckets",
+            &[&keys, &RUN_LOCK_CLASS, &(RUN_LOCK_BUCKETS - 1)],
         )
         .await?;
-        let ids: Vec<Uuid> = batch.iter().map(|i| i.id).collect();
+        let ids: Vec<Uuid> = batch
+            .iter()
+            .filter(|i| super::ids_problem(i).is_none())
+            .map(|i| i.id)
+            .collect();
         let mut snap = Snapshot::default();
         for row in tx
             .query(
@@ -220,6 +374,10 @@ impl PgStore {
     }
 
     async fn resolve_agent(&self, agent: Option<&str>, run_id: &str) -> Result<String, StoreError> {
+        if run_id.contains('\0') || agent.is_some_and(|a| a.contains('\0')) {
+            // No stored id holds a NUL (it is an invalid id), and PostgreSQL refuses it in text.
+            return Err(StoreError::NotFound(format!("no run {run_id:?}")));
+        }
         if let Some(a) = agent {
             return Ok(a.to_string());
         }
@@ -230,7 +388,7 @@ impl PgStore {
                 &[&run_id],
             )
             .await
-            .map_err(|e| db_error("read", e))?;
+            .map_err(|e| db_error("read", &e))?;
         match rows.as_slice() {
             [] => Err(StoreError::NotFound(format!("no run {run_id:?}"))),
             [one] => Ok(one.get(0)),
@@ -248,7 +406,7 @@ impl PgStore {
 #[derive(Debug, thiserror::Error)]
 enum TxError {
     #[error("{0}")]
-    Pool(deadpool_postgres::PoolError),
+    Store(AuditError),
     #[error("{0}")]
     Db(#[from] tokio_postgres::Error),
 }
@@ -276,7 +434,8 @@ impl EventStore for PgStore {
                 Err(e) if retryable(&e) && attempt < ATTEMPTS => {
                     tracing::debug!("postgres: batch raced another writer ({e}); retrying");
                 }
-                Err(e) => return Err(db_error("store batch", e)),
+                Err(TxError::Store(e)) => return Err(e),
+                Err(TxError::Db(e)) => return Err(db_error("store batch", &e)),
             }
         }
     }
@@ -299,7 +458,7 @@ impl EventStore for PgStore {
                 &[&agent_id, &run_id, &after, &(limit as i64 + 1)],
             )
             .await
-            .map_err(|e| db_error("read", e))?;
+            .map_err(|e| db_error("read", &e))?;
         if rows.is_empty() && after_seq.is_none() {
             return Err(StoreError::NotFound(format!(
                 "no run {run_id:?} of agent {agent_id:?}"
@@ -320,7 +479,49 @@ impl EventStore for PgStore {
         })
     }
 
+    /// Checks a run's stored chain page by page, and that every row's indexed columns equal
+    /// its line.
+    async fn verify_run(&self, agent: Option<&str>, run_id: &str) -> Result<RunCheck, StoreError> {
+        let agent_id = self.resolve_agent(agent, run_id).await?;
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM toolgate_events \
+             WHERE agent_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
+        );
+        let mut check = RunCheck::default();
+        let mut after: i64 = -1;
+        loop {
+            let rows = client
+                .query(&sql, &[&agent_id, &run_id, &after, &(DEFAULT_PAGE as i64)])
+                .await
+                .map_err(|e| db_error("read", &e))?;
+            for row in &rows {
+                let row = StoredRow::from_row(row).map_err(|e| db_error("read", &e))?;
+                check.push_line(&row.line);
+                for m in row.mismatches() {
+                    check.push_break(u64::try_from(row.seq).ok(), m);
+                }
+                after = row.seq;
+            }
+            if rows.len() < DEFAULT_PAGE {
+                break;
+            }
+        }
+        if check.events == 0 {
+            return Err(StoreError::NotFound(format!(
+                "no run {run_id:?} of agent {agent_id:?}"
+            )));
+        }
+        Ok(check)
+    }
+
     async fn events(&self, q: &EventQuery) -> Result<EventPage, StoreError> {
+        if q.agent_id.as_deref().is_some_and(|a| a.contains('\0')) {
+            return Ok(EventPage {
+                lines: Vec::new(),
+                next: None,
+            });
+        }
         let after: i64 = match &q.after {
             None => 0,
             Some(c) => c
@@ -339,7 +540,7 @@ impl EventStore for PgStore {
                 &[&after, &q.agent_id, &kind, &q.since, &q.until, &(limit as i64 + 1)],
             )
             .await
-            .map_err(|e| db_error("read", e))?;
+            .map_err(|e| db_error("read", &e))?;
         let more = rows.len() > limit;
         let mut lines = Vec::with_capacity(rows.len().min(limit));
         let mut last = None;
@@ -362,64 +563,9 @@ impl EventStore for PgStore {
         client
             .query_one("SELECT 1", &[])
             .await
-            .map_err(|e| db_error("health", e))?;
+            .map_err(|e| db_error("health", &e))?;
         Ok(StoreStats::default())
     }
-}
-
-/// Verifies every run of a PostgreSQL store from the stored lines (byte for byte as received,
-/// canonical) with the checker `toolgate verify` uses for files ([`StreamVerifier`]); with `key`,
-/// every run must also be signed by it. The rows are read in one read-only snapshot, run by run
-/// in `seq` order, in pages of 1,000 through a cursor, and checked as they come: memory does not
-/// grow with the store or with a run. Breaks are located by run and `seq` (`line` is the row's
-/// position in that order).
-pub async fn verify_postgres(
-    url: &str,
-    key: Option<&RunVerifier>,
-) -> Result<VerifyReport, AuditError> {
-    let config: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| AuditError::Config(format!("bad PostgreSQL URL: {e}")))?;
-    let (mut client, conn) = config
-        .connect(NoTls)
-        .await
-        .map_err(|e| db_error("connect", e))?;
-    let conn_task = tokio::spawn(conn);
-    let result = async {
-        let tx = client
-            .build_transaction()
-            .read_only(true)
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .start()
-            .await
-            .map_err(|e| db_error("verify", e))?;
-        let portal = tx
-            .bind(
-                "SELECT line FROM toolgate_events ORDER BY agent_id, run_id, seq",
-                &[],
-            )
-            .await
-            .map_err(|e| db_error("verify", e))?;
-        let mut verifier = StreamVerifier::new(key);
-        loop {
-            let rows = tx
-                .query_portal(&portal, 1_000)
-                .await
-                .map_err(|e| db_error("verify", e))?;
-            if rows.is_empty() {
-                break;
-            }
-            for row in rows {
-                let line: &str = row.try_get(0).map_err(|e| db_error("verify", e))?;
-                verifier.push_line(line);
-            }
-        }
-        Ok::<_, AuditError>(verifier.finish())
-    }
-    .await;
-    drop(client);
-    let _ = conn_task.await;
-    result
 }
 
 /// Counts rows per (agent, run) — for tests and tools.
@@ -432,7 +578,7 @@ pub async fn count_runs(url: &str) -> Result<HashMap<(String, String), u64>, Aud
             &[],
         )
         .await
-        .map_err(|e| db_error("read", e))?;
+        .map_err(|e| db_error("read", &e))?;
     Ok(rows
         .iter()
         .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as u64))

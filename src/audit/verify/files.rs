@@ -10,7 +10,33 @@ use super::{BreakKind, MAX_LINE_BYTES, RunVerifier, Verifier, VerifyReport};
 pub(super) fn verify_paths_inner<P: AsRef<Path>>(
     paths: &[P],
     key: Option<RunVerifier>,
+    allow_open: bool,
 ) -> VerifyReport {
+    let (files, mut unreadable, skipped) = audit_files(paths);
+    let mut v = Verifier::new(key, false);
+    v.allow_open = allow_open;
+    for path in files {
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                unreadable.push((path, e.to_string()));
+                continue;
+            }
+        };
+        let idx = v.files.len();
+        v.files.push(Arc::new(path.clone()));
+        if let Err(e) = add_reader(&mut v, idx, std::io::BufReader::new(file)) {
+            unreadable.push((path, e.to_string()));
+        }
+    }
+    v.finish(unreadable, skipped)
+}
+
+/// The audit files `paths` name, walked as `toolgate verify` walks them: folders searched
+/// recursively for `*.jsonl` in name order, each real file once however many paths lead to
+/// it, symlink loops and (in folders) non-regular files skipped. Returns (files, unreadable
+/// paths with why, skipped paths with why).
+pub fn audit_files<P: AsRef<Path>>(paths: &[P]) -> AuditFiles {
     let mut files = Vec::new();
     let mut unreadable = Vec::new();
     let mut skipped = Vec::new();
@@ -31,23 +57,11 @@ pub(super) fn verify_paths_inner<P: AsRef<Path>>(
             }
         }
     }
-    let mut v = Verifier::new(key, false);
-    for path in files {
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) => {
-                unreadable.push((path, e.to_string()));
-                continue;
-            }
-        };
-        let idx = v.files.len();
-        v.files.push(Arc::new(path.clone()));
-        if let Err(e) = add_reader(&mut v, idx, std::io::BufReader::new(file)) {
-            unreadable.push((path, e.to_string()));
-        }
-    }
-    v.finish(unreadable, skipped)
+    (files, unreadable, skipped)
 }
+
+/// What [`audit_files`] finds: (files, unreadable paths with why, skipped paths with why).
+pub type AuditFiles = (Vec<PathBuf>, Vec<(PathBuf, String)>, Vec<(PathBuf, String)>);
 
 /// True the first time a real file (by canonical path) is met.
 fn first_visit(seen: &mut std::collections::HashSet<PathBuf>, p: &Path) -> bool {

@@ -24,6 +24,8 @@ pub(super) struct Entry {
     /// With a key: the result of checking the event's signature, if it is a signed point
     /// (`run.ended`, `checkpoint`, or any event carrying `signature`).
     pub signature: Option<Result<(), SignatureError>>,
+    /// The event is a `run.ended`.
+    pub is_end: bool,
 }
 
 /// Where a [`RunStream`] reports breaks.
@@ -57,13 +59,21 @@ pub(super) struct RunStream {
     /// turns out to be signed (an unsigned run is one "unsigned run" break instead).
     unsigned_points: Vec<(Loc, u64)>,
     last_good: Option<u64>,
+    /// Where the last good signature is, and whether it is a `run.ended`'s.
+    last_good_at: Option<(Loc, bool)>,
     after_good: Option<(Loc, u64)>,
     after_count: usize,
+    /// Open runs (no `run.ended`) are expected: neither "incomplete" nor their unsigned tail
+    /// is a break.
+    allow_open: bool,
+    /// A `run.ended` was met.
+    saw_end: bool,
 }
 
 impl RunStream {
-    /// A check of `run`; `with_key`: signatures are checked.
-    pub fn new(run: RunKey, with_key: bool) -> RunStream {
+    /// A check of `run`; `with_key`: signatures are checked; `allow_open`: a run without
+    /// `run.ended` is not reported as incomplete.
+    pub fn new(run: RunKey, with_key: bool, allow_open: bool) -> RunStream {
         RunStream {
             run,
             with_key,
@@ -74,8 +84,11 @@ impl RunStream {
             any_signed: false,
             unsigned_points: Vec::new(),
             last_good: None,
+            last_good_at: None,
             after_good: None,
             after_count: 0,
+            allow_open,
+            saw_end: false,
         }
     }
 
@@ -87,6 +100,7 @@ impl RunStream {
     /// Checks the next event (events come in `seq` order; equal `seq`s in the order read).
     pub fn push(&mut self, e: Entry, out: &mut impl Breaks) {
         self.events += 1;
+        self.saw_end |= e.is_end;
         self.first.get_or_insert((e.loc, e.seq));
         if !e.hash_ok {
             out.found(
@@ -157,6 +171,7 @@ impl RunStream {
             Some(Ok(())) => {
                 self.now_signed(out);
                 self.last_good = Some(e.seq);
+                self.last_good_at = Some((e.loc, e.is_end));
                 self.after_good = None;
                 self.after_count = 0;
                 return;
@@ -218,6 +233,9 @@ impl RunStream {
             let msg = format!("run {id} is not signed ({} events)", self.events);
             out.found(first, run, first_seq, BreakKind::UnsignedRun, msg);
         } else if let Some((loc, seq)) = self.after_good {
+            if self.allow_open && !self.saw_end {
+                return self.events;
+            }
             let after = match self.last_good {
                 Some(s) => format!("the last good signature (seq {s})"),
                 None => "no good signature".to_string(),
@@ -227,6 +245,15 @@ impl RunStream {
                 self.after_count
             );
             out.found(loc, run, seq, BreakKind::AfterLastSigned, msg);
+        } else if let (Some(seq), Some((loc, false))) = (self.last_good, self.last_good_at)
+            && !self.allow_open
+        {
+            let msg = format!(
+                "run {id} is incomplete: its last signed event is a checkpoint (seq {seq}), not \
+                 a signed run.ended (cut short, or still open: pass --allow-open if open runs \
+                 are expected)"
+            );
+            out.found(loc, run, seq, BreakKind::Incomplete, msg);
         }
         self.events
     }

@@ -5,14 +5,13 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
+    // The user info ends at the last '@' before the query: a password may hold a raw '/'.
+    let main = rest.split_once('?').map_or(rest, |(m, _)| m);
+    match main.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
             let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}{path}")
+            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
         }
         None => url.to_string(),
     }
@@ -22,7 +21,7 @@ pub fn redact_url(url: &str) -> String {
 pub(super) fn scrub(url: &str, message: &str) -> String {
     let password = url
         .split_once("://")
-        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .map(|(_, rest)| rest.split_once('?').map_or(rest, |(m, _)| m))
         .and_then(|auth| auth.rsplit_once('@'))
         .and_then(|(userinfo, _)| userinfo.split_once(':'))
         .map(|(_, p)| p)
@@ -45,6 +44,12 @@ mod tests {
             "redis://u:***@h:6379/0"
         );
         assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
+        // A raw '/' in the password (issue 22 point 11).
+        assert_eq!(
+            redact_url("redis://:pa/ss@h:6379/0"),
+            "redis://:***@h:6379/0"
+        );
+        assert_eq!(scrub("redis://:pa/ss@h:6379/0", "bad pa/ss"), "bad ***");
         assert_eq!(
             scrub("redis://u:pw9@h/0", "auth pw9 failed"),
             "auth *** failed"
