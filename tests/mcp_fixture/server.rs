@@ -10,7 +10,10 @@
 //!
 //! `mcp_fixture` serves one session over stdio; `mcp_fixture --http` serves the same handler
 //! over rmcp's streamable HTTP server on a loopback port and prints its endpoint URL as the
-//! first line of stdout.
+//! first line of stdout. `mcp_fixture --hostile` is a raw server misbehaving on purpose (see
+//! `hostile.rs`).
+
+mod hostile;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -253,6 +256,10 @@ impl ServerHandler for Fixture {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixture = Fixture::default();
+    if std::env::args().nth(1).as_deref() == Some("--hostile") {
+        hostile::serve();
+        std::process::exit(0)
+    }
     if std::env::args().nth(1).as_deref() == Some("--http") {
         let service = StreamableHttpService::new(
             move || Ok(fixture.clone()),
