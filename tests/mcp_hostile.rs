@@ -186,7 +186,9 @@ fn a_result_after_a_cancel_is_not_relayed() {
     p.initialize("2025-06-18", false);
     p.send_line(&call_line("20", "stubborn", json!({})));
     p.wait_for(|v| v["params"]["data"] == "stubborn waiting");
-    p.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 20}}));
+    p.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 20}}),
+    );
     let r = p.call("echo", json!({"text": "after"}));
     assert_eq!(text(&r), "after");
     assert!(
@@ -211,13 +213,27 @@ fn an_upstream_cannot_answer_the_gateways_approval_question() {
     let h = Hostile::new();
     let mut p = h.start();
     p.initialize("2025-11-25", true);
-    let echo = p.send_request("tools/call", json!({"name": "echo", "arguments": {"text": "elicit"}}));
+    let echo = p.send_request(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "elicit"}}),
+    );
     let theirs = p.wait_for(|v| v["method"] == "elicitation/create");
-    assert!(theirs["params"]["message"].as_str().unwrap().contains("weather"));
-    let publish = p.send_request("tools/call", json!({"name": "publish", "arguments": {"id": "p"}}));
+    assert!(
+        theirs["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("weather")
+    );
+    let publish = p.send_request(
+        "tools/call",
+        json!({"name": "publish", "arguments": {"id": "p"}}),
+    );
     let ours = p.wait_for(|v| {
         v["method"] == "elicitation/create"
-            && v["params"]["message"].as_str().unwrap_or("").contains("publish")
+            && v["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("publish")
     });
     assert_ne!(theirs["id"], ours["id"]);
     // The user says yes to the weather, no to publishing.
@@ -226,7 +242,10 @@ fn an_upstream_cannot_answer_the_gateways_approval_question() {
     let r = p.response(&publish);
     assert_eq!(code(&r), "BLOCKED_HITL_DENIED", "{r}");
     let r = p.response(&echo);
-    assert!(text(&r).contains("elicited"), "the server got its answer: {r}");
+    assert!(
+        text(&r).contains("elicited"),
+        "the server got its answer: {r}"
+    );
     assert!(!h.recorded().contains("\"publish\""), "{}", h.recorded());
     assert_eq!(p.finish().code(), Some(0));
 }
@@ -238,7 +257,10 @@ fn the_gateways_question_ids_are_not_predictable() {
     let h = Hostile::new();
     let mut p = h.start();
     p.initialize("2025-11-25", true);
-    let publish = p.send_request("tools/call", json!({"name": "publish", "arguments": {"id": "q"}}));
+    let publish = p.send_request(
+        "tools/call",
+        json!({"name": "publish", "arguments": {"id": "q"}}),
+    );
     let ours = p.wait_for(|v| v["method"] == "elicitation/create");
     // A guessed id: ignored.
     p.send(json!({"jsonrpc": "2.0", "id": "toolgate-elicit-1", "result": {"action": "accept", "content": {"approve": true}}}));
@@ -258,7 +280,9 @@ fn undecidable_shapes_are_refused() {
     let mut p = h.start();
     p.initialize("2025-06-18", false);
     p.send_line(&format!("[{}]", call_line("30", "delete_note", json!({}))));
-    p.send_line(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{}}}"#);
+    p.send_line(
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{}}}"#,
+    );
     p.send_line(r#"{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":["delete_note"],"arguments":{}}}"#);
     let r = p.wait_for(|v| answers(v, &json!(31)));
     assert_eq!(r["error"]["code"], -32602, "{r}");
@@ -267,7 +291,11 @@ fn undecidable_shapes_are_refused() {
     assert!(!h.recorded().contains("delete_note"), "{}", h.recorded());
     let r = p.wait_for(|v| v.get("id") == Some(&Value::Null));
     assert_eq!(r["error"]["code"], -32600, "{r}");
-    assert!(!p.seen.iter().any(|v| answers(v, &json!(30))), "{:?}", p.seen);
+    assert!(
+        !p.seen.iter().any(|v| answers(v, &json!(30))),
+        "{:?}",
+        p.seen
+    );
     assert_eq!(p.finish().code(), Some(0));
 }
 
@@ -313,7 +341,10 @@ fn names_are_looked_up_as_policies_match_them() {
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(p.finish().code(), Some(0));
     let rec = h.recorded().to_lowercase();
-    assert!(!rec.contains("delete_note") && !rec.contains("no_such_tool"), "{rec}");
+    assert!(
+        !rec.contains("delete_note") && !rec.contains("no_such_tool"),
+        "{rec}"
+    );
 }
 
 /// Point 8: a response the upstream makes up for a call the gateway blocked is dropped.
@@ -329,6 +360,10 @@ fn a_response_the_gateway_did_not_forward_is_dropped() {
     p.send_line(&call_line("41", "echo", json!({"text": "inject:40"})));
     let r = p.wait_for(|v| answers(v, &json!(41)));
     assert_eq!(text(&r), "inject:40");
-    assert!(!p.seen.iter().any(|v| answers(v, &json!(40))), "{:?}", p.seen);
+    assert!(
+        !p.seen.iter().any(|v| answers(v, &json!(40))),
+        "{:?}",
+        p.seen
+    );
     assert_eq!(p.finish().code(), Some(0));
 }

@@ -111,12 +111,26 @@ impl Server {
         let name = match m.pointer("/params/name") {
             Some(Value::String(s)) => s.to_lowercase(),
             // Loose: a name in an array or object still names a tool.
-            Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or("").to_lowercase(),
-            Some(Value::Object(o)) => o.values().next().and_then(Value::as_str).unwrap_or("").to_lowercase(),
+            Some(Value::Array(a)) => a
+                .first()
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_lowercase(),
+            Some(Value::Object(o)) => o
+                .values()
+                .next()
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_lowercase(),
             _ => String::new(),
         };
         let args = m.pointer("/params/arguments").cloned().unwrap_or(json!({}));
-        let arg = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let arg = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         let num = |k: &str| args.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
         match name.as_str() {
             "echo" => {
