@@ -79,7 +79,8 @@ impl Fixture {
             {"name": "fail", "description": "Always fails", "inputSchema": obj(json!({}))},
             {"name": "crash", "description": "Kills the server", "inputSchema": obj(json!({}))},
             {"name": "ask_roots", "description": "Asks the client for its roots", "inputSchema": obj(json!({}))},
-            {"name": "secret_tool", "description": "Hidden by the tools file", "inputSchema": obj(json!({}))}
+            {"name": "secret_tool", "description": "Hidden by the tools file", "inputSchema": obj(json!({}))},
+            {"name": "big", "description": "A text result of `bytes` bytes", "inputSchema": obj(json!({"bytes": {"type": "number"}}))}
         ])
     }
 
@@ -159,6 +160,7 @@ impl ServerHandler for Fixture {
                 text("mutated")
             }
             "crash" => std::process::exit(3),
+            "big" => text("x".repeat(args["bytes"].as_u64().unwrap_or(0) as usize)),
             "slow" => self.slow(args["ms"].as_u64().unwrap_or(100), context).await,
             #[allow(deprecated)] // roots/list: still in 2025-06-18 and 2025-11-25
             "ask_roots" => {
