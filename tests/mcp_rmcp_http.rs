@@ -20,7 +20,12 @@ struct Server {
 impl Server {
     /// Starts `mcp_fixture --http` and reads the endpoint it prints (no sleeping).
     fn start() -> Server {
+        Server::start_env(&[])
+    }
+
+    fn start_env(env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(mcp_client::fixture())
+            .envs(env.iter().copied())
             .arg("--http")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -182,25 +187,23 @@ fn an_http_result_over_the_message_limit_fails_the_call() {
     assert_eq!(p.finish().code(), Some(0));
 }
 
-/// Issue 22 point 21: an HTTP upstream that becomes unreachable between calls fails the next
-/// call and ends the gateway with exit 1, as a stdio upstream that exits does.
+/// Issue 22 point 21: an HTTP upstream that becomes unreachable mid-session (its load
+/// balancer answers 503) fails the call and ends the gateway with exit 1, as a stdio upstream
+/// that exits does.
 #[test]
 fn an_http_upstream_unreachable_mid_session_ends_the_gateway() {
-    let mut server = Server::start();
     let s = Setup::new();
+    let down = s.path("down");
+    let server = Server::start_env(&[("FIXTURE_DOWN_FILE", down.to_str().unwrap())]);
     let mut p = proxy(&s, &server.url);
     p.initialize("2025-11-25", false);
     let r = p.call("echo", json!({"text": "before"}));
     assert_eq!(text(&r), "before");
-    let _ = server.child.kill();
-    let _ = server.child.wait();
-    let id = p.send_request(
-        "tools/call",
-        json!({"name": "echo", "arguments": {"text": "after"}}),
-    );
-    let r = p.response(&id);
+    std::fs::write(&down, "").unwrap();
+    let r = p.call("echo", json!({"text": "after"}));
     assert_eq!(r["error"]["code"], -32603, "{r}");
-    assert_eq!(p.wait().code(), Some(1));
+    // The gateway ended on its own: exit 1, whatever the client does next.
+    assert_eq!(p.finish().code(), Some(1));
     let events = s.audit_events();
     let ended = events.iter().find(|e| e["kind"] == "run.ended").unwrap();
     assert_eq!(ended["status"], "upstream_exited");

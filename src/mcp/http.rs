@@ -204,6 +204,19 @@ impl Http {
         if status == reqwest::StatusCode::ACCEPTED {
             return;
         }
+        // A gateway in front of the server that cannot reach it (502, 503, 504), or a session
+        // the server no longer knows (404): the server is gone for this session.
+        let lost_session = status == reqwest::StatusCode::NOT_FOUND && self.session.id.lock().is_some();
+        if lost_session
+            || matches!(
+                status,
+                reqwest::StatusCode::BAD_GATEWAY
+                    | reqwest::StatusCode::SERVICE_UNAVAILABLE
+                    | reqwest::StatusCode::GATEWAY_TIMEOUT
+            )
+        {
+            return self.gone(format!("it answered HTTP {status}"));
+        }
         let is_init = msg.get("method").and_then(Value::as_str) == Some("initialize");
         let forwarded = match self.read_body(resp, is_init).await {
             Ok(n) => n,

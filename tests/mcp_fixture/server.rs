@@ -10,7 +10,7 @@
 //!
 //! `mcp_fixture` serves one session over stdio; `mcp_fixture --http` serves the same handler
 //! over rmcp's streamable HTTP server on a loopback port and prints its endpoint URL as the
-//! first line of stdout. `mcp_fixture --hostile` is a raw server misbehaving on purpose (see
+//! first line of stdout (`FIXTURE_DOWN_FILE`: once that file exists, it answers 503). `mcp_fixture --hostile` is a raw server misbehaving on purpose (see
 //! `hostile.rs`).
 
 mod hostile;
@@ -268,7 +268,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default(),
         );
-        let router = axum::Router::new().nest_service("/mcp", service);
+        // FIXTURE_DOWN_FILE: once that file exists, every request gets 503 (a load balancer
+        // whose backend went away).
+        let down = std::env::var_os("FIXTURE_DOWN_FILE").map(std::path::PathBuf::from);
+        let router = axum::Router::new().nest_service("/mcp", service).layer(
+            axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let is_down = down.as_ref().is_some_and(|d| d.exists());
+                async move {
+                    if is_down {
+                        return axum::response::IntoResponse::into_response(
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        );
+                    }
+                    next.run(req).await
+                }
+            }),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("http://{}/mcp", listener.local_addr()?);
         axum::serve(listener, router).await?;
