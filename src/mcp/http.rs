@@ -206,7 +206,8 @@ impl Http {
         }
         // A gateway in front of the server that cannot reach it (502, 503, 504), or a session
         // the server no longer knows (404): the server is gone for this session.
-        let lost_session = status == reqwest::StatusCode::NOT_FOUND && self.session.id.lock().is_some();
+        let lost_session =
+            status == reqwest::StatusCode::NOT_FOUND && self.session.id.lock().is_some();
         if lost_session
             || matches!(
                 status,

@@ -271,19 +271,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // FIXTURE_DOWN_FILE: once that file exists, every request gets 503 (a load balancer
         // whose backend went away).
         let down = std::env::var_os("FIXTURE_DOWN_FILE").map(std::path::PathBuf::from);
-        let router = axum::Router::new().nest_service("/mcp", service).layer(
-            axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let is_down = down.as_ref().is_some_and(|d| d.exists());
-                async move {
-                    if is_down {
-                        return axum::response::IntoResponse::into_response(
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                        );
-                    }
-                    next.run(req).await
-                }
-            }),
-        );
+        let router =
+            axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(
+                    move |req: axum::extract::Request, next: axum::middleware::Next| {
+                        let is_down = down.as_ref().is_some_and(|d| d.exists());
+                        async move {
+                            if is_down {
+                                return axum::response::IntoResponse::into_response(
+                                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                );
+                            }
+                            next.run(req).await
+                        }
+                    },
+                ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("http://{}/mcp", listener.local_addr()?);
         axum::serve(listener, router).await?;
