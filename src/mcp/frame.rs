@@ -113,7 +113,7 @@ impl Frame {
     }
 
     /// A frame from a raw JSON value.
-    pub(crate) fn from_raw(raw: Box<RawValue>) -> serde_json::Result<Frame> {
+    pub(crate) fn from_raw(raw: &RawValue) -> serde_json::Result<Frame> {
         Frame::parse(raw.get())
     }
 

@@ -67,7 +67,7 @@ pub(crate) enum InFlight {
     Deciding {
         /// The client's id (JSON text).
         id: Box<str>,
-        task: Option<AbortHandle>,
+        task: AbortHandle,
         cancel: Arc<Cancel>,
     },
     /// Forwarded upstream under this gateway id.
@@ -215,8 +215,8 @@ impl Gateway {
     /// then close the streams).
     pub(crate) fn close(&self) {
         for (_, d) in self.inflight.lock().drain() {
-            if let InFlight::Deciding { task: Some(t), .. } = d {
-                t.abort();
+            if let InFlight::Deciding { task, .. } = d {
+                task.abort();
             }
         }
         self.to_upstream.lock().take();
@@ -309,8 +309,13 @@ impl Gateway {
                 if let Ok(v) = serde_json::from_str::<Value>(&id)
                     && let Some(key) = id_key(&v)
                 {
-                    // An answer to a request toolgate sent: that request gets nothing.
-                    self.outbound.lock().remove(&id);
+                    // An answer to a request toolgate sent: that request gets no answer (a
+                    // question of the gateway's own counts as not approved).
+                    if let Value::String(s) = &v
+                        && self.outbound.lock().remove(s).is_some()
+                    {
+                        return;
+                    }
                     if self.inflight.lock().contains_key(&key) {
                         return;
                     }
@@ -376,9 +381,9 @@ impl Gateway {
                 .await;
         };
         let req = ClientReq { id: id.into(), key };
-        {
+        let refusal = {
             let inflight = self.inflight.lock();
-            let refusal = if inflight.contains_key(&req.key) {
+            if inflight.contains_key(&req.key) {
                 Some((
                     jsonrpc::INVALID_REQUEST,
                     "a request with this id is in flight; ids must be unique".to_string(),
@@ -390,14 +395,13 @@ impl Gateway {
                 ))
             } else {
                 None
-            };
-            if let Some((code, why)) = refusal {
-                drop(inflight);
-                // Not `answer`: the request in flight keeps its entry.
-                return self
-                    .send_client(jsonrpc::error_to(&req.id, code, &why))
-                    .await;
             }
+        };
+        if let Some((code, why)) = refusal {
+            // Not `answer`: the request in flight keeps its entry.
+            return self
+                .send_client(jsonrpc::error_to(&req.id, code, &why))
+                .await;
         }
         let what = match method {
             "tools/call" => return self.spawn_decision(msg, req).await,
@@ -456,7 +460,7 @@ impl Gateway {
             key,
             InFlight::Deciding {
                 id: id_text,
-                task: Some(task.abort_handle()),
+                task: task.abort_handle(),
                 cancel,
             },
         );
@@ -514,8 +518,7 @@ impl Gateway {
         let any = !inflight.is_empty();
         for f in inflight {
             match f {
-                InFlight::Deciding { task: Some(t), .. } => t.abort(),
-                InFlight::Deciding { task: None, .. } => {}
+                InFlight::Deciding { task, .. } => task.abort(),
                 InFlight::Forwarded(up) => {
                     let p = self.pending.lock().remove(&up);
                     if let Some(Pending {
@@ -550,9 +553,7 @@ impl Gateway {
             keys.iter()
                 .filter_map(|k| match inflight.remove(k) {
                     Some(InFlight::Deciding { id, task, .. }) => {
-                        if let Some(t) = task {
-                            t.abort();
-                        }
+                        task.abort();
                         Some(id)
                     }
                     _ => None,

@@ -293,7 +293,7 @@ impl Http {
     }
 
     async fn forward(&self, raw: Box<RawValue>, is_init: bool) -> usize {
-        let m = match Frame::from_raw(raw) {
+        let m = match Frame::from_raw(&raw) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("upstream: skipped a message that is not JSON: {e}");

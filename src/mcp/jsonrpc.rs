@@ -63,11 +63,6 @@ pub(crate) fn result_to(id: &str, result: &Value) -> super::frame::Frame {
         .unwrap_or_else(|_| json!({"jsonrpc": "2.0", "id": null, "result": result}).into())
 }
 
-/// A JSON-RPC result response.
-pub fn result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
 /// The result the client gets for a blocked call: an `isError` tool result the model can read,
 /// with the decision in `_meta.toolgate`. `extra` is appended to the text.
 pub fn blocked_result(

@@ -1,9 +1,10 @@
 //! The MCP gateway (`toolgate mcp-proxy`): one process between an MCP client and one MCP
 //! server that governs the client's `tools/call` requests with the engine.
 //!
-//! It is a message *relay*, not a typed server: frames are raw JSON-RPC messages framed by
-//! rmcp's stdio codec, each keeping the exact text it came in, so every method, field and
-//! `_meta` toolgate does not intercept reaches the other side byte for byte. It intercepts
+//! It is a message *relay*, not a typed server: frames are raw JSON-RPC messages, one per line,
+//! each keeping the exact text it came in, so every method, field and `_meta` toolgate does not
+//! intercept reaches the other side byte for byte (request ids are the gateway's own: see
+//! `gateway.rs`). It intercepts
 //! `initialize` (the client's elicitation capability, the server's name), `tools/list` (hidden
 //! tools, tags, pins), `tools/call` (the decision) and `notifications/cancelled`. See
 //! `docs/mcp-gateway.md`.

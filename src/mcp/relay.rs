@@ -128,7 +128,7 @@ impl Gateway {
                 if let Some(d) = run.after_tool(&call_id, outcome).await
                     && !d.is_allowed()
                 {
-                    msg = jsonrpc::result(&Value::Null, jsonrpc::blocked_by(&d, None)).into();
+                    msg = jsonrpc::result_to("null", &jsonrpc::blocked_by(&d, None));
                 }
             }
             PendingWhat::Other => {}

@@ -257,10 +257,10 @@ where
                         if !tx.send(Incoming::TooLarge { id }).await {
                             return;
                         }
-                    } else if let Some(inc) = parse_line(line, side) {
-                        if !tx.send(inc).await {
-                            return;
-                        }
+                    } else if let Some(inc) = parse_line(line, side)
+                        && !tx.send(inc).await
+                    {
+                        return;
                     }
                     buf.drain(..=end);
                     searched = 0;
