@@ -269,6 +269,69 @@ fn a_client_that_does_not_read_gets_backpressure() {
     );
 }
 
+/// Bytes a process read so far.
+fn read_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Point 9: a server that does not read stops the gateway from reading the client; the
+/// gateway does not buffer what the client sends (300 MiB of requests).
+#[test]
+fn a_server_that_does_not_read_gets_backpressure() {
+    const FLOOD: usize = 300 << 20;
+    let s = Setup::new();
+    let mut gw = Command::new(mcp_client::TOOLGATE)
+        .arg("mcp-proxy")
+        .args(s.args())
+        .args(["--", &fixture(), "--hostile"])
+        .env("HOSTILE_STALL", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = gw.stdin.take().unwrap();
+    let pid = gw.id();
+    let writer = std::thread::spawn(move || {
+        let head = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ];
+        for m in head {
+            writeln!(stdin, "{m}").ok()?;
+        }
+        let pad = "y".repeat(64 * 1024);
+        let mut sent = 0;
+        let mut id = 3u64;
+        while sent < FLOOD {
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"notifications/x","params":{{"n":{id},"pad":"{pad}"}}}}"#);
+            writeln!(stdin, "{line}").ok()?;
+            sent += line.len() + 1;
+            id += 1;
+        }
+        Some(())
+    });
+    let (mut last, mut still) = (0, 0);
+    loop {
+        let r = read_bytes(pid);
+        if writer.is_finished() || still >= 20 {
+            break;
+        }
+        still = if r == last { still + 1 } else { 0 };
+        last = r;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let rss = rss_kib(pid);
+    let _ = gw.kill();
+    let _ = gw.wait();
+    let _ = writer.join();
+    assert!(rss < 150 * 1024, "the gateway holds {rss} KiB while the server does not read");
+}
+
 fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()

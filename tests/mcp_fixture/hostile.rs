@@ -12,7 +12,8 @@
 //!   a response for the client id ID), `read_note`, `delete_note` (destructive), `publish`,
 //!   `stubborn` (answers only once the call is cancelled, then anyway), `held` (answers only
 //!   once a `release` call comes), `release`, `big` (`bytes`: a text result that long),
-//!   `flood` (`bytes`: that many bytes of notifications, then a result).
+//!   `flood` (`bytes`: that many bytes of notifications, then a result);
+//! - `HOSTILE_STALL=1`: after answering `initialize` it stops reading its input for good.
 
 use std::io::{BufRead, Write};
 
@@ -76,10 +77,18 @@ impl Server {
         let id = m.get("id").cloned();
         let method = m.get("method").and_then(Value::as_str).unwrap_or("");
         match (method, id) {
-            ("initialize", Some(id)) => self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {
+            ("initialize", Some(id)) => {
+                self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {
                 "protocolVersion": m.pointer("/params/protocolVersion").cloned().unwrap_or(json!("2025-06-18")),
                 "capabilities": {"tools": {"listChanged": true}},
-                "serverInfo": {"name": "hostile", "version": "1"}}})),
+                "serverInfo": {"name": "hostile", "version": "1"}}}));
+                if std::env::var_os("HOSTILE_STALL").is_some() {
+                    // Stops reading (and answering) for good.
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            }
             ("tools/list", Some(id)) => {
                 self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {"tools": tools()}}))
             }
