@@ -367,3 +367,55 @@ fn a_response_the_gateway_did_not_forward_is_dropped() {
     );
     assert_eq!(p.finish().code(), Some(0));
 }
+
+/// Point 2 with a real server (server-everything over stdio): pairs of calls sharing an id
+/// never get an undecided result.
+#[test]
+fn duplicate_ids_never_pass_undecided_with_server_everything() {
+    let Some(js) = mcp_client::npm_server("TOOLGATE_TEST_MCP_EVERYTHING", "server-everything")
+    else {
+        return;
+    };
+    let h = Hostile::new();
+    std::fs::write(
+        h.path("everything.json"),
+        r#"[{"id": "withhold-echo", "name": "Withhold echoes", "priority": 1, "enabled": true,
+  "selector": {"phase": "tool.after", "tool": {"name": "echo"}},
+  "condition": {"kind": "toolName", "op": "glob", "value": "*"},
+  "effect": {"type": "block", "reason": "echo output withheld"}}]"#,
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "--policy",
+        &h.path("everything.json"),
+        "--audit",
+        &h.path("audit"),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut p = Proxy::start(
+        &args,
+        &["node".into(), js.display().to_string(), "stdio".into()],
+    );
+    p.initialize("2025-06-18", false);
+    for i in 0..20 {
+        let line = call_line(
+            &format!("{}", 100 + i),
+            "echo",
+            json!({"message": format!("m{i}")}),
+        );
+        p.send_line(&line);
+        p.send_line(&line);
+    }
+    for i in 0..20 {
+        let id = json!(100 + i);
+        for _ in 0..2 {
+            let r = p.wait_for(|v| answers(v, &id));
+            assert!(
+                code(&r) == "BLOCKED_RULE" || r["error"]["code"] == -32600,
+                "an undecided result: {r}"
+            );
+        }
+    }
+    assert_eq!(p.finish().code(), Some(0));
+}

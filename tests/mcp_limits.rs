@@ -308,7 +308,9 @@ fn a_server_that_does_not_read_gets_backpressure() {
         let mut sent = 0;
         let mut id = 3u64;
         while sent < FLOOD {
-            let line = format!(r#"{{"jsonrpc":"2.0","method":"notifications/x","params":{{"n":{id},"pad":"{pad}"}}}}"#);
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/x","params":{{"n":{id},"pad":"{pad}"}}}}"#
+            );
             writeln!(stdin, "{line}").ok()?;
             sent += line.len() + 1;
             id += 1;
@@ -329,7 +331,10 @@ fn a_server_that_does_not_read_gets_backpressure() {
     let _ = gw.kill();
     let _ = gw.wait();
     let _ = writer.join();
-    assert!(rss < 150 * 1024, "the gateway holds {rss} KiB while the server does not read");
+    assert!(
+        rss < 150 * 1024,
+        "the gateway holds {rss} KiB while the server does not read"
+    );
 }
 
 fn children(pid: u32) -> Vec<u32> {

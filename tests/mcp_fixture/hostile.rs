@@ -89,9 +89,9 @@ impl Server {
                     }
                 }
             }
-            ("tools/list", Some(id)) => {
-                self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {"tools": tools()}}))
-            }
+            ("tools/list", Some(id)) => self.send(
+                &json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {"tools": tools()}}),
+            ),
             ("tools/call", id) => self.call(m, id.unwrap_or(Value::Null)),
             ("notifications/cancelled", None) => {
                 let rid = m.pointer("/params/requestId").cloned();
@@ -111,7 +111,9 @@ impl Server {
                     self.send(&text_result(&call, &format!("elicited: {answer}")));
                 }
             }
-            (_, Some(id)) if !method.is_empty() => self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {}})),
+            (_, Some(id)) if !method.is_empty() => {
+                self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {}}))
+            }
             _ => {}
         }
     }
