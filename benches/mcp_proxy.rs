@@ -149,7 +149,9 @@ fn main() {
     let policy = dir.path().join("policy.json");
     std::fs::write(&policy, POLICY).unwrap();
     let proxy = |audit: bool| {
-        let mut c = Command::new(TOOLGATE);
+        // TOOLGATE_BENCH_BIN: another toolgate binary to measure (e.g. one built from main).
+        let bin = std::env::var("TOOLGATE_BENCH_BIN").unwrap_or_else(|_| TOOLGATE.to_string());
+        let mut c = Command::new(bin);
         c.args(["mcp-proxy", "--policy", policy.to_str().unwrap()]);
         if audit {
             c.args(["--audit", dir.path().join("audit").to_str().unwrap()]);

@@ -139,23 +139,43 @@ fn answers_toolgate_does_not_change_are_the_servers_bytes() {
     );
 }
 
-/// A scripted server (sh): it first sends a notification, records every line it gets, and after
-/// the third answers the `tools/call` (id 9) with `RESULT`.
-const SCRIPT: &str = r#"printf '%s\n' "$NOTE"; n=0
+/// A scripted server (sh): it first sends a notification, records every line it gets, answers
+/// the gateway's own `tools/list` (gateway id 2) and the `tools/call` (gateway id 3) with
+/// `RESULT`.
+const SCRIPT: &str = r#"printf '%s\n' "$NOTE"
 while IFS= read -r line; do
-  printf '%s\n' "$line" >> "$RECORD"; n=$((n+1))
-  if [ "$n" -eq 3 ]; then printf '%s\n' "$RESULT"; fi
+  printf '%s\n' "$line" >> "$RECORD"
+  case "$line" in
+    *'"tools/list"'*) printf '%s\n' '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}}]}}' ;;
+    *'"tools/call"'*) printf '%s\n' "$RESULT" ;;
+  esac
 done"#;
 
+/// Lines cross unchanged but for their ids: the upstream sees the gateway's ids (1 for the
+/// first request forwarded, 2 for the gateway's own `tools/list`, 3 for the call), the client
+/// gets its own id back, spelled as it wrote it, in the same place.
 #[test]
-fn client_and_server_lines_cross_the_gateway_unchanged() {
+fn client_and_server_lines_cross_the_gateway_unchanged_but_for_ids() {
     let note = r#"{"method":"notifications/x-odd","params":{"z":[1.0e3,-0.0,12345678901234567890],"a":"\u00e9\/","_meta":{"y":1,"b":{"d":true,"c":null}}},"jsonrpc":"2.0"}"#;
-    let result = r#"{"result":{"structuredContent":{"z":1,"a":2},"content":[{"text":"hi","type":"text"}],"_meta":{"y":1,"b":0.10}},"id":9,"jsonrpc":"2.0"}"#;
-    let sent = [
-        r#"{"params":{"zeta":1,"alpha":[1.50,"\u0041"],"_meta":{"z":0,"a":1}},"id":"r1","method":"fixture/echo","jsonrpc":"2.0"}"#,
-        r#"{"method":"notifications/x-custom", "params": {"b": 1, "a": 1e2}, "jsonrpc": "2.0"}"#,
-        r#"{"params":{"name":"echo","arguments":{"text":"hi","zz":1,"aa":2},"_meta":{"k":"v"}},"jsonrpc":"2.0","method":"tools/call","id":9}"#,
-    ];
+    let result = |id: &str| {
+        format!(
+            r#"{{"result":{{"structuredContent":{{"z":1,"a":2}},"content":[{{"text":"hi","type":"text"}}],"_meta":{{"y":1,"b":0.10}}}},"id":{id},"jsonrpc":"2.0"}}"#
+        )
+    };
+    let sent = |ids: [&str; 2]| {
+        [
+            format!(
+                r#"{{"params":{{"zeta":1,"alpha":[1.50,"\u0041"],"_meta":{{"z":0,"a":1}}}},"id":{},"method":"fixture/echo","jsonrpc":"2.0"}}"#,
+                ids[0]
+            ),
+            r#"{"method":"notifications/x-custom", "params": {"b": 1, "a": 1e2}, "jsonrpc": "2.0"}"#
+                .to_string(),
+            format!(
+                r#"{{"params":{{"name":"echo","arguments":{{"text":"hi","zz":1,"aa":2}},"_meta":{{"k":"v"}}}},"jsonrpc":"2.0","method":"tools/call","id" : {}}}"#,
+                ids[1]
+            ),
+        ]
+    };
     let s = Setup::new();
     let record = s.path("record.jsonl");
     let mut p = Raw::start(
@@ -164,21 +184,29 @@ fn client_and_server_lines_cross_the_gateway_unchanged() {
             .arg(s.path("policy.json"))
             .args(["--", "sh", "-c", SCRIPT])
             .env("NOTE", note)
-            .env("RESULT", result)
+            .env("RESULT", result("3"))
             .env("RECORD", &record),
     );
     assert_eq!(p.line(), note);
-    for line in sent {
-        p.send(line);
+    for line in sent([r#""r1""#, "9.0"]) {
+        p.send(&line);
     }
-    assert_eq!(p.answer(9), result);
+    let answer = loop {
+        let l = p.line();
+        if l.contains("structuredContent") {
+            break l;
+        }
+    };
+    assert_eq!(answer, result("9.0"));
     assert_eq!(p.finish(), Some(0));
 
     let recorded = std::fs::read_to_string(&record).unwrap();
-    let mut recorded: Vec<&str> = recorded.lines().collect();
-    let mut sent = sent.to_vec();
-    // The call is decided on its own task, so it may overtake the other two.
+    let mut recorded: Vec<&str> = recorded
+        .lines()
+        .filter(|l| !l.contains("tools/list"))
+        .collect();
+    let mut expected = sent(["1", "3"]).to_vec();
     recorded.sort_unstable();
-    sent.sort_unstable();
-    assert_eq!(recorded, sent);
+    expected.sort_unstable();
+    assert_eq!(recorded, expected);
 }

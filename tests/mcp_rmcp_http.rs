@@ -20,7 +20,12 @@ struct Server {
 impl Server {
     /// Starts `mcp_fixture --http` and reads the endpoint it prints (no sleeping).
     fn start() -> Server {
+        Server::start_env(&[])
+    }
+
+    fn start_env(env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(mcp_client::fixture())
+            .envs(env.iter().copied())
             .arg("--http")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -60,7 +65,7 @@ fn the_rmcp_fixture_over_streamable_http_is_governed() {
     let list = p.request("tools/list", json!({}));
     let tools = list["result"]["tools"].as_array().unwrap();
     assert!(
-        tools.iter().all(|t| t["name"] != "secret_tool") && tools.len() == 9,
+        tools.iter().all(|t| t["name"] != "secret_tool") && tools.len() == 10,
         "{list}"
     );
 
@@ -159,4 +164,47 @@ fn an_unreachable_http_upstream_exits_1_with_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not an http(s) URL"), "{stderr}");
+}
+
+/// Issue 21 point 12: a response over `--max-message-bytes` from an HTTP upstream (an event
+/// stream) fails the call with −32603 naming the limit; the session goes on.
+#[test]
+fn an_http_result_over_the_message_limit_fails_the_call() {
+    let server = Server::start();
+    let s = Setup::new();
+    let mut args = s.args();
+    args.extend(["--upstream", &server.url, "--max-message-bytes", "1048576"].map(String::from));
+    let mut p = Proxy::start(&args, &[]);
+    p.initialize("2025-11-25", false);
+    let r = p.call("big", json!({"bytes": 2_000_000}));
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("1048576"),
+        "{r}"
+    );
+    let r = p.call("big", json!({"bytes": 500_000}));
+    assert_eq!(text(&r).len(), 500_000);
+    assert_eq!(p.finish().code(), Some(0));
+}
+
+/// Issue 22 point 21: an HTTP upstream that becomes unreachable mid-session (its load
+/// balancer answers 503) fails the call and ends the gateway with exit 1, as a stdio upstream
+/// that exits does.
+#[test]
+fn an_http_upstream_unreachable_mid_session_ends_the_gateway() {
+    let s = Setup::new();
+    let down = s.path("down");
+    let server = Server::start_env(&[("FIXTURE_DOWN_FILE", down.to_str().unwrap())]);
+    let mut p = proxy(&s, &server.url);
+    p.initialize("2025-11-25", false);
+    let r = p.call("echo", json!({"text": "before"}));
+    assert_eq!(text(&r), "before");
+    std::fs::write(&down, "").unwrap();
+    let r = p.call("echo", json!({"text": "after"}));
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    // The gateway ended on its own: exit 1, whatever the client does next.
+    assert_eq!(p.finish().code(), Some(1));
+    let events = s.audit_events();
+    let ended = events.iter().find(|e| e["kind"] == "run.ended").unwrap();
+    assert_eq!(ended["status"], "upstream_exited");
 }

@@ -14,7 +14,8 @@ policies, and passes everything else through unchanged.\n\n\
 Example client config: \"command\": \"toolgate\", \"args\": [\"mcp-proxy\", \"--policy\", \"p.json\", \"--\", \
 \"npx\", \"-y\", \"@modelcontextprotocol/server-filesystem\", \"/data\"]\n\n\
 stdout carries only MCP messages; logs go to stderr (TOOLGATE_LOG=info for more). Exit status: 0 when the \
-client closed the session, 1 when the server exited, 2 when the gateway could not start. See docs/mcp-gateway.md.";
+client closed the session, 1 when the server exited (or can no longer be reached), 2 when the gateway could \
+not start, 130/143 after SIGINT/SIGTERM. See docs/mcp-gateway.md.";
 
 pub use super::state::FailureArg;
 use super::state::StateArgs;
@@ -76,6 +77,16 @@ pub struct McpProxyArgs {
         required_unless_present = "upstream"
     )]
     pub command: Vec<String>,
+    /// The largest JSON-RPC message accepted from either side, in bytes; a larger one is
+    /// answered with JSON-RPC −32603 naming this limit (a tool result is recorded as an error).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::mcp::DEFAULT_MAX_MESSAGE_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 32)))]
+    pub max_message_bytes: u64,
+    /// How long an approval question (`elicitation/create`) waits for the user, in seconds,
+    /// before the call is denied.
+    #[arg(long, value_name = "SECS", default_value_t = crate::mcp::DEFAULT_APPROVAL_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub approval_timeout: u64,
     /// Connect to an upstream server over streamable HTTP instead, e.g. http://127.0.0.1:3001/mcp.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub upstream: Option<String>,
@@ -111,6 +122,12 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         },
         None => ToolsFile::default(),
     };
+    // A pin file that cannot be read would pin nothing: refuse to start.
+    if let Some(p) = &args.pin
+        && let Err(e) = PinFile::new(p).list()
+    {
+        return fail(e);
+    }
     let upstream = match (&args.upstream, args.command.split_first()) {
         #[cfg(feature = "http")]
         (Some(url), _) => Upstream::Http { url: url.clone() },
@@ -185,6 +202,8 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             pins: args.pin.map(PinFile::new),
             reviews_file: args.reviews,
             state_url: args.state.shown(),
+            max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
+            approval_timeout: std::time::Duration::from_secs(args.approval_timeout),
         };
         let result = run_proxy(config, upstream, tokio::io::stdin(), tokio::io::stdout()).await;
         super::otel::finish(otel, "mcp-proxy").await;

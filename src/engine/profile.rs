@@ -5,7 +5,8 @@
 //! Decisions then find all of this with one hash lookup, without glob matching or allocation.
 //! The cache is copy-on-write ([`ArcSwap`]): lookups never lock, so threads deciding on one
 //! engine do not contend; a miss computes the profile and publishes a new map. Past
-//! [`MAX_TOOLS`] distinct tools, profiles are computed per call instead of cached.
+//! [`MAX_TOOLS`] distinct tools (or [`MAX_CACHE_BYTES`] of names and tags), profiles are
+//! computed per call instead of cached.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -19,6 +20,10 @@ use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
 
 /// Distinct tools whose profile is cached per policy set.
 pub(crate) const MAX_TOOLS: usize = 4096;
+
+/// Bytes of names and tags the profiles cached per policy set may hold (beyond: computed per
+/// call), so distinct long names cannot grow the cache without bound.
+pub(crate) const MAX_CACHE_BYTES: usize = 4 << 20;
 
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -161,7 +166,8 @@ pub(crate) struct ToolCache {
     map: ArcSwap<ProfileMap>,
     /// Bumped after each change of `map` (see [`MapSnapshot`]).
     version: AtomicU64,
-    writer: parking_lot::Mutex<()>,
+    /// Held while the map changes; counts the bytes of names and tags cached.
+    writer: parking_lot::Mutex<usize>,
     seed: foldhash::fast::RandomState,
 }
 
@@ -171,7 +177,7 @@ impl Default for ToolCache {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             map: ArcSwap::from_pointee(ProfileMap::default()),
             version: AtomicU64::new(0),
-            writer: parking_lot::Mutex::new(()),
+            writer: parking_lot::Mutex::new(0),
             seed: foldhash::fast::RandomState::default(),
         }
     }
@@ -285,12 +291,15 @@ impl ToolCache {
         tags: &[String],
     ) -> Arc<ToolProfile> {
         let profile = Arc::new(ToolProfile::compute(policies, name, tags));
-        let _w = self.writer.lock();
+        let mut bytes = self.writer.lock();
         let current = self.map.load_full();
         if let Some(p) = find(&current, h, name, tags) {
             return p;
         }
-        if current.len() < MAX_TOOLS {
+        // The name and tags are kept twice (as given and lowercased).
+        let cost = 2 * (name.len() + tags.iter().map(String::len).sum::<usize>()) + 64;
+        if current.len() < MAX_TOOLS && *bytes + cost <= MAX_CACHE_BYTES {
+            *bytes += cost;
             let mut next = (*current).clone();
             next.entry(h).or_default().push(profile.clone());
             self.map.store(Arc::new(next));
@@ -409,5 +418,20 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &other));
         assert_ne!(c.tools.generation(), compiled().tools.generation());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_bytes() {
+        let c = compiled();
+        for i in 0..64 {
+            let name = format!("{i}{}", "n".repeat(1 << 20));
+            let p = c.tools.profile(&c, &name, &[]);
+            assert_eq!(&*p.name, name.as_str(), "computed even when not cached");
+        }
+        let cached: usize = c.tools.map.load().values().map(Vec::len).sum();
+        assert!(
+            cached * (1 << 20) <= MAX_CACHE_BYTES,
+            "{cached} profiles of 1 MiB names cached"
+        );
     }
 }

@@ -5,17 +5,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use super::TOOL_CHANGED;
 use super::frame::Frame;
-use super::gateway::{Cancel, Gateway, PendingWhat};
+use super::gateway::{Cancel, ClientReq, Gateway, PendingWhat};
 use super::jsonrpc;
 use crate::engine::{Decision, DecisionCode, ReviewStatus, Run, ToolCall, ToolOutcome};
 use crate::policy::EffectType;
-
-/// The prefix of the ids of toolgate's own requests to the client.
-pub(crate) const ASK_PREFIX: &str = "toolgate-elicit-";
 
 /// What a human is asked to approve.
 struct Asked<'a> {
@@ -25,45 +21,35 @@ struct Asked<'a> {
 }
 
 impl Gateway {
-    /// Decides a `tools/call` request and forwards it or answers it.
-    pub(crate) async fn decide_call(&self, msg: Frame, cancel: &Cancel) {
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        let params = msg.get("params");
-        let Some(name) = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-        else {
-            // Not a call toolgate can decide: the server answers it.
-            self.add_pending(&id, PendingWhat::Other);
-            self.send_upstream(msg);
-            return;
-        };
+    /// Decides a `tools/call` request (its tool named `name`) and forwards it or answers it.
+    pub(crate) async fn decide_call(
+        &self,
+        msg: Frame,
+        name: String,
+        req: ClientReq,
+        cancel: &Cancel,
+    ) {
         if self.cfg.tools.is_hidden(&name) {
-            self.send_client(jsonrpc::error(
-                &id,
-                jsonrpc::INVALID_PARAMS,
-                &format!("Unknown tool: {name}"),
-            ));
-            return;
+            return self.unknown_tool(&req, &name).await;
         }
+        // Decide with the tool's listed definition, even before the client lists tools.
+        self.ensure_listed().await;
+        let info = self.catalog.lock().get(&name).cloned();
+        let Some(info) = info else {
+            return self.unknown_tool(&req, &name).await;
+        };
+        let params = msg.get("params");
         let args = params
             .and_then(|p| p.get("arguments"))
             .cloned()
             .unwrap_or_else(|| json!({}));
-        let call_id = jsonrpc::call_id(&id);
+        let call_id = jsonrpc::call_id(&serde_json::from_str(&req.id).unwrap_or(Value::Null));
         let run = self.run(None);
-        let info = self.catalog.lock().get(&name).cloned();
-        let tags = match &info {
-            Some(i) => i.tags.clone(),
-            None => self.cfg.tools.tags(&name, None),
-        };
-        if let Some(i) = info.filter(|i| i.changed)
-            && !self.pin_accepted(&name, &i.hash)
-        {
-            run.record_tool_changed(&name, &i.hash, Some(&call_id));
+        if info.changed && !self.pin_accepted(&info.name, &info.hash) {
+            run.record_tool_changed(&info.name, &info.hash, Some(&call_id));
             let reason = format!(
-                "the definition of tool \"{name}\" changed since it was pinned; accept it with `toolgate mcp pins accept {name} --pin {}`",
+                "the definition of tool \"{0}\" changed since it was pinned; accept it with `toolgate mcp pins accept {0} --pin {1}`",
+                info.name,
                 self.cfg
                     .pins
                     .as_ref()
@@ -71,11 +57,10 @@ impl Gateway {
                     .unwrap_or_default()
             );
             let r = jsonrpc::blocked_result(TOOL_CHANGED, Some(&reason), None, None, None);
-            self.send_client(jsonrpc::result(&id, r));
-            return;
+            return self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
         }
         self.resume_if_resolved(&run);
-        let call = ToolCall::new(call_id.clone(), name, args).with_tags(tags);
+        let call = ToolCall::new(call_id.clone(), name, args).with_tags(info.tags.clone());
         let meta = |k: &str| {
             params
                 .and_then(|p| p.get("_meta"))
@@ -86,13 +71,13 @@ impl Gateway {
         let d = decide(&run, call.clone(), meta("traceparent"), meta("tracestate")).await;
         match d.effect {
             EffectType::Allow => {
-                self.forward_or_cancel(&run, &id, call_id, msg, cancel)
+                self.forward_or_cancel(&run, req, call_id, msg, cancel)
                     .await
             }
             EffectType::Block => {
                 let extra = self.paused_note(&d);
                 let r = jsonrpc::blocked_by(&d, extra.as_deref());
-                self.send_client(jsonrpc::result(&id, r));
+                self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
             }
             EffectType::Hitl => {
                 let review = d.hitl.as_ref().map(|h| h.review_id.clone());
@@ -104,30 +89,43 @@ impl Gateway {
                             decision: &d,
                             review: &review,
                         };
-                        self.ask_client(&run, &id, asked, msg, cancel).await;
+                        self.ask_client(&run, req, asked, msg, cancel).await;
                     }
                     _ => {
                         let extra =
                             self.approve_note(d.hitl.as_ref().map(|h| h.review_id.as_str()));
                         let r = jsonrpc::blocked_by(&d, Some(&extra));
-                        self.send_client(jsonrpc::result(&id, r));
+                        self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
                     }
                 }
             }
         }
     }
 
+    async fn unknown_tool(&self, req: &ClientReq, name: &str) {
+        self.answer_error(
+            req,
+            jsonrpc::INVALID_PARAMS,
+            &format!("Unknown tool: {name}"),
+        )
+        .await;
+    }
+
     /// Forwards an allowed call; one cancelled while it was decided is recorded as cancelled.
     async fn forward_or_cancel(
         &self,
         run: &Run,
-        id: &Value,
+        req: ClientReq,
         call_id: String,
         msg: Frame,
         cancel: &Cancel,
     ) {
         let started = Instant::now();
-        if !self.forward_call(id, call_id.clone(), msg, cancel) {
+        let what = PendingWhat::ToolsCall {
+            call_id: call_id.clone(),
+            started,
+        };
+        if !self.forward(msg, Some(req), what, Some(cancel)).await {
             run.after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
                 .await;
         }
@@ -181,6 +179,9 @@ impl Gateway {
                 "A human must approve review {r}: `toolgate review --store {} approve {r}`; then retry the call.",
                 store.display()
             ),
+            (Some(r), None) if self.elicitation.load(Ordering::Acquire) => format!(
+                "Review {r} is pending. This gateway keeps reviews in memory, so `toolgate review` cannot reach it: start the gateway with `--reviews FILE` to approve with `toolgate review --store FILE approve {r}`."
+            ),
             (Some(r), None) => format!(
                 "A human must approve review {r}, but this gateway keeps reviews in memory: start it with `--reviews FILE` (or use a client that supports elicitation)."
             ),
@@ -200,11 +201,13 @@ impl Gateway {
     }
 
     /// Asks the client's user through `elicitation/create`; approves or denies the review, then
-    /// decides the call again (now `ALLOWED_HITL_APPROVED` or `BLOCKED_HITL_DENIED`).
+    /// decides the call again (now `ALLOWED_HITL_APPROVED` or `BLOCKED_HITL_DENIED`). No answer
+    /// within `--approval-timeout` denies it; a user who cancels the question leaves the review
+    /// pending (a human can still approve it with `toolgate review`).
     async fn ask_client(
         &self,
         run: &Run,
-        id: &Value,
+        req: ClientReq,
         asked: Asked<'_>,
         msg: Frame,
         cancel: &Cancel,
@@ -217,12 +220,6 @@ impl Gateway {
         if cancel.cancelled.load(Ordering::Acquire) {
             return;
         }
-        let ask_id = Value::String(format!(
-            "{ASK_PREFIX}{}",
-            self.next_ask.fetch_add(1, Ordering::Relaxed)
-        ));
-        let (tx, rx) = oneshot::channel();
-        self.asks.lock().insert(jsonrpc::id_key(&ask_id), tx);
         let message = format!(
             "toolgate: approve the call of tool \"{}\" with arguments {}?\nRule {}: {}",
             call.name,
@@ -230,39 +227,72 @@ impl Gateway {
             d.rule_id.as_deref().unwrap_or("-"),
             d.reason.as_deref().unwrap_or("needs human approval"),
         );
-        self.send_client(json!({
-            "jsonrpc": "2.0",
-            "id": ask_id,
-            "method": "elicitation/create",
-            "params": {
-                "message": message,
-                "requestedSchema": {
-                    "type": "object",
-                    "properties": {"approve": {
-                        "type": "boolean",
-                        "title": "Approve",
-                        "description": format!("Let tool \"{}\" run with these arguments", call.name),
-                    }},
-                    "required": ["approve"],
+        let (ask_id, rx) = self
+            .ask(json!({
+                "jsonrpc": "2.0",
+                "method": "elicitation/create",
+                "params": {
+                    "message": message,
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"approve": {
+                            "type": "boolean",
+                            "title": "Approve",
+                            "description": format!("Let tool \"{}\" run with these arguments", call.name),
+                        }},
+                        "required": ["approve"],
+                    },
                 },
-            },
-        }));
-        let answer = tokio::select! {
+            }))
+            .await;
+        enum Got {
+            Cancelled,
+            Timeout,
+            Answer(Value),
+        }
+        let got = tokio::select! {
             biased;
-            _ = cancel.notify.notified() => None,
-            a = rx => Some(a.unwrap_or(Value::Null)),
+            _ = cancel.notify.notified() => Got::Cancelled,
+            a = rx => Got::Answer(a.unwrap_or(Value::Null)),
+            _ = tokio::time::sleep(self.cfg.approval_timeout) => Got::Timeout,
         };
-        let Some(answer) = answer.filter(|_| !cancel.cancelled.load(Ordering::Acquire)) else {
-            // The call was cancelled: the question is moot, the review stays pending and the
-            // run paused.
-            self.asks.lock().remove(&jsonrpc::id_key(&ask_id));
-            return;
+        let got = if cancel.cancelled.load(Ordering::Acquire) {
+            Got::Cancelled
+        } else {
+            got
         };
-        let approved = answer.pointer("/result/action").and_then(Value::as_str) == Some("accept")
-            && answer
-                .pointer("/result/content/approve")
-                .and_then(Value::as_bool)
-                == Some(true);
+        let approved = match got {
+            Got::Cancelled => {
+                // The call was cancelled: the question is moot, the review stays pending and
+                // the run paused.
+                self.outbound.lock().remove(&ask_id);
+                return;
+            }
+            Got::Timeout => {
+                self.outbound.lock().remove(&ask_id);
+                self.send_client(
+                    json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": ask_id, "reason": "toolgate: approval timed out"}}),
+                )
+                .await;
+                tracing::warn!("review {review}: no answer within the approval timeout; denied");
+                false
+            }
+            Got::Answer(answer) => {
+                let action = answer.pointer("/result/action").and_then(Value::as_str);
+                if action == Some("cancel") {
+                    // The user dismissed the question: the review stays pending.
+                    let extra = self.approve_note(Some(review));
+                    let r = jsonrpc::blocked_by(d, Some(&extra));
+                    return self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
+                }
+                action == Some("accept")
+                    && answer
+                        .pointer("/result/content/approve")
+                        .and_then(Value::as_bool)
+                        == Some(true)
+            }
+        };
         let reviews = self.cfg.engine.reviews();
         let decided = if approved {
             reviews.approve(review)
@@ -276,11 +306,11 @@ impl Gateway {
         run.resume();
         let d2 = run.before_tool(call.clone()).await;
         if d2.is_allowed() {
-            self.forward_or_cancel(run, id, call.id.clone(), msg, cancel)
+            self.forward_or_cancel(run, req, call.id.clone(), msg, cancel)
                 .await;
         } else {
             let r = jsonrpc::blocked_by(&d2, None);
-            self.send_client(jsonrpc::result(id, r));
+            self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
         }
     }
 }

@@ -1,40 +1,127 @@
 //! A relayed JSON-RPC message: its parsed form, for toolgate to look at, and the exact text it
-//! came in, written out again as it came unless toolgate changed the message.
+//! came in, written out again as it came unless toolgate changed the message. The gateway
+//! rewrites ids ([`Frame::with_id`]) by splicing the text of the top-level `id` member, so the
+//! rest of a message still reaches the other side byte for byte.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::ops::Deref;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// One JSON-RPC message in transit.
 ///
-/// A frame read from a peer keeps its original text; serializing it writes that text again, so
-/// key order, number spelling, string escapes and unknown fields reach the other side byte for
-/// byte. A frame toolgate builds or changes ([`Frame::msg_mut`]) is serialized from its value.
+/// A frame read from a peer keeps its original text; writing it writes that text again, so key
+/// order, number spelling, string escapes and unknown fields reach the other side byte for
+/// byte. A frame toolgate builds or changes ([`Frame::msg_mut`]) is written from its value.
 #[derive(Debug, Clone)]
 pub(crate) struct Frame {
     msg: Value,
-    raw: Option<Box<RawValue>>,
+    raw: Option<Box<str>>,
+    /// Byte range of the top-level `id` member's value in `raw`.
+    id_span: Option<(usize, usize)>,
+    /// The top-level object names a member twice (peers could read it differently).
+    dup_keys: bool,
+}
+
+/// The top-level members of an object: the span of `id`, and whether a key repeats.
+struct Scan {
+    id: Option<(usize, usize)>,
+    dup: bool,
+}
+
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Scans the top level of `text`, an object.
+fn scan(text: &str) -> Scan {
+    struct V<'t>(&'t str);
+    impl<'de: 't, 't> Visitor<'de> for V<'t> {
+        type Value = Scan;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON-RPC message")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scan, A::Error> {
+            let mut keys: Vec<Key<'de>> = Vec::with_capacity(4);
+            let mut out = Scan {
+                id: None,
+                dup: false,
+            };
+            while let Some(k) = map.next_key::<Key<'de>>()? {
+                if k.0 == "id" {
+                    let v: &'de RawValue = map.next_value()?;
+                    let start = v.get().as_ptr() as usize - self.0.as_ptr() as usize;
+                    out.id = Some((start, start + v.get().len()));
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                out.dup |= keys.iter().any(|o| o.0 == k.0);
+                keys.push(k);
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::Deserializer::deserialize_any(&mut de, V(text)).unwrap_or(Scan {
+        id: None,
+        dup: false,
+    })
 }
 
 impl Frame {
-    /// A frame from its original text (parsed once more for toolgate to look at). Text that
-    /// spans lines (whitespace between tokens, e.g. pretty-printed JSON from an HTTP server)
-    /// cannot go on a line-framed stream as it is: such a frame is written from its value.
-    pub(crate) fn from_raw(raw: Box<RawValue>) -> serde_json::Result<Frame> {
-        let msg = serde_json::from_str(raw.get())?;
-        let one_line = !raw.get().contains(['\n', '\r']);
+    /// A frame from its original text (one message). Text that spans lines (whitespace between
+    /// tokens, e.g. pretty-printed JSON from an HTTP server) cannot go on a line-framed stream
+    /// as it is: such a frame is written from its value.
+    pub(crate) fn parse(text: &str) -> serde_json::Result<Frame> {
+        let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+        let msg: Value = serde_json::from_str(text)?;
+        let s = if msg.is_object() {
+            scan(text)
+        } else {
+            Scan {
+                id: None,
+                dup: false,
+            }
+        };
+        let one_line = !text.contains(['\n', '\r']);
         Ok(Frame {
             msg,
-            raw: one_line.then_some(raw),
+            raw: one_line.then(|| text.into()),
+            id_span: s.id.filter(|_| one_line),
+            dup_keys: s.dup,
         })
+    }
+
+    /// A frame from a raw JSON value.
+    pub(crate) fn from_raw(raw: &RawValue) -> serde_json::Result<Frame> {
+        Frame::parse(raw.get())
     }
 
     /// The message, to change it: the original text is dropped, the frame is written from the
     /// changed value.
     pub(crate) fn msg_mut(&mut self) -> &mut Value {
         self.raw = None;
+        self.id_span = None;
         &mut self.msg
     }
 
@@ -43,16 +130,85 @@ impl Frame {
         self.msg
     }
 
+    /// Whether the top-level object names a member twice.
+    pub(crate) fn dup_keys(&self) -> bool {
+        self.dup_keys
+    }
+
+    /// The text of the top-level `id` as it came (or as its value writes).
+    pub(crate) fn id_text(&self) -> Option<Cow<'_, str>> {
+        match (&self.raw, self.id_span) {
+            (Some(raw), Some((a, b))) => raw.get(a..b).map(Cow::Borrowed),
+            _ => self.msg.get("id").map(|v| Cow::Owned(v.to_string())),
+        }
+    }
+
+    /// The same message with `id` (JSON text) as its top-level id: spliced into the original
+    /// text when there is one, so nothing else changes.
+    pub(crate) fn with_id(mut self, id: &str) -> Frame {
+        if let (Some(raw), Some((a, b))) = (&self.raw, self.id_span)
+            && let (Some(head), Some(tail)) = (raw.get(..a), raw.get(b..))
+        {
+            let mut text = String::with_capacity(raw.len() + id.len());
+            text.push_str(head);
+            text.push_str(id);
+            text.push_str(tail);
+            if let (Ok(v), Some(m)) = (serde_json::from_str::<Value>(id), self.msg.as_object_mut())
+            {
+                m.insert("id".into(), v);
+            }
+            self.id_span = Some((a, a + id.len()));
+            self.raw = Some(text.into());
+            return self;
+        }
+        // No id member in the text (or no text): written from the value.
+        let v = serde_json::from_str::<Value>(id).unwrap_or(Value::Null);
+        if let Some(m) = self.msg_mut().as_object_mut() {
+            m.insert("id".into(), v);
+        }
+        self
+    }
+
+    /// Appends the frame's text (original or from its value) to `out`.
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        match &self.raw {
+            Some(raw) => out.extend_from_slice(raw.as_bytes()),
+            None => {
+                let _ = serde_json::to_writer(&mut *out, &self.msg);
+            }
+        }
+    }
+
+    /// About how many bytes the frame takes (its text's length).
+    pub(crate) fn weight(&self) -> usize {
+        match &self.raw {
+            Some(r) => r.len(),
+            None => self.to_bytes().len(),
+        }
+    }
+
+    /// The frame's text as bytes.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.raw.as_ref().map_or(256, |r| r.len()));
+        self.write_to(&mut v);
+        v
+    }
+
     /// The original text, if the frame is unchanged since it was read.
     #[cfg(test)]
     pub(crate) fn raw(&self) -> Option<&str> {
-        self.raw.as_deref().map(RawValue::get)
+        self.raw.as_deref()
     }
 }
 
 impl From<Value> for Frame {
     fn from(msg: Value) -> Frame {
-        Frame { msg, raw: None }
+        Frame {
+            msg,
+            raw: None,
+            id_span: None,
+            dup_keys: false,
+        }
     }
 }
 
@@ -64,22 +220,6 @@ impl Deref for Frame {
     }
 }
 
-impl Serialize for Frame {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.raw {
-            Some(raw) => raw.serialize(s),
-            None => self.msg.serialize(s),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Frame {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Frame, D::Error> {
-        let raw = Box::<RawValue>::deserialize(d)?;
-        Frame::from_raw(raw).map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,21 +227,45 @@ mod tests {
     #[test]
     fn unchanged_frames_keep_their_text() {
         let text = r#"{"z":1,"a":{"_meta":{"y":true,"b":null}},"n":1.0e3,"s":"\u00e9"}"#;
-        let f: Frame = serde_json::from_str(&format!("  {text} ")).unwrap();
+        let f = Frame::parse(&format!("  {text} ")).unwrap();
         assert_eq!(f.raw(), Some(text));
         assert_eq!(f["n"], 1000.0);
-        assert_eq!(serde_json::to_string(&f).unwrap(), text);
+        assert_eq!(f.to_bytes(), text.as_bytes());
 
         let mut changed = f.clone();
         changed.msg_mut()["z"] = Value::from(2);
-        let out = serde_json::to_string(&changed).unwrap();
+        let out = String::from_utf8(changed.to_bytes()).unwrap();
         assert!(out.contains(r#""z":2"#) && !out.contains("1.0e3"), "{out}");
 
-        let lines: Frame = serde_json::from_str("{\"b\":\n 1,\r\n\"a\": 2}").unwrap();
+        let lines = Frame::parse("{\"b\":\n 1,\r\n\"a\": 2}").unwrap();
         assert_eq!(lines.raw(), None);
-        assert_eq!(serde_json::to_string(&lines).unwrap(), r#"{"a":2,"b":1}"#);
+        assert_eq!(lines.to_bytes(), br#"{"a":2,"b":1}"#);
 
         let built = Frame::from(serde_json::json!({"b": 1, "a": 2}));
-        assert_eq!(serde_json::to_string(&built).unwrap(), r#"{"a":2,"b":1}"#);
+        assert_eq!(built.to_bytes(), br#"{"a":2,"b":1}"#);
+    }
+
+    #[test]
+    fn ids_are_spliced() {
+        let f = Frame::parse(r#"{"jsonrpc":"2.0", "id" : 7e0,"method":"x","params":{"id":1}}"#)
+            .unwrap();
+        assert_eq!(f.id_text().as_deref(), Some("7e0"));
+        let g = f.with_id("42");
+        assert_eq!(
+            g.raw(),
+            Some(r#"{"jsonrpc":"2.0", "id" : 42,"method":"x","params":{"id":1}}"#)
+        );
+        assert_eq!(g["id"], 42);
+        let h = g.with_id(r#""a\"b""#);
+        assert_eq!(h["id"], "a\"b");
+        assert_eq!(h.id_text().as_deref(), Some(r#""a\"b""#));
+        // An escaped key is the same key.
+        let e = Frame::parse(r#"{"\u0069d":"x","method":"m"}"#).unwrap();
+        assert_eq!(e.id_text().as_deref(), Some(r#""x""#));
+        assert!(!e.dup_keys());
+        let d = Frame::parse(r#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
+        assert!(d.dup_keys());
+        let none = Frame::parse(r#"{"method":"n"}"#).unwrap().with_id("3");
+        assert_eq!(none["id"], 3);
     }
 }

@@ -1,27 +1,43 @@
-//! The relay: frames from the client and from the upstream server, intercepting `initialize`,
-//! `tools/list`, `tools/call` and `notifications/cancelled`, passing everything else on as it
-//! came.
+//! The relay's state and the client side: every request the client sends is forwarded under an
+//! id the gateway issues (so no spelling of an id can alias another, and the upstream never
+//! sees the client's ids), every `tools/call` is decided or refused, and an answer from the
+//! client is only taken for a request the gateway sent it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
+use super::ProxyConfig;
 use super::frame::Frame;
 use super::jsonrpc::{self, Kind};
-use super::pins::{PinCheck, definition_hash};
-use super::{ProxyConfig, TOOL_CHANGED};
+use super::transport::{Incoming, Sender};
 use crate::engine::{Run, RunContext, ToolOutcome};
 
-/// A client request forwarded upstream, waiting for its response.
+/// The longest tool name toolgate decides (longer: JSON-RPC −32602).
+pub(crate) const MAX_NAME_BYTES: usize = 256;
+
+/// Client requests in flight at once (more: JSON-RPC −32603).
+pub(crate) const MAX_IN_FLIGHT: usize = 4096;
+
+/// A client request, as the gateway answers it.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientReq {
+    /// The client's id as it wrote it (JSON text).
+    pub(crate) id: Box<str>,
+    /// The id's canonical key (numbers by value).
+    pub(crate) key: String,
+}
+
+/// A request forwarded upstream, by the gateway's id, waiting for its response.
 pub(crate) struct Pending {
-    pub(crate) id: Value,
+    /// The client request it forwards (`None`: the gateway's own request).
+    pub(crate) client: Option<ClientReq>,
     pub(crate) what: PendingWhat,
 }
 
@@ -29,7 +45,12 @@ pub(crate) struct Pending {
 pub(crate) enum PendingWhat {
     Initialize,
     ToolsList,
-    ToolsCall { call_id: String, started: Instant },
+    ToolsCall {
+        call_id: String,
+        started: Instant,
+    },
+    /// The gateway's own request; the response goes to the waiting task.
+    Own(oneshot::Sender<Frame>),
     Other,
 }
 
@@ -40,77 +61,163 @@ pub(crate) struct Cancel {
     pub(crate) notify: tokio::sync::Notify,
 }
 
-/// A `tools/call` waiting on its decision.
-pub(crate) struct Deciding {
-    id: Value,
-    task: AbortHandle,
-    cancel: Arc<Cancel>,
+/// Where a client request in flight is.
+pub(crate) enum InFlight {
+    /// A `tools/call` waiting on its decision.
+    Deciding {
+        /// The client's id (JSON text).
+        id: Box<str>,
+        task: AbortHandle,
+        cancel: Arc<Cancel>,
+    },
+    /// Forwarded upstream under this gateway id.
+    Forwarded(u64),
+}
+
+/// A request the gateway sent the client, by its (unguessable) id.
+pub(crate) enum Outbound {
+    /// The gateway's own question (elicitation).
+    Ask(oneshot::Sender<Value>),
+    /// The upstream's request, under the upstream's id (JSON text).
+    Upstream(Box<str>),
 }
 
 /// What toolgate knows of a listed tool.
 #[derive(Debug, Clone)]
 pub(crate) struct ToolInfo {
+    pub(crate) name: String,
     pub(crate) tags: Vec<String>,
     pub(crate) hash: String,
     pub(crate) changed: bool,
 }
 
-/// The gateway's state, shared by the relay loop and the decision tasks.
+/// The tools the upstream lists, looked up as policies match names (case-insensitively).
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub(crate) by_lc: HashMap<String, Vec<ToolInfo>>,
+    /// A complete listing is known (and no `list_changed` came since).
+    pub(crate) fresh: bool,
+}
+
+impl Catalog {
+    /// The tool a call names: the exact name, else the one name equal but for case.
+    pub(crate) fn get(&self, name: &str) -> Option<&ToolInfo> {
+        let v = self.by_lc.get(&name.to_lowercase())?;
+        v.iter().find(|t| t.name == name).or_else(|| v.first())
+    }
+
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut ToolInfo> {
+        let v = self.by_lc.get_mut(&name.to_lowercase())?;
+        let i = v.iter().position(|t| t.name == name).unwrap_or(0);
+        v.get_mut(i)
+    }
+
+    pub(crate) fn insert(&mut self, t: ToolInfo) {
+        let v = self.by_lc.entry(t.name.to_lowercase()).or_default();
+        v.retain(|o| o.name != t.name);
+        v.push(t);
+    }
+}
+
+/// The gateway's state, shared by the relay loops and the decision tasks.
 pub(crate) struct Gateway {
     pub(crate) cfg: ProxyConfig,
-    to_client: Mutex<Option<UnboundedSender<Frame>>>,
-    to_upstream: Mutex<Option<UnboundedSender<Frame>>>,
+    to_client: Mutex<Option<Sender<Frame>>>,
+    to_upstream: Mutex<Option<Sender<Frame>>>,
     run: Mutex<Option<Run>>,
-    pending: Mutex<HashMap<String, Pending>>,
-    /// `tools/call` requests waiting on a decision, by id key.
-    deciding: Mutex<HashMap<String, Deciding>>,
-    /// toolgate's own requests to the client (elicitation), by id key.
-    pub(crate) asks: Mutex<HashMap<String, oneshot::Sender<Value>>>,
-    pub(crate) next_ask: AtomicU64,
+    next_up: AtomicU64,
+    /// Requests forwarded upstream, by gateway id.
+    pub(crate) pending: Mutex<HashMap<u64, Pending>>,
+    /// Client requests in flight, by id key.
+    pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
+    /// Requests to the client, by gateway id.
+    pub(crate) outbound: Mutex<HashMap<String, Outbound>>,
     pub(crate) elicitation: AtomicBool,
-    pub(crate) catalog: Mutex<HashMap<String, ToolInfo>>,
+    pub(crate) catalog: Mutex<Catalog>,
+    /// One listing of the upstream's tools by the gateway at a time.
+    pub(crate) listing: tokio::sync::Mutex<()>,
     /// The review a paused run waits for.
     pub(crate) paused: Mutex<Option<String>>,
+}
+
+/// The canonical key of a client id: strings by value, numbers by numeric value (`1`, `1.0`,
+/// `1e0` are one id). Other ids (null, objects, ...) are not valid.
+pub(crate) fn id_key(id: &Value) -> Option<String> {
+    match id {
+        Value::String(s) => Some(format!("s{s}")),
+        Value::Number(n) => Some(match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => format!("n{i}"),
+            (_, Some(u), _) => format!("n{u}"),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => format!("n{}", f as i64),
+            (_, _, Some(f)) => format!("n{f:e}"),
+            _ => format!("n{n}"),
+        }),
+        _ => None,
+    }
+}
+
+/// An unguessable id for a request to the client.
+fn fresh_client_id() -> String {
+    format!("tg-{:032x}", rand::random::<u128>())
 }
 
 impl Gateway {
     pub(crate) fn new(
         cfg: ProxyConfig,
-        to_client: UnboundedSender<Frame>,
-        to_upstream: UnboundedSender<Frame>,
+        to_client: Sender<Frame>,
+        to_upstream: Sender<Frame>,
     ) -> Gateway {
         Gateway {
             cfg,
             to_client: Mutex::new(Some(to_client)),
             to_upstream: Mutex::new(Some(to_upstream)),
             run: Mutex::new(None),
+            next_up: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
-            deciding: Mutex::new(HashMap::new()),
-            asks: Mutex::new(HashMap::new()),
-            next_ask: AtomicU64::new(1),
+            inflight: Mutex::new(HashMap::new()),
+            outbound: Mutex::new(HashMap::new()),
             elicitation: AtomicBool::new(false),
-            catalog: Mutex::new(HashMap::new()),
+            catalog: Mutex::new(Catalog::default()),
+            listing: tokio::sync::Mutex::new(()),
             paused: Mutex::new(None),
         }
     }
 
-    pub(crate) fn send_client(&self, v: impl Into<Frame>) {
-        if let Some(tx) = self.to_client.lock().as_ref() {
-            let _ = tx.send(v.into());
+    /// Sends to the client once its queue has room.
+    pub(crate) async fn send_client(&self, f: impl Into<Frame>) {
+        let tx = self.to_client.lock().clone();
+        if let Some(tx) = tx {
+            tx.send(f.into()).await;
         }
     }
 
-    pub(crate) fn send_upstream(&self, v: impl Into<Frame>) {
-        if let Some(tx) = self.to_upstream.lock().as_ref() {
-            let _ = tx.send(v.into());
+    /// Sends upstream once its queue has room.
+    pub(crate) async fn send_upstream(&self, f: impl Into<Frame>) {
+        let tx = self.to_upstream.lock().clone();
+        if let Some(tx) = tx {
+            tx.send(f.into()).await;
         }
+    }
+
+    /// Answers a client request (and forgets it).
+    pub(crate) async fn answer(&self, req: &ClientReq, f: Frame) {
+        self.inflight.lock().remove(&req.key);
+        self.send_client(f).await;
+    }
+
+    /// Answers a client request with a JSON-RPC error.
+    pub(crate) async fn answer_error(&self, req: &ClientReq, code: i64, msg: &str) {
+        self.answer(req, jsonrpc::error_to(&req.id, code, msg))
+            .await;
     }
 
     /// Stops the decision tasks and closes both outputs (their writers flush what is queued,
     /// then close the streams).
     pub(crate) fn close(&self) {
-        for (_, d) in self.deciding.lock().drain() {
-            d.task.abort();
+        for (_, d) in self.inflight.lock().drain() {
+            if let InFlight::Deciding { task, .. } = d {
+                task.abort();
+            }
         }
         self.to_upstream.lock().take();
         self.to_client.lock().take();
@@ -143,263 +250,333 @@ impl Gateway {
         }
     }
 
-    pub(crate) fn add_pending(&self, id: &Value, what: PendingWhat) {
-        self.pending.lock().insert(
-            jsonrpc::id_key(id),
-            Pending {
-                id: id.clone(),
-                what,
-            },
-        );
+    /// Forwards `msg` upstream under a fresh gateway id; `what` is kept for its response. With
+    /// `cancel`, checked under the same lock `cancel` takes, so a cancellation is never
+    /// missed (then nothing is sent and false is returned).
+    pub(crate) async fn forward(
+        &self,
+        msg: Frame,
+        client: Option<ClientReq>,
+        what: PendingWhat,
+        cancel: Option<&Cancel>,
+    ) -> bool {
+        let tx = self.to_upstream.lock().clone();
+        let Some(tx) = tx else { return false };
+        let room = tx.reserve(msg.weight()).await;
+        let up = self.next_up.fetch_add(1, Ordering::Relaxed);
+        let mut inflight = self.inflight.lock();
+        if cancel.is_some_and(|c| c.cancelled.load(Ordering::Acquire)) {
+            return false;
+        }
+        if let Some(c) = &client {
+            inflight.insert(c.key.clone(), InFlight::Forwarded(up));
+        }
+        self.pending.lock().insert(up, Pending { client, what });
+        tx.send_in(room, msg.with_id(&up.to_string()))
     }
 
-    /// A frame from the client.
-    pub(crate) async fn on_client(self: &Arc<Self>, msg: Frame) {
-        match jsonrpc::kind(&msg) {
-            Kind::Request("tools/call") => self.spawn_decision(msg),
-            Kind::Request(method) => {
-                let what = match method {
-                    "initialize" => {
-                        let declared = msg
-                            .pointer("/params/capabilities/elicitation")
-                            .is_some_and(|c| !c.is_null());
-                        self.elicitation.store(declared, Ordering::Release);
-                        PendingWhat::Initialize
+    /// Sends the client a request of the gateway's own (an unguessable id); its answer comes
+    /// on the returned channel.
+    pub(crate) async fn ask(&self, mut msg: Value) -> (String, oneshot::Receiver<Value>) {
+        let id = fresh_client_id();
+        let (tx, rx) = oneshot::channel();
+        self.outbound.lock().insert(id.clone(), Outbound::Ask(tx));
+        msg["id"] = Value::String(id.clone());
+        self.send_client(msg).await;
+        (id, rx)
+    }
+
+    /// What comes from the client.
+    pub(crate) async fn on_client(self: &Arc<Self>, inc: Incoming) {
+        let msg = match inc {
+            Incoming::Frame(f) => f,
+            Incoming::NotJson => {
+                return self
+                    .send_client(jsonrpc::error_to(
+                        "null",
+                        jsonrpc::PARSE_ERROR,
+                        "Parse error",
+                    ))
+                    .await;
+            }
+            Incoming::TooLarge { id } => {
+                let id = id
+                    .filter(|t| {
+                        serde_json::from_str::<Value>(t).is_ok_and(|v| id_key(&v).is_some())
+                    })
+                    .unwrap_or_else(|| "null".into());
+                let why = self.too_large();
+                if let Ok(v) = serde_json::from_str::<Value>(&id)
+                    && let Some(key) = id_key(&v)
+                {
+                    // An answer to a request toolgate sent: that request gets no answer (a
+                    // question of the gateway's own counts as not approved).
+                    if let Value::String(s) = &v
+                        && self.outbound.lock().remove(s).is_some()
+                    {
+                        return;
                     }
-                    "tools/list" => PendingWhat::ToolsList,
-                    _ => PendingWhat::Other,
-                };
-                if let Some(id) = msg.get("id") {
-                    self.add_pending(id, what);
+                    if self.inflight.lock().contains_key(&key) {
+                        return;
+                    }
                 }
-                self.send_upstream(msg);
+                return self
+                    .send_client(jsonrpc::error_to(&id, jsonrpc::INTERNAL_ERROR, &why))
+                    .await;
             }
-            Kind::Notification("notifications/cancelled") => {
-                if let Some(id) = msg.pointer("/params/requestId") {
-                    self.cancel(id).await;
-                }
-                self.send_upstream(msg);
+        };
+        let invalid = |why: &str| jsonrpc::error_to("null", jsonrpc::INVALID_REQUEST, why);
+        if msg.is_array() {
+            return self
+                .send_client(invalid("JSON-RPC batches are not supported"))
+                .await;
+        }
+        if !msg.is_object() || msg.dup_keys() {
+            return self
+                .send_client(invalid("not a JSON-RPC message (or a member named twice)"))
+                .await;
+        }
+        match jsonrpc::kind(&msg) {
+            Kind::Request(method) => {
+                let method = method.to_string();
+                self.on_client_request(msg, &method).await
             }
+            Kind::Notification("tools/call") => {
+                tracing::warn!("client: dropped a tools/call without an id (a notification)");
+            }
+            Kind::Notification("notifications/cancelled") => self.cancel_from_client(msg).await,
+            Kind::Notification(_) => self.send_upstream(msg).await,
             Kind::Response => {
-                let key = msg.get("id").map(jsonrpc::id_key).unwrap_or_default();
-                let ask = self.asks.lock().remove(&key);
-                let ours = || {
-                    msg.get("id")
-                        .and_then(Value::as_str)
-                        .is_some_and(|i| i.starts_with(super::calls::ASK_PREFIX))
-                };
-                match ask {
-                    Some(tx) => {
+                let id = msg.get("id").and_then(Value::as_str).unwrap_or_default();
+                let out = self.outbound.lock().remove(id);
+                match out {
+                    Some(Outbound::Ask(tx)) => {
                         let _ = tx.send(msg.into_value());
                     }
-                    // A late answer to a question toolgate no longer waits for.
-                    None if ours() => tracing::debug!("dropped a late answer: {}", *msg),
-                    None => self.send_upstream(msg),
+                    Some(Outbound::Upstream(orig)) => self.send_upstream(msg.with_id(&orig)).await,
+                    None => tracing::debug!("client: dropped an answer to no request of ours"),
                 }
             }
-            Kind::Notification(_) | Kind::Other => self.send_upstream(msg),
+            Kind::Other => self.send_client(invalid("not a JSON-RPC request")).await,
         }
     }
 
-    fn spawn_decision(self: &Arc<Self>, msg: Frame) {
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        let key = jsonrpc::id_key(&id);
-        let gw = self.clone();
-        let key2 = key.clone();
+    /// The answer to a message over `--max-message-bytes`.
+    pub(crate) fn too_large(&self) -> String {
+        format!(
+            "the message exceeds the gateway's limit of {} bytes (--max-message-bytes)",
+            self.cfg.max_message_bytes
+        )
+    }
+
+    async fn on_client_request(self: &Arc<Self>, msg: Frame, method: &str) {
+        let id_value = msg.get("id").cloned().unwrap_or(Value::Null);
+        let (Some(key), Some(id)) = (id_key(&id_value), msg.id_text()) else {
+            return self
+                .send_client(jsonrpc::error_to(
+                    "null",
+                    jsonrpc::INVALID_REQUEST,
+                    "a request id must be a string or a number",
+                ))
+                .await;
+        };
+        let req = ClientReq { id: id.into(), key };
+        let refusal = {
+            let inflight = self.inflight.lock();
+            if inflight.contains_key(&req.key) {
+                Some((
+                    jsonrpc::INVALID_REQUEST,
+                    "a request with this id is in flight; ids must be unique".to_string(),
+                ))
+            } else if inflight.len() >= MAX_IN_FLIGHT {
+                Some((
+                    jsonrpc::INTERNAL_ERROR,
+                    format!("too many requests in flight (limit {MAX_IN_FLIGHT})"),
+                ))
+            } else {
+                None
+            }
+        };
+        if let Some((code, why)) = refusal {
+            // Not `answer`: the request in flight keeps its entry.
+            return self
+                .send_client(jsonrpc::error_to(&req.id, code, &why))
+                .await;
+        }
+        let what = match method {
+            "tools/call" => return self.spawn_decision(msg, req).await,
+            "initialize" => {
+                let declared = msg
+                    .pointer("/params/capabilities/elicitation")
+                    .is_some_and(|c| !c.is_null());
+                self.elicitation.store(declared, Ordering::Release);
+                PendingWhat::Initialize
+            }
+            "tools/list" => PendingWhat::ToolsList,
+            _ => PendingWhat::Other,
+        };
+        self.forward(msg, Some(req), what, None).await;
+    }
+
+    async fn spawn_decision(self: &Arc<Self>, msg: Frame, req: ClientReq) {
+        let name = match msg.pointer("/params/name") {
+            Some(Value::String(s)) if s.len() <= MAX_NAME_BYTES => s.clone(),
+            Some(Value::String(_)) => {
+                return self
+                    .send_client(jsonrpc::error_to(
+                        &req.id,
+                        jsonrpc::INVALID_PARAMS,
+                        &format!("tool name too long (over {MAX_NAME_BYTES} bytes)"),
+                    ))
+                    .await;
+            }
+            _ => {
+                return self
+                    .send_client(jsonrpc::error_to(
+                        &req.id,
+                        jsonrpc::INVALID_PARAMS,
+                        "params.name must be a string (the tool's name)",
+                    ))
+                    .await;
+            }
+        };
         let cancel = Arc::new(Cancel::default());
+        let gw = self.clone();
         let cancel2 = cancel.clone();
+        let key = req.key.clone();
+        let id_text = req.id.clone();
         // Hold the map while spawning, so the task's own removal comes after this insert.
-        let mut deciding = self.deciding.lock();
+        let mut inflight = self.inflight.lock();
         let task = tokio::spawn(async move {
-            gw.decide_call(msg, &cancel2).await;
-            gw.deciding.lock().remove(&key2);
+            let key = req.key.clone();
+            gw.decide_call(msg, name, req, &cancel2).await;
+            // Not forwarded (answered, or cancelled): no longer in flight.
+            let mut inflight = gw.inflight.lock();
+            if matches!(inflight.get(&key), Some(InFlight::Deciding { .. })) {
+                inflight.remove(&key);
+            }
         });
-        deciding.insert(
+        inflight.insert(
             key,
-            Deciding {
-                id,
+            InFlight::Deciding {
+                id: id_text,
                 task: task.abort_handle(),
                 cancel,
             },
         );
     }
 
-    /// Forwards an allowed call upstream, unless it was cancelled meanwhile (then returns
-    /// false). Checked under the same lock `cancel` takes, so a cancellation is never missed.
-    pub(crate) fn forward_call(
-        &self,
-        id: &Value,
-        call_id: String,
-        msg: Frame,
-        cancel: &Cancel,
-    ) -> bool {
-        let _deciding = self.deciding.lock();
-        if cancel.cancelled.load(Ordering::Acquire) {
-            return false;
-        }
-        self.add_pending(
-            id,
-            PendingWhat::ToolsCall {
-                call_id,
-                started: Instant::now(),
-            },
-        );
-        self.send_upstream(msg);
-        true
-    }
-
-    /// `notifications/cancelled` for `id`: a call waiting on a decision stops waiting (and is
-    /// recorded as cancelled if it was allowed); a call forwarded upstream is recorded as an
-    /// error outcome "cancelled".
-    async fn cancel(&self, id: &Value) {
-        let key = jsonrpc::id_key(id);
-        let p = {
-            let deciding = self.deciding.lock();
-            if let Some(d) = deciding.get(&key) {
-                d.cancel.cancelled.store(true, Ordering::Release);
-                d.cancel.notify.notify_one();
-            }
-            self.pending.lock().remove(&key)
+    /// `notifications/cancelled` from the client: a call waiting on a decision stops waiting;
+    /// a request forwarded upstream is forgotten (a late response is dropped), the upstream
+    /// gets the cancellation under the gateway's id, and a `tools/call` is recorded as an error
+    /// outcome "cancelled".
+    async fn cancel_from_client(&self, mut msg: Frame) {
+        let Some(key) = msg.pointer("/params/requestId").and_then(id_key) else {
+            return;
         };
+        let up = {
+            let mut inflight = self.inflight.lock();
+            match inflight.get(&key) {
+                Some(InFlight::Deciding { cancel, .. }) => {
+                    cancel.cancelled.store(true, Ordering::Release);
+                    cancel.notify.notify_one();
+                    None
+                }
+                Some(InFlight::Forwarded(up)) => {
+                    let up = *up;
+                    inflight.remove(&key);
+                    Some(up)
+                }
+                None => None,
+            }
+        };
+        let Some(up) = up else { return };
+        let p = self.pending.lock().remove(&up);
+        if let Some(params) = msg
+            .msg_mut()
+            .get_mut("params")
+            .and_then(Value::as_object_mut)
+        {
+            params.insert("requestId".into(), Value::from(up));
+        }
+        self.send_upstream(msg).await;
         if let Some(Pending {
             what: PendingWhat::ToolsCall { call_id, started },
             ..
         }) = p
         {
-            let run = self.run(None);
-            run.after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
+            self.run(None)
+                .after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
                 .await;
         }
     }
 
-    /// A frame from the upstream server.
-    pub(crate) async fn on_upstream(&self, mut msg: Frame) {
-        if jsonrpc::kind(&msg) != Kind::Response {
-            self.send_client(msg);
-            return;
-        }
-        let key = msg.get("id").map(jsonrpc::id_key).unwrap_or_default();
-        let p = self.pending.lock().remove(&key);
-        match p.map(|p| p.what) {
-            Some(PendingWhat::Initialize) => {
-                let name = msg
-                    .pointer("/result/serverInfo/name")
-                    .and_then(Value::as_str);
-                self.run(name);
-            }
-            Some(PendingWhat::ToolsList) => self.filter_tools(&mut msg),
-            Some(PendingWhat::ToolsCall { call_id, started }) => {
-                let (output, error) = jsonrpc::outcome_of(&msg);
-                let outcome = ToolOutcome {
-                    output,
-                    error,
-                    duration: started.elapsed(),
-                };
-                let run = self.run(None);
-                if let Some(d) = run.after_tool(&call_id, outcome).await
-                    && !d.is_allowed()
-                {
-                    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-                    msg = jsonrpc::result(&id, jsonrpc::blocked_by(&d, None)).into();
+    /// The client is gone: calls in flight are recorded as error outcomes "client gone".
+    /// Returns whether any request was in flight.
+    pub(crate) async fn client_gone(&self) -> bool {
+        let inflight: Vec<InFlight> = self.inflight.lock().drain().map(|(_, v)| v).collect();
+        let any = !inflight.is_empty();
+        for f in inflight {
+            match f {
+                InFlight::Deciding { task, .. } => task.abort(),
+                InFlight::Forwarded(up) => {
+                    let p = self.pending.lock().remove(&up);
+                    if let Some(Pending {
+                        what: PendingWhat::ToolsCall { call_id, started },
+                        ..
+                    }) = p
+                    {
+                        self.run(None)
+                            .after_tool(
+                                &call_id,
+                                ToolOutcome::err("client gone", started.elapsed()),
+                            )
+                            .await;
+                    }
                 }
             }
-            Some(PendingWhat::Other) | None => {}
         }
-        self.send_client(msg);
-    }
-
-    /// Drops hidden tools from a `tools/list` result (the only change to it: without hidden
-    /// tools it goes on as it came), records tags and definition hashes, and checks the pins.
-    fn filter_tools(&self, msg: &mut Frame) {
-        let file = &self.cfg.tools;
-        let shown = |t: &Value| {
-            t.get("name")
-                .and_then(Value::as_str)
-                .is_none_or(|n| !file.is_hidden(n))
-        };
-        let Some(tools) = msg.pointer("/result/tools").and_then(Value::as_array) else {
-            return;
-        };
-        if !tools.iter().all(shown)
-            && let Some(tools) = msg
-                .msg_mut()
-                .pointer_mut("/result/tools")
-                .and_then(Value::as_array_mut)
-        {
-            tools.retain(shown);
-        }
-        let Some(tools) = msg.pointer("/result/tools").and_then(Value::as_array) else {
-            return;
-        };
-        let listed: Vec<(String, String, Vec<String>)> = tools
-            .iter()
-            .filter_map(|t| {
-                let name = t.get("name")?.as_str()?.to_string();
-                let tags = file.tags(&name, t.get("annotations"));
-                Some((name, definition_hash(t), tags))
-            })
-            .collect();
-        let checks = match &self.cfg.pins {
-            None => vec![PinCheck::Ok; listed.len()],
-            Some(pins) => {
-                let hashes: Vec<(String, String)> = listed
-                    .iter()
-                    .map(|(n, h, _)| (n.clone(), h.clone()))
-                    .collect();
-                pins.observe(&hashes).unwrap_or_else(|e| {
-                    // Fail closed: a pin file we cannot read pins nothing, so block.
-                    tracing::error!("{e}");
-                    vec![PinCheck::Changed { new: false }; listed.len()]
-                })
-            }
-        };
-        let mut catalog = self.catalog.lock();
-        for ((name, hash, tags), check) in listed.into_iter().zip(checks) {
-            let changed = matches!(check, PinCheck::Changed { .. });
-            if check == (PinCheck::Changed { new: true }) {
-                tracing::warn!(
-                    "tool {name}: its definition changed; calls are blocked with {TOOL_CHANGED}"
-                );
-                self.run(None).record_tool_changed(&name, &hash, None);
-            }
-            catalog.insert(
-                name,
-                ToolInfo {
-                    tags,
-                    hash,
-                    changed,
-                },
-            );
-        }
+        any
     }
 
     /// The upstream server is gone: every request waiting on it (or on a decision) gets
     /// JSON-RPC −32603, and calls forwarded upstream are recorded as failed.
     pub(crate) async fn upstream_gone(&self) {
-        let deciding: Vec<Deciding> = self.deciding.lock().drain().map(|(_, v)| v).collect();
-        for d in deciding {
-            d.task.abort();
-            self.send_client(jsonrpc::error(
-                &d.id,
-                jsonrpc::INTERNAL_ERROR,
-                "upstream server exited",
-            ));
+        const GONE: &str = "upstream server exited";
+        let deciding: Vec<Box<str>> = {
+            let mut inflight = self.inflight.lock();
+            let keys: Vec<String> = inflight
+                .iter()
+                .filter(|(_, v)| matches!(v, InFlight::Deciding { .. }))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter()
+                .filter_map(|k| match inflight.remove(k) {
+                    Some(InFlight::Deciding { id, task, .. }) => {
+                        task.abort();
+                        Some(id)
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for id in deciding {
+            self.send_client(jsonrpc::error_to(&id, jsonrpc::INTERNAL_ERROR, GONE))
+                .await;
         }
         let pending: Vec<Pending> = self.pending.lock().drain().map(|(_, v)| v).collect();
         for p in pending {
             if let PendingWhat::ToolsCall { call_id, started } = &p.what {
-                let run = self.run(None);
-                run.after_tool(
-                    call_id,
-                    ToolOutcome::err("upstream server exited", started.elapsed()),
-                )
-                .await;
+                self.run(None)
+                    .after_tool(call_id, ToolOutcome::err(GONE, started.elapsed()))
+                    .await;
             }
-            self.send_client(jsonrpc::error(
-                &p.id,
-                jsonrpc::INTERNAL_ERROR,
-                "upstream server exited",
-            ));
+            if let Some(c) = &p.client {
+                self.answer_error(c, jsonrpc::INTERNAL_ERROR, GONE).await;
+            }
         }
     }
 }
+
+/// How long the gateway waits for its own listing of the upstream's tools.
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(60);

@@ -11,15 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use serde_json::Value;
-use serde_json::value::RawValue;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
-
 use super::ProxyError;
 use super::frame::Frame;
 use super::jsonrpc;
-use super::transport::Link;
+use super::transport::{self, Incoming, Link, Sender};
+use parking_lot::Mutex;
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// How long the server may take to answer the probe at start (and to accept a connection).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,8 +35,10 @@ struct Http {
     client: reqwest::Client,
     url: String,
     session: Session,
-    /// Frames to the gateway; taken (closing the link) when the server is gone.
-    down: Mutex<Option<UnboundedSender<Frame>>>,
+    /// What goes to the gateway; taken (closing the link) when the server is gone.
+    down: Mutex<Option<Sender<Incoming>>>,
+    /// The largest message (and response body) accepted.
+    max: usize,
 }
 
 /// An error with its chain of causes (`error sending request: connection refused`).
@@ -59,7 +59,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// Connects to a streamable HTTP MCP endpoint: checks that it answers HTTP at all (any status
 /// will do, within [`START_TIMEOUT`]), then relays. A malformed URL cannot start the gateway; an
 /// endpoint that cannot be reached is [`ProxyError::Unreachable`].
-pub(crate) async fn connect(url: String) -> Result<Link, ProxyError> {
+pub(crate) async fn connect(url: String, max: usize) -> Result<Link, ProxyError> {
     let spawn = |message: String| ProxyError::Spawn {
         program: url.clone(),
         message,
@@ -83,17 +83,19 @@ pub(crate) async fn connect(url: String) -> Result<Link, ProxyError> {
             message: format!("cannot reach the upstream server at {url}: {}", chain(&e)),
         })?;
     tracing::debug!("upstream {url}: answers (HTTP {} to HEAD)", probe.status());
-    let (up_tx, mut up_rx) = unbounded_channel::<Frame>();
-    let (down_tx, down_rx) = unbounded_channel::<Frame>();
+    let (up_tx, mut up_rx) = transport::queue::<Frame>();
+    let (down_tx, down_rx) = transport::queue::<Incoming>();
     let http = Arc::new(Http {
         client,
         url,
         session: Session::default(),
         down: Mutex::new(Some(down_tx)),
+        max,
     });
     let writer = tokio::spawn(async move {
         let mut listening = false;
-        while let Some(msg) = up_rx.recv().await {
+        while let Some(item) = up_rx.recv().await {
+            let msg = item.value;
             let method = msg
                 .get("method")
                 .and_then(Value::as_str)
@@ -133,16 +135,36 @@ impl Http {
         req
     }
 
+    /// Sends to the gateway once there is room (false when the link is closed).
+    async fn send_down(&self, i: Incoming) -> bool {
+        let down = self.down.lock().clone();
+        match down {
+            Some(d) => {
+                let room = d.reserve(64).await;
+                d.send_in(room, i)
+            }
+            None => false,
+        }
+    }
+
     /// Sends a frame to the gateway (false when the link is closed).
-    fn send_down(&self, f: Frame) -> bool {
-        self.down.lock().as_ref().is_some_and(|d| d.send(f).is_ok())
+    async fn send_frame(&self, f: Frame) -> bool {
+        let down = self.down.lock().clone();
+        match down {
+            Some(d) => {
+                let room = d.reserve(f.weight()).await;
+                d.send_in(room, Incoming::Frame(f))
+            }
+            None => false,
+        }
     }
 
     /// The request in `msg` failed while the server is there: it gets −32603 with `why`.
-    fn fail(&self, msg: &Value, why: String) {
+    async fn fail(&self, msg: &Value, why: String) {
         tracing::warn!("upstream: {why}");
         if let (Some(id), Some(_)) = (msg.get("id"), msg.get("method")) {
-            self.send_down(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, &why).into());
+            self.send_frame(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, &why).into())
+                .await;
         }
     }
 
@@ -154,10 +176,7 @@ impl Http {
     }
 
     async fn post(&self, msg: Frame) {
-        let body = match serde_json::to_vec(&msg) {
-            Ok(b) => b,
-            Err(e) => return self.fail(&msg, e.to_string()),
-        };
+        let body = msg.to_bytes();
         let sent = self
             .request(reqwest::Method::POST)
             .header(
@@ -185,30 +204,59 @@ impl Http {
         if status == reqwest::StatusCode::ACCEPTED {
             return;
         }
+        // A gateway in front of the server that cannot reach it (502, 503, 504), or a session
+        // the server no longer knows (404): the server is gone for this session.
+        let lost_session =
+            status == reqwest::StatusCode::NOT_FOUND && self.session.id.lock().is_some();
+        if lost_session
+            || matches!(
+                status,
+                reqwest::StatusCode::BAD_GATEWAY
+                    | reqwest::StatusCode::SERVICE_UNAVAILABLE
+                    | reqwest::StatusCode::GATEWAY_TIMEOUT
+            )
+        {
+            return self.gone(format!("it answered HTTP {status}"));
+        }
         let is_init = msg.get("method").and_then(Value::as_str) == Some("initialize");
         let forwarded = match self.read_body(resp, is_init).await {
             Ok(n) => n,
-            Err(why) => return self.gone(why),
+            Err(Broke::TooLarge) => {
+                // The response to this request is over the limit: it fails, naming the limit.
+                let id = msg.id_text().map(|t| t.into_owned());
+                self.send_down(Incoming::TooLarge { id }).await;
+                return;
+            }
+            Err(Broke::Gone(why)) => return self.gone(why),
         };
         if forwarded == 0 && !status.is_success() {
-            self.fail(&msg, format!("upstream answered HTTP {status}"));
+            self.fail(&msg, format!("upstream answered HTTP {status}"))
+                .await;
         }
     }
 
     /// Forwards the messages of a response body (JSON or SSE); returns how many, or why the
-    /// body broke off.
-    async fn read_body(&self, mut resp: reqwest::Response, is_init: bool) -> Result<usize, String> {
+    /// body broke off. A body (or one event) over the message limit is not kept.
+    async fn read_body(&self, mut resp: reqwest::Response, is_init: bool) -> Result<usize, Broke> {
         let sse = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| c.starts_with("text/event-stream"));
+        let broke =
+            |e: reqwest::Error| Broke::Gone(format!("its response broke off: {}", chain(&e)));
         let mut n = 0;
         if !sse {
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| format!("its response broke off: {}", chain(&e)))?;
+            if resp.content_length().is_some_and(|l| l > self.max as u64) {
+                return Err(Broke::TooLarge);
+            }
+            let mut bytes: Vec<u8> = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(broke)? {
+                if bytes.len() + chunk.len() > self.max {
+                    return Err(Broke::TooLarge);
+                }
+                bytes.extend_from_slice(&chunk);
+            }
             if bytes.is_empty() {
                 return Ok(0);
             }
@@ -217,33 +265,35 @@ impl Http {
                     let batch: Vec<Box<RawValue>> =
                         serde_json::from_str(raw.get()).unwrap_or_default();
                     for m in batch {
-                        n += self.forward(m, is_init);
+                        n += self.forward(m, is_init).await;
                     }
                 }
-                Ok(raw) => n += self.forward(raw, is_init),
+                Ok(raw) => n += self.forward(raw, is_init).await,
                 Err(e) => tracing::warn!("upstream: a response that is not JSON: {e}"),
             }
             return Ok(n);
         }
-        let mut buf: Vec<u8> = Vec::new();
+        let mut events = Events::default();
         loop {
             match resp.chunk().await {
-                Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => events.push(&chunk),
                 Ok(None) => break,
-                Err(e) => return Err(format!("its event stream broke off: {}", chain(&e))),
+                Err(e) => return Err(broke(e)),
             }
-            while let Some(end) = event_end(&buf) {
-                let event: Vec<u8> = buf.drain(..end.1).collect();
-                if let Some(m) = sse_data(&event[..end.0]) {
-                    n += self.forward(m, is_init);
+            while let Some(event) = events.next() {
+                if let Some(m) = sse_data(&event) {
+                    n += self.forward(m, is_init).await;
                 }
+            }
+            if events.pending() > self.max {
+                return Err(Broke::TooLarge);
             }
         }
         Ok(n)
     }
 
-    fn forward(&self, raw: Box<RawValue>, is_init: bool) -> usize {
-        let m = match Frame::from_raw(raw) {
+    async fn forward(&self, raw: Box<RawValue>, is_init: bool) -> usize {
+        let m = match Frame::from_raw(&raw) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("upstream: skipped a message that is not JSON: {e}");
@@ -253,7 +303,7 @@ impl Http {
         if is_init && let Some(v) = m.pointer("/result/protocolVersion").and_then(Value::as_str) {
             *self.session.version.lock() = Some(v.to_string());
         }
-        usize::from(self.send_down(m))
+        usize::from(self.send_frame(m).await)
     }
 
     /// The GET stream of messages the server starts on its own (if it offers one).
@@ -264,11 +314,14 @@ impl Http {
             .send()
             .await;
         match resp {
-            Ok(r) if r.status().is_success() => {
-                if let Err(why) = self.read_body(r, false).await {
-                    self.gone(why);
-                }
-            }
+            Ok(r) if r.status().is_success() => match self.read_body(r, false).await {
+                Ok(_) => {}
+                Err(Broke::Gone(why)) => self.gone(why),
+                Err(Broke::TooLarge) => self.gone(format!(
+                    "an event on its GET stream is over {} bytes",
+                    self.max
+                )),
+            },
             Ok(r) => tracing::debug!("upstream: no GET stream (HTTP {})", r.status()),
             Err(e) => tracing::debug!("upstream: no GET stream: {e}"),
         }
@@ -283,20 +336,73 @@ impl Http {
     }
 }
 
-/// The end of the first complete SSE event in `buf`: (end of its text, end including the blank
-/// line).
-fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
-        (a, b) => a.or(b),
+/// Why a response body was not read to its end.
+enum Broke {
+    /// The server is gone (the body broke off).
+    Gone(String),
+    /// Over the message limit.
+    TooLarge,
+}
+
+/// SSE events cut from a byte stream in linear time: each byte is looked at once for the
+/// blank line that ends an event.
+#[derive(Default)]
+struct Events {
+    buf: Vec<u8>,
+    /// Where the next event starts.
+    start: usize,
+    /// How far `buf` was searched for the end of the event at `start`.
+    searched: usize,
+}
+
+impl Events {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            self.searched = 0;
+        } else if self.start > 64 * 1024 && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.searched -= self.start;
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// Bytes of the event not complete yet.
+    fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next complete event's text (without its blank line).
+    fn next(&mut self) -> Option<Vec<u8>> {
+        // Resume a little before where the last search stopped: a terminator may straddle.
+        let from = self.searched.saturating_sub(3).max(self.start);
+        let hay = self.buf.get(from..)?;
+        let mut i = 0;
+        while let Some(j) = memchr::memchr(b'\n', &hay[i..]) {
+            let at = i + j;
+            // "\n\n" or "\n\r\n" ends an event.
+            let end = match (hay.get(at + 1), hay.get(at + 2)) {
+                (Some(b'\n'), _) => Some(at + 2),
+                (Some(b'\r'), Some(b'\n')) => Some(at + 3),
+                _ => None,
+            };
+            if let Some(end) = end {
+                let text_end = if at > 0 && hay[at - 1] == b'\r' {
+                    at - 1
+                } else {
+                    at
+                };
+                let event = self.buf[self.start..from + text_end].to_vec();
+                self.start = from + end;
+                self.searched = self.start;
+                return Some(event);
+            }
+            i = at + 1;
+        }
+        self.searched = self.buf.len();
+        None
     }
 }
 
@@ -320,18 +426,23 @@ mod tests {
 
     #[test]
     fn sse_events() {
-        let buf = b"event: message\nid: 1\ndata: {\"a\":1}\n\nrest";
-        let (text_end, end) = event_end(buf).unwrap();
-        assert_eq!(&buf[end..], b"rest");
         let text = |r: Option<Box<RawValue>>| r.map(|r| r.get().to_string());
-        assert_eq!(
-            text(sse_data(&buf[..text_end])).as_deref(),
-            Some(r#"{"a":1}"#)
-        );
-        let crlf = b"data: {\"b\":\r\ndata: 2}\r\n\r\n";
-        let (t, _) = event_end(crlf).unwrap();
-        assert_eq!(text(sse_data(&crlf[..t])).as_deref(), Some("{\"b\":\n2}"));
+        let mut ev = Events::default();
+        ev.push(b"event: message\nid: 1\ndata: {\"a\":1}\n\nrest");
+        let e = ev.next().unwrap();
+        assert_eq!(text(sse_data(&e)).as_deref(), Some(r#"{"a":1}"#));
+        assert!(ev.next().is_none());
+        assert_eq!(ev.pending(), 4);
+        let mut ev = Events::default();
+        for b in b"data: {\"b\":\r\ndata: 2}\r\n\r\ndata: 3\n\n" {
+            ev.push(&[*b]);
+        }
+        let e = ev.next().unwrap();
+        assert_eq!(text(sse_data(&e)).as_deref(), Some("{\"b\":\n2}"));
+        assert_eq!(text(sse_data(&ev.next().unwrap())).as_deref(), Some("3"));
         assert!(sse_data(b": keep-alive").is_none());
-        assert!(event_end(b"data: {").is_none());
+        let mut ev = Events::default();
+        ev.push(b"data: {");
+        assert!(ev.next().is_none());
     }
 }

@@ -8,6 +8,10 @@ use crate::engine::Decision;
 pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC "internal error": the answer to requests pending when the upstream server exits.
 pub const INTERNAL_ERROR: i64 = -32603;
+/// JSON-RPC "invalid request": batches, ids in flight, ids that are not a string or number.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC "parse error": a line that is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +36,6 @@ pub fn kind(m: &Value) -> Kind<'_> {
     }
 }
 
-/// A map key for a JSON-RPC id: its compact JSON text (`"a"` and `1` stay distinct).
-pub fn id_key(id: &Value) -> String {
-    id.to_string()
-}
-
 /// The id as a tool call id: the string itself, or the number's text.
 pub fn call_id(id: &Value) -> String {
     match id {
@@ -50,9 +49,18 @@ pub fn error(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-/// A JSON-RPC result response.
-pub fn result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+/// A JSON-RPC error response to the id written as `id` (JSON text, kept as it came).
+pub(crate) fn error_to(id: &str, code: i64, message: &str) -> super::frame::Frame {
+    let e = json!({"code": code, "message": message});
+    let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{e}}}"#);
+    super::frame::Frame::parse(&text).unwrap_or_else(|_| error(&Value::Null, code, message).into())
+}
+
+/// A JSON-RPC result response to the id written as `id` (JSON text, kept as it came).
+pub(crate) fn result_to(id: &str, result: &Value) -> super::frame::Frame {
+    let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+    super::frame::Frame::parse(&text)
+        .unwrap_or_else(|_| json!({"jsonrpc": "2.0", "id": null, "result": result}).into())
 }
 
 /// The result the client gets for a blocked call: an `isError` tool result the model can read,
@@ -152,7 +160,6 @@ mod tests {
         );
         assert_eq!(kind(&json!({"id": 1, "result": {}})), Kind::Response);
         assert_eq!(kind(&json!({"id": 1})), Kind::Other);
-        assert_ne!(id_key(&json!("1")), id_key(&json!(1)));
         assert_eq!(call_id(&json!("a")), "a");
         assert_eq!(call_id(&json!(7)), "7");
     }

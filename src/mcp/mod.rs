@@ -1,9 +1,10 @@
 //! The MCP gateway (`toolgate mcp-proxy`): one process between an MCP client and one MCP
 //! server that governs the client's `tools/call` requests with the engine.
 //!
-//! It is a message *relay*, not a typed server: frames are raw JSON-RPC messages framed by
-//! rmcp's stdio codec, each keeping the exact text it came in, so every method, field and
-//! `_meta` toolgate does not intercept reaches the other side byte for byte. It intercepts
+//! It is a message *relay*, not a typed server: frames are raw JSON-RPC messages, one per line,
+//! each keeping the exact text it came in, so every method, field and `_meta` toolgate does not
+//! intercept reaches the other side byte for byte (request ids are the gateway's own: see
+//! `gateway.rs`). It intercepts
 //! `initialize` (the client's elicitation capability, the server's name), `tools/list` (hidden
 //! tools, tags, pins), `tools/call` (the decision) and `notifications/cancelled`. See
 //! `docs/mcp-gateway.md`.
@@ -15,6 +16,7 @@ mod gateway;
 mod http;
 mod jsonrpc;
 mod pins;
+mod relay;
 mod tools;
 mod transport;
 
@@ -23,10 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc::unbounded_channel;
 
-use frame::Frame;
-pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, blocked_result};
+pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, blocked_result};
 pub use pins::{Pin, PinCheck, PinError, PinFile, definition_hash};
 pub use tools::{ToolsFile, ToolsFileError};
 
@@ -34,6 +34,12 @@ use crate::engine::{Enduser, GovernanceEngine};
 
 /// The code of a call blocked because its tool's definition changed since it was pinned.
 pub const TOOL_CHANGED: &str = "BLOCKED_TOOL_CHANGED";
+
+/// The default of `--max-message-bytes`: the largest message either side may send.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// The default of `--approval-timeout`: how long an approval question waits for an answer.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long the upstream child may take to exit once its stdin is closed, before it is killed.
 const CHILD_GRACE: Duration = Duration::from_secs(3);
@@ -74,6 +80,11 @@ pub struct ProxyConfig {
     /// The `--state` URL (password redacted) when reviews live on Redis, named in the approval
     /// command shown to the client.
     pub state_url: Option<String>,
+    /// The largest message accepted from either side (a larger one is answered with −32603
+    /// naming the limit).
+    pub max_message_bytes: usize,
+    /// How long an approval question (`elicitation/create`) waits before the call is denied.
+    pub approval_timeout: Duration,
 }
 
 /// How a gateway session ended.
@@ -83,6 +94,8 @@ pub enum ProxyExit {
     ClientClosed,
     /// The upstream server exited or closed its output (exit code 1).
     UpstreamExited,
+    /// SIGINT or SIGTERM ended the session (exit code 128 + the signal's number).
+    Signal(i32),
 }
 
 impl ProxyExit {
@@ -91,6 +104,7 @@ impl ProxyExit {
         match self {
             ProxyExit::ClientClosed => 0,
             ProxyExit::UpstreamExited => 1,
+            ProxyExit::Signal(n) => u8::try_from(128 + n).unwrap_or(1),
         }
     }
 }
@@ -139,35 +153,41 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let max = config.max_message_bytes;
     let mut link = match &upstream {
         Upstream::Command { program, args } => {
-            transport::spawn_child(program, args).map_err(|e| ProxyError::Spawn {
+            transport::spawn_child(program, args, max).map_err(|e| ProxyError::Spawn {
                 program: program.clone(),
                 message: e.to_string(),
             })?
         }
         #[cfg(feature = "http")]
-        Upstream::Http { url } => http::connect(url.clone()).await?,
+        Upstream::Http { url } => http::connect(url.clone(), max).await?,
     };
     let engine = config.engine.clone();
-    let (client_tx, client_out_rx) = unbounded_channel::<Frame>();
+    let (client_tx, client_out_rx) = transport::queue();
     let client_writer = transport::spawn_writer(client_out, client_out_rx, "client");
-    let (client_in_tx, mut client_rx) = unbounded_channel::<Frame>();
-    let client_reader = transport::spawn_reader(client_in, client_in_tx, "client");
+    let (client_in_tx, mut client_rx) = transport::queue();
+    let client_reader = transport::spawn_reader(client_in, client_in_tx, max, "client");
     let gw = Arc::new(gateway::Gateway::new(config, client_tx, link.tx.clone()));
     drop(link.tx);
 
-    let exit = loop {
-        tokio::select! {
-            m = client_rx.recv() => match m {
-                Some(m) => gw.on_client(m).await,
-                None => break ProxyExit::ClientClosed,
-            },
-            m = link.rx.recv() => match m {
-                Some(m) => gw.on_upstream(m).await,
-                None => break ProxyExit::UpstreamExited,
-            },
+    // One loop per direction, so a side that does not read (backpressure) never stops the
+    // other direction.
+    let from_client = async {
+        while let Some(m) = client_rx.recv().await {
+            gw.on_client(m.value).await;
         }
+    };
+    let from_upstream = async {
+        while let Some(m) = link.rx.recv().await {
+            gw.on_upstream(m.value).await;
+        }
+    };
+    let exit = tokio::select! {
+        _ = from_client => ProxyExit::ClientClosed,
+        _ = from_upstream => ProxyExit::UpstreamExited,
+        n = signal() => ProxyExit::Signal(n),
     };
     client_reader.abort();
     match exit {
@@ -176,13 +196,26 @@ where
             gw.upstream_gone().await;
             gw.end_run("upstream_exited").await;
         }
-        ProxyExit::ClientClosed => gw.end_run("success").await,
+        ProxyExit::ClientClosed => {
+            let status = if gw.client_gone().await {
+                tracing::warn!("the client left with requests in flight");
+                "incomplete"
+            } else {
+                "success"
+            };
+            gw.end_run(status).await;
+        }
+        ProxyExit::Signal(n) => {
+            tracing::warn!("signal {n}: ending the session");
+            gw.client_gone().await;
+            gw.end_run("interrupted").await;
+        }
     }
     // Close the upstream's input and let the child exit on its own for a moment before
     // killing it.
     gw.close();
     if let Some(w) = link.writer.take() {
-        let _ = w.await;
+        let _ = tokio::time::timeout(CHILD_GRACE, w).await;
     }
     if let Some(mut child) = link.child.take()
         && tokio::time::timeout(CHILD_GRACE, child.wait())
@@ -194,6 +227,25 @@ where
     if let Err(e) = engine.shutdown().await {
         tracing::warn!("audit trail: {e}");
     }
-    let _ = client_writer.await;
+    let _ = tokio::time::timeout(CHILD_GRACE, client_writer).await;
     Ok(exit)
+}
+
+/// The first SIGINT or SIGTERM (its number); never on other platforms, or when the handlers
+/// cannot be installed.
+async fn signal() -> i32 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            return tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+            };
+        }
+    }
+    std::future::pending().await
 }

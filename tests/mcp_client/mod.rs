@@ -135,7 +135,13 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(args: &[String], upstream: &[String]) -> Proxy {
+        Proxy::start_env(args, upstream, &[])
+    }
+
+    /// [`Proxy::start`] with environment variables for the gateway (and so its upstream child).
+    pub fn start_env(args: &[String], upstream: &[String], env: &[(&str, &str)]) -> Proxy {
         let mut child = Command::new(TOOLGATE)
+            .envs(env.iter().copied())
             .arg("mcp-proxy")
             .args(args)
             .arg("--")
@@ -168,9 +174,24 @@ impl Proxy {
     }
 
     pub fn send(&mut self, v: Value) {
+        self.send_line(&v.to_string());
+    }
+
+    /// Sends one line as it is.
+    pub fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{v}").unwrap();
+        writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Closes the gateway's stdin (the client is gone) without waiting.
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
     }
 
     /// The next message from the gateway (`None` when its output closed).

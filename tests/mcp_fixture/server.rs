@@ -10,7 +10,10 @@
 //!
 //! `mcp_fixture` serves one session over stdio; `mcp_fixture --http` serves the same handler
 //! over rmcp's streamable HTTP server on a loopback port and prints its endpoint URL as the
-//! first line of stdout.
+//! first line of stdout (`FIXTURE_DOWN_FILE`: once that file exists, it answers 503). `mcp_fixture --hostile` is a raw server misbehaving on purpose (see
+//! `hostile.rs`).
+
+mod hostile;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -76,7 +79,8 @@ impl Fixture {
             {"name": "fail", "description": "Always fails", "inputSchema": obj(json!({}))},
             {"name": "crash", "description": "Kills the server", "inputSchema": obj(json!({}))},
             {"name": "ask_roots", "description": "Asks the client for its roots", "inputSchema": obj(json!({}))},
-            {"name": "secret_tool", "description": "Hidden by the tools file", "inputSchema": obj(json!({}))}
+            {"name": "secret_tool", "description": "Hidden by the tools file", "inputSchema": obj(json!({}))},
+            {"name": "big", "description": "A text result of `bytes` bytes", "inputSchema": obj(json!({"bytes": {"type": "number"}}))}
         ])
     }
 
@@ -156,6 +160,7 @@ impl ServerHandler for Fixture {
                 text("mutated")
             }
             "crash" => std::process::exit(3),
+            "big" => text("x".repeat(args["bytes"].as_u64().unwrap_or(0) as usize)),
             "slow" => self.slow(args["ms"].as_u64().unwrap_or(100), context).await,
             #[allow(deprecated)] // roots/list: still in 2025-06-18 and 2025-11-25
             "ask_roots" => {
@@ -253,13 +258,35 @@ impl ServerHandler for Fixture {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixture = Fixture::default();
+    if std::env::args().nth(1).as_deref() == Some("--hostile") {
+        hostile::serve();
+        std::process::exit(0)
+    }
     if std::env::args().nth(1).as_deref() == Some("--http") {
         let service = StreamableHttpService::new(
             move || Ok(fixture.clone()),
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default(),
         );
-        let router = axum::Router::new().nest_service("/mcp", service);
+        // FIXTURE_DOWN_FILE: once that file exists, every request gets 503 (a load balancer
+        // whose backend went away).
+        let down = std::env::var_os("FIXTURE_DOWN_FILE").map(std::path::PathBuf::from);
+        let router =
+            axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(
+                    move |req: axum::extract::Request, next: axum::middleware::Next| {
+                        let is_down = down.as_ref().is_some_and(|d| d.exists());
+                        async move {
+                            if is_down {
+                                return axum::response::IntoResponse::into_response(
+                                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                );
+                            }
+                            next.run(req).await
+                        }
+                    },
+                ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("http://{}/mcp", listener.local_addr()?);
         axum::serve(listener, router).await?;
