@@ -60,6 +60,11 @@ impl PyDecision {
     fn call_id(&self) -> &str {
         &self.call_id
     }
+    /// `"tool.before"` or `"tool.after"`.
+    #[getter]
+    fn phase(&self) -> &'static str {
+        self.d.phase.as_str()
+    }
     /// `"allow"`, `"block"` or `"hitl"`.
     #[getter]
     fn effect(&self) -> &'static str {
@@ -99,6 +104,11 @@ impl PyDecision {
     #[getter]
     fn shadow_effect(&self) -> Option<&'static str> {
         self.d.shadow_effect.map(|e| e.as_str())
+    }
+    /// How long the engine took, in nanoseconds.
+    #[getter]
+    fn latency_ns(&self) -> u64 {
+        self.d.latency_ns
     }
     /// The internal error behind a failure-mode decision, if any.
     #[getter]
