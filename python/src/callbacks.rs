@@ -85,7 +85,8 @@ impl PyCallback {
             let locals = match &locals {
                 Some(l) => l.clone(),
                 None => TaskLocals::new(
-                    py.import("toolgate._loop")?.call_method0("background_loop")?,
+                    py.import("toolgate._loop")?
+                        .call_method0("background_loop")?,
                 ),
             };
             pyo3_async_runtimes::into_future_with_locals(&locals, r.clone()).map(Some)
@@ -111,13 +112,13 @@ fn describe(e: PyErr) -> String {
     })
 }
 
+/// The future a provider or extractor returns.
+type BoxFut<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, String>> + Send>>;
+
 /// A signal provider calling `cb(args: dict)`.
 pub fn signal_provider(
     cb: Arc<PyCallback>,
-) -> impl Fn(Map<String, Value>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send>>
-+ Send
-+ Sync
-+ 'static {
+) -> impl Fn(Map<String, Value>) -> BoxFut<Value> + Send + Sync + 'static {
     move |args: Map<String, Value>| {
         let cb = cb.clone();
         Box::pin(async move {
@@ -126,7 +127,7 @@ pub fn signal_provider(
                     let d = to_py(py, &Value::Object(args))?;
                     pyo3::types::PyTuple::new(py, [d])
                 },
-                |r| to_json(r),
+                to_json,
             )
             .await
         })
@@ -137,14 +138,7 @@ pub fn signal_provider(
 /// `{"subjectType", "id", "idSystem"?, "role"?}`.
 pub fn subject_extractor(
     cb: Arc<PyCallback>,
-) -> impl Fn(
-    SubjectInput,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Vec<SubjectRef>, String>> + Send>,
->
-+ Send
-+ Sync
-+ 'static {
+) -> impl Fn(SubjectInput) -> BoxFut<Vec<SubjectRef>> + Send + Sync + 'static {
     move |input: SubjectInput| {
         let cb = cb.clone();
         Box::pin(async move {
@@ -154,7 +148,7 @@ pub fn subject_extractor(
                     let args = to_py(py, &input.args)?;
                     pyo3::types::PyTuple::new(py, [name, args])
                 },
-                |r| subjects(r),
+                subjects,
             )
             .await
         })
@@ -194,4 +188,3 @@ fn subjects(r: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectRef>> {
         })
         .collect()
 }
-

@@ -43,7 +43,9 @@ fn to_json_at(obj: &Bound<'_, PyAny>, depth: usize, at: &mut String) -> PyResult
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Number::from_f64(f.value())
             .map(Value::Number)
-            .ok_or_else(|| PyValueError::new_err(format!("{at}: {} is not a JSON number", f.value())));
+            .ok_or_else(|| {
+                PyValueError::new_err(format!("{at}: {} is not a JSON number", f.value()))
+            });
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut map = Map::new();

@@ -8,7 +8,9 @@ use std::time::Duration;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use toolgate::engine::{EngineBuilder, EngineError, FailureMode, FileReviewStore, GovernanceEngine};
+use toolgate::engine::{
+    EngineBuilder, EngineError, FailureMode, FileReviewStore, GovernanceEngine,
+};
 use toolgate::policy::{Policy, PolicyErrors, parse_policy, parse_policy_value};
 
 use crate::callbacks::{PyCallback, signal_provider, subject_extractor};
@@ -71,7 +73,12 @@ pub(crate) fn policy_error(py: Python<'_>, e: PolicyErrors) -> PyErr {
     let first = e.errors().first();
     let path = first.map(|f| f.path.clone());
     let file = first.and_then(|f| f.file.as_ref().map(|p| p.display().to_string()));
-    error(py, "PolicyError", e.to_string(), &[("path", path), ("file", file)])
+    error(
+        py,
+        "PolicyError",
+        e.to_string(),
+        &[("path", path), ("file", file)],
+    )
 }
 
 fn engine_error(py: Python<'_>, e: EngineError) -> PyErr {
@@ -82,7 +89,10 @@ fn engine_error(py: Python<'_>, e: EngineError) -> PyErr {
 }
 
 /// The audit configuration from `audit=`: a folder path or a `toolgate.Audit`.
-fn audit_config(py: Python<'_>, audit: &Bound<'_, PyAny>) -> PyResult<toolgate::audit::AuditConfig> {
+fn audit_config(
+    py: Python<'_>,
+    audit: &Bound<'_, PyAny>,
+) -> PyResult<toolgate::audit::AuditConfig> {
     use toolgate::audit::{AuditConfig, FileSinkConfig, HttpSinkConfig, SinkConfig};
     let fspath = py.import("os")?.getattr("fspath")?;
     let path_of = |o: &Bound<'_, PyAny>| -> PyResult<PathBuf> {
@@ -164,7 +174,9 @@ impl PyEngine {
             builder = builder.org_timezone(parsed);
         }
         if signal_timeout_ms == 0 {
-            return Err(PyValueError::new_err("signal_timeout_ms must be at least 1"));
+            return Err(PyValueError::new_err(
+                "signal_timeout_ms must be at least 1",
+            ));
         }
         builder = builder.signal_timeout(Duration::from_millis(signal_timeout_ms));
         if let Some(c) = clock {
@@ -307,10 +319,15 @@ fn read_file(py: Python<'_>, p: &Path) -> PyResult<Policy> {
         )));
     }
     let text = std::fs::read_to_string(p).map_err(|e| {
-        error(py, "PolicyError", format!("{}: {e}", p.display()), &[
-            ("path", Some(String::new())),
-            ("file", Some(p.display().to_string())),
-        ])
+        error(
+            py,
+            "PolicyError",
+            format!("{}: {e}", p.display()),
+            &[
+                ("path", Some(String::new())),
+                ("file", Some(p.display().to_string())),
+            ],
+        )
     })?;
     parse_policy(&text, Some(p)).map_err(|e| policy_error(py, e))
 }

@@ -182,7 +182,10 @@ impl PyManualClock {
     /// The clock's time, an aware `datetime` in UTC.
     fn now<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         use toolgate::engine::Clock;
-        let text = self.clock.now().to_rfc3339_opts(SecondsFormat::Micros, false);
+        let text = self
+            .clock
+            .now()
+            .to_rfc3339_opts(SecondsFormat::Micros, false);
         py.import("datetime")?
             .getattr("datetime")?
             .call_method1("fromisoformat", (text,))

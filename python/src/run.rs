@@ -34,14 +34,14 @@ fn enduser(e: &Bound<'_, PyAny>) -> PyResult<Enduser> {
         .ok_or_else(|| PyValueError::new_err("enduser: \"id\" is required"))?
         .extract()?;
     let mut tags = BTreeMap::new();
-    if let Some(t) = d.get_item("tags")? {
-        if !t.is_none() {
-            let Value::Object(map) = to_json(&t)? else {
-                return Err(PyTypeError::new_err("enduser.tags: expected a dict"));
-            };
-            for (k, v) in map {
-                tags.insert(k, json_text(&v));
-            }
+    if let Some(t) = d.get_item("tags")?
+        && !t.is_none()
+    {
+        let Value::Object(map) = to_json(&t)? else {
+            return Err(PyTypeError::new_err("enduser.tags: expected a dict"));
+        };
+        for (k, v) in map {
+            tags.insert(k, json_text(&v));
         }
     }
     Ok(Enduser { id, tags })
@@ -71,9 +71,8 @@ impl PyRun {
             None => Value::Object(Default::default()),
             Some(a) => to_json(a)?,
         };
-        let id = call_id.unwrap_or_else(|| {
-            format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1)
-        });
+        let id = call_id
+            .unwrap_or_else(|| format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1));
         Ok(ToolCall::new(id, name, args).with_tags(tags_of(tags)?))
     }
 }
@@ -113,10 +112,10 @@ impl PyRun {
         enduser: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut ctx = RunContext::new(run_id, agent_id);
-        if let Some(e) = enduser {
-            if !e.is_none() {
-                ctx.enduser = Some(self::enduser(e)?);
-            }
+        if let Some(e) = enduser
+            && !e.is_none()
+        {
+            ctx.enduser = Some(self::enduser(e)?);
         }
         let run = {
             let _rt = runtime().enter();
