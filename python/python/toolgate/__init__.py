@@ -76,7 +76,7 @@ class Reviews:
 
     def list(self) -> List[Dict[str, Any]]:
         """Every review (dicts with camelCase keys: id, status, ruleId, toolName, args, ...)."""
-        return cast(List[Dict[str, Any]], self._engine._reviews_list())
+        return self._engine._reviews_list()
 
     def pending(self) -> List[Dict[str, Any]]:
         """Reviews waiting for a human."""
@@ -84,15 +84,15 @@ class Reviews:
 
     def approve(self, review_id: str) -> Dict[str, Any]:
         """Approves a pending review: identical calls are allowed from now on."""
-        return cast(Dict[str, Any], self._engine._reviews_decide("approve", review_id))
+        return self._engine._reviews_decide("approve", review_id)
 
     def deny(self, review_id: str) -> Dict[str, Any]:
         """Denies a pending review: identical calls are blocked from now on."""
-        return cast(Dict[str, Any], self._engine._reviews_decide("deny", review_id))
+        return self._engine._reviews_decide("deny", review_id)
 
     def expire(self, review_id: str) -> Dict[str, Any]:
         """Expires a review: the next identical call asks again."""
-        return cast(Dict[str, Any], self._engine._reviews_decide("expire", review_id))
+        return self._engine._reviews_decide("expire", review_id)
 
 
 class Engine(_native.Engine):

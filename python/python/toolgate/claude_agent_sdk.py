@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Mapping, Optional
 
-from claude_agent_sdk import HookMatcher
+from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher
 
 from . import Engine, Run, _jsonable, refusal_text
 
@@ -47,7 +47,8 @@ class ToolgateHooks:
         if run is not None:
             await run.aend(status)
 
-    async def pre_tool_use(self, input: Any, tool_use_id: Optional[str], context: Any) -> Dict[str, Any]:
+    async def pre_tool_use(self, hook_input: HookInput, tool_use_id: Optional[str], context: HookContext) -> HookJSONOutput:
+        input: Dict[str, Any] = dict(hook_input)
         run = self.run(input.get("session_id", ""))
         call_id = tool_use_id or input.get("tool_use_id")
         d = await run.abefore_tool(input["tool_name"], _jsonable(input.get("tool_input") or {}), None, call_id)
@@ -61,7 +62,8 @@ class ToolgateHooks:
             }
         }
 
-    async def post_tool_use(self, input: Any, tool_use_id: Optional[str], context: Any) -> Dict[str, Any]:
+    async def post_tool_use(self, hook_input: HookInput, tool_use_id: Optional[str], context: HookContext) -> HookJSONOutput:
+        input: Dict[str, Any] = dict(hook_input)
         run = self.run(input.get("session_id", ""))
         call_id = tool_use_id or input.get("tool_use_id")
         if call_id is None:
@@ -72,8 +74,8 @@ class ToolgateHooks:
             return {"decision": "block", "reason": refusal_text(after)}
         return {}
 
-    async def stop(self, input: Any, tool_use_id: Optional[str], context: Any) -> Dict[str, Any]:
-        await self.end(input.get("session_id", ""))
+    async def stop(self, hook_input: HookInput, tool_use_id: Optional[str], context: HookContext) -> HookJSONOutput:
+        await self.end(str(dict(hook_input).get("session_id", "")))
         return {}
 
 

@@ -44,7 +44,7 @@ def _output(result: ToolResult) -> Dict[str, Any]:
     return {"output": None}
 
 
-class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):  # type: ignore[misc]
+class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
     """Decides every tool call of the agent with ``engine`` (``wrap_tool_call`` /
     ``awrap_tool_call``); ``before_model`` ends the agent once a call waits for review."""
 
