@@ -70,3 +70,29 @@ def test_reviews_are_shared_with_toolgate_review_store(toolgate_bin: Path, tmp_p
                           capture_output=True, text=True, check=True).stdout
     statuses = {r["id"]: r["status"] for r in json.loads(all_)}
     assert statuses[d.review_id] == "approved" and statuses[d2.review_id] == "denied"
+
+
+def test_audit_to_a_toolgate_collector(toolgate_bin: Path, tmp_path: Path) -> None:
+    import re
+    import urllib.request
+
+    out = tmp_path / "collected"
+    proc = subprocess.Popen([str(toolgate_bin), "collect", "--listen", "127.0.0.1:0", "--out", str(out), "--token", "t0k"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "listening on http://127.0.0.1:PORT, ..." once it listens
+        m = re.search(r"listening on (http://[0-9.:]+)", line)
+        assert m, line
+        base = m.group(1)
+        engine = toolgate.Engine(GATE, audit=toolgate.Audit(collector=base, token="t0k"))
+        with engine.start_run("bot", run_id="collected-run") as run:
+            run.before_tool("deleteUser", {"id": 1})
+        engine.shutdown()
+        req = urllib.request.Request(base + "/v1/runs/collected-run", headers={"Authorization": "Bearer t0k"})
+        events = json.loads(urllib.request.urlopen(req, timeout=5).read())["events"]
+        assert [e["kind"] for e in events] == ["run.started", "tool.decision", "run.ended"]
+        assert subprocess.run([str(toolgate_bin), "verify", str(out)], capture_output=True).returncode == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
