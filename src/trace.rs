@@ -249,6 +249,7 @@ impl Replayer {
                 agent_id,
                 session_id,
                 enduser,
+                agent_tags,
                 ..
             } => {
                 if self.runs.contains_key(&run_id) {
@@ -257,6 +258,7 @@ impl Replayer {
                 let ctx = RunContext {
                     run_id: run_id.clone(),
                     agent_id,
+                    agent_tags,
                     session_id,
                     enduser,
                 };

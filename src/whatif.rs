@@ -395,6 +395,10 @@ fn run_lines(run_id: &str, events: impl Iterator<Item = AuditEvent>) -> Vec<RunL
                     TraceLine::RunStart {
                         run_id: run_id.to_string(),
                         agent_id: e.agent_id().to_string(),
+                        agent_tags: ctx
+                            .as_ref()
+                            .map(|c| c.agent_tags.clone())
+                            .unwrap_or_default(),
                         session_id: ctx.and_then(|c| c.session_id),
                         enduser,
                         at: Some(at),

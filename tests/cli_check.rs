@@ -87,7 +87,30 @@ fn example_policies_are_clean() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
     let o = check(&[&dir]);
     assert_eq!(o.code, Some(0), "{}{}", o.stdout, o.stderr);
-    let lines: Vec<&str> = o.stdout.lines().collect();
+    // The examples are clean but for two places where they use, on purpose, what toolgate
+    // reads differently from Handlebar's current spec: `check` names those (design §11).
+    let (notes, lines): (Vec<&str>, Vec<&str>) = o
+        .stdout
+        .lines()
+        .partition(|l| l.contains(": warning: ") && l.contains("Handlebar"));
+    assert_eq!(
+        notes
+            .iter()
+            .map(|l| l
+                .split(": warning: ")
+                .nth(1)
+                .unwrap_or("")
+                .split(':')
+                .next()
+                .unwrap_or(""))
+            .collect::<Vec<_>>(),
+        [
+            "rules[8].condition.windowSeconds",
+            "rules[7].condition.filter",
+        ],
+        "{}",
+        o.stdout
+    );
     assert_eq!(lines.len(), 3, "{}", o.stdout);
     for (line, name) in lines.iter().zip([
         "coding-agent.json",
@@ -101,7 +124,7 @@ fn example_policies_are_clean() {
         );
     }
     assert!(!o.stdout.contains("tests.json"));
-    assert!(!o.stdout.contains("warning"), "{}", o.stdout);
+    assert!(!lines.iter().any(|l| l.contains("warning")), "{}", o.stdout);
     assert!(o.stderr.is_empty(), "{}", o.stderr);
     // The relative form of the issue, from the crate root.
     toolgate()
@@ -119,7 +142,13 @@ fn example_policies_are_clean() {
         .collect();
     let o = check(&[&files[0], &files[1]]);
     assert_eq!(
-        (o.code, o.stdout.lines().count()),
+        (
+            o.code,
+            o.stdout
+                .lines()
+                .filter(|l| !l.contains("Handlebar"))
+                .count()
+        ),
         (Some(0), 2),
         "{}",
         o.stdout
@@ -130,7 +159,9 @@ fn example_policies_are_clean() {
         .arg(&dir)
         .assert()
         .success()
-        .stdout("");
+        .stdout(predicate::function(|s: &str| {
+            s.lines().count() == 2 && s.lines().all(|l| l.contains("Handlebar"))
+        }));
 }
 
 #[test]

@@ -91,5 +91,7 @@ macro_rules! store_test {
 mod counting;
 #[path = "engine_state/hitl.rs"]
 mod hitl;
+#[path = "engine_state/spec.rs"]
+mod spec;
 #[path = "engine_state/windows.rs"]
 mod windows;

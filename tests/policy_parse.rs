@@ -243,7 +243,7 @@ fn tool_arg_string_every_op() {
         assert_eq!(
             c,
             Condition::ToolArg {
-                path: "a.b.0.c".into(),
+                path: Some("a.b.0.c".into()),
                 test: ArgTest::String(want),
                 on_missing: None
             }
@@ -268,7 +268,7 @@ fn tool_arg_number_and_boolean() {
         assert_eq!(
             c,
             Condition::ToolArg {
-                path: "amount".into(),
+                path: Some("amount".into()),
                 test: ArgTest::Number(op, -12.5),
                 on_missing: None
             }
@@ -280,7 +280,7 @@ fn tool_arg_number_and_boolean() {
     assert_eq!(
         c,
         Condition::ToolArg {
-            path: "force".into(),
+            path: Some("force".into()),
             test: ArgTest::Boolean(true),
             on_missing: Some(EffectType::Hitl)
         }
@@ -340,8 +340,9 @@ fn tool_arg_invalid() {
         ".type",
         r#""date" is not one of "string", "number", "boolean""#,
     );
+    // Without a path: scan mode (design §11), valid; exists/notExists need one.
     assert_nested(
-        json!({"kind": "toolArg", "type": "string", "op": "eq", "value": "x"}),
+        json!({"kind": "toolArg", "op": "exists"}),
         "",
         r#"missing required key "path""#,
     );
@@ -505,9 +506,9 @@ fn sequence_globs_and_tag_entries() {
 #[test]
 fn sequence_invalid() {
     assert_nested(
-        json!({"kind": "sequence", "mustHaveCalled": [{"by": "toolName", "tags": ["a"]}]}),
+        json!({"kind": "sequence", "mustHaveCalled": [{"by": "toolArg", "tags": ["a"]}]}),
         ".mustHaveCalled[0].by",
-        r#""toolName" is not one of "toolTag""#,
+        r#""toolArg" is not one of "toolName", "toolTag""#,
     );
     assert_nested(
         json!({"kind": "sequence", "mustHaveCalled": [{"by": "toolTag", "tags": ["a"], "op": "has"}]}),
@@ -549,7 +550,8 @@ fn max_calls() {
             selector: CallSelector::ToolName(strings(&["shell", "bash*"])),
             max: 8,
             window_seconds: None,
-            per: None
+            per: None,
+            tag_filter: None
         }
     );
     assert_eq!(
@@ -561,7 +563,8 @@ fn max_calls() {
             selector: CallSelector::ToolTag(strings(&["money_movement"])),
             max: 0,
             window_seconds: Some(3600),
-            per: Some(Scope::AgentUser)
+            per: Some(Scope::AgentUser),
+            tag_filter: None
         }
     );
     for (name, scope) in [("run", Scope::Run), ("agent", Scope::Agent)] {
@@ -628,7 +631,7 @@ fn metric_window_inbuilt_every_key() {
                 scope: Scope::Agent,
                 metric: MetricRef::Inbuilt(m),
                 aggregate: Aggregate::Sum,
-                window_seconds: 60,
+                window_seconds: Some(60),
                 op: CmpOp::Gt,
                 value: 10.0,
                 filter: None,
@@ -653,7 +656,7 @@ fn metric_window_custom_with_filter() {
             scope: Scope::AgentUser,
             metric: MetricRef::Custom("payment_usd".into()),
             aggregate: Aggregate::Avg,
-            window_seconds: 86400,
+            window_seconds: Some(86400),
             op: CmpOp::Gte,
             value: 50000.25,
             filter: Some(MetricFilter {
@@ -1634,7 +1637,10 @@ fn rule_fields_and_defaults() {
             mode: Mode::Shadow,
             combine: Combine::PriorityFirst,
             on_missing_default: EffectType::Hitl,
-            timezone: Some("Europe/London".into())
+            timezone: Some("Europe/London".into()),
+            redact_detected: true,
+            enabled: true,
+            agent_selector: None
         }
     );
     let r = &p.rules[0];
@@ -1960,7 +1966,7 @@ fn slug_examples() {
 
 #[test]
 fn condition_kinds_constant_is_complete() {
-    assert_eq!(CONDITION_KINDS.len(), 14);
+    assert_eq!(CONDITION_KINDS.len(), 16);
     for k in CONDITION_KINDS {
         // Every listed kind is recognised: its error is about its fields, never "unknown kind".
         let errs = nested_errors(json!({"kind": k}));

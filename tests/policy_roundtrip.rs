@@ -249,6 +249,28 @@ fn every_kind() -> Value {
         c(json!({"kind": "signal", "key": "k", "op": "in", "value": ["EU", "UK", 3]})),
         c(json!({"kind": "signal", "key": "k", "op": "nin", "value": "[\"EU\",\"UK\"]"})),
         c(json!({"kind": "signal", "key": "k", "op": "nin", "value": [], "onMissing": "allow"})),
+        c(
+            json!({"kind": "sensitiveData", "target": "toolArg", "path": "mail.body", "op": "allOf",
+            "detectors": [{"detector": "credit_card"},
+                          {"detector": "url", "subCondition": {"check": "domain", "op": "in", "value": ["a.com", "b.io"]}},
+                          {"detector": "email_domain", "subCondition": {"check": "tld", "op": "neq", "value": "gov"}}]}),
+        ),
+        c(
+            json!({"kind": "sensitiveData", "target": "toolArg", "detectors": [{"detector": "secret_key"}]}),
+        ),
+        c(json!({"kind": "custom", "name": "over_limit", "args": {"limit": 100, "l": [1, null]}})),
+        c(json!({"kind": "toolArg", "op": "exists", "path": "a.0"})),
+        c(json!({"kind": "toolArg", "type": "number", "op": "gt", "value": 3})),
+        c(
+            json!({"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]}, "max": 2, "tagFilter": ["ext"]}),
+        ),
+        c(
+            json!({"kind": "sequence", "mustHaveCalled": [{"by": "toolName", "patterns": ["a", "b*"]}]}),
+        ),
+        c(
+            json!({"kind": "metricWindow", "scope": "run", "metric": {"kind": "inbuilt", "key": "bytes_in"},
+            "aggregate": "sum", "op": "gt", "value": 1}),
+        ),
     ];
     let mut rules: Vec<Value> = conditions
         .iter()

@@ -12,6 +12,9 @@ Warns about rules that can never be evaluated (disabled, mode off, or no `tool` 
 and about block/hitl rules that fail open: their condition can be unknown (missing data such as a \
 `timeGate` without the end user's timezone, an absent `toolArg`, a failing signal) while \
 `onMissing`/`onMissingDefault` resolves unknown to allow. \
+Also warns where toolgate reads Handlebar's current spec differently on purpose (a \
+`metricWindow.filter`, which Handlebar now ignores; `windowSeconds` on a run-scoped \
+`metricWindow`) and about `custom` conditions, which the host must register. \
 Rule ids must be unique across all the files given, as they are when loaded into one engine.\n\n\
 Exit status: 0 when every file is valid, 1 otherwise.";
 
@@ -149,11 +152,57 @@ fn warnings(p: &Policy) -> Vec<String> {
                 "rules[{i}] \"{}\": mode is off, so never evaluated",
                 r.id
             ));
-        } else if let Some(w) = fails_open(p, r) {
-            out.push(format!("rules[{i}] \"{}\": {w}", r.id));
+        } else {
+            if let Some(w) = fails_open(p, r) {
+                out.push(format!("rules[{i}] \"{}\": {w}", r.id));
+            }
+            differences(&r.condition, &format!("rules[{i}].condition"), &mut out);
         }
     }
     out
+}
+
+/// Where toolgate reads a condition differently from Handlebar on purpose, or needs the host
+/// (design §11): one warning per place, with its JSON path.
+fn differences(c: &crate::policy::Condition, path: &str, out: &mut Vec<String>) {
+    use crate::policy::{Condition, Scope};
+    match c {
+        Condition::Custom { name, .. } => out.push(format!(
+            "{path}: custom condition \"{name}\" is a host function: register it with \
+             EngineBuilder::custom_condition or engine.register_condition (check cannot see \
+             it); while none is registered the condition is missing data"
+        )),
+        Condition::MetricWindow {
+            scope,
+            window_seconds,
+            filter,
+            ..
+        } => {
+            if filter.is_some() {
+                out.push(format!(
+                    "{path}.filter: Handlebar now ignores metricWindow.filter; toolgate keeps \
+                     applying it (only events of matching tools count)"
+                ));
+            }
+            if *scope == Scope::Run && window_seconds.is_some() {
+                out.push(format!(
+                    "{path}.windowSeconds: Handlebar ignores windowSeconds for scope \"run\" \
+                     (it aggregates since the run started); toolgate applies it as a sliding \
+                     window within the run (remove it for Handlebar's meaning)"
+                ));
+            }
+        }
+        Condition::And(cs) => cs
+            .iter()
+            .enumerate()
+            .for_each(|(i, c)| differences(c, &format!("{path}.all[{i}]"), out)),
+        Condition::Or(cs) => cs
+            .iter()
+            .enumerate()
+            .for_each(|(i, c)| differences(c, &format!("{path}.any[{i}]"), out)),
+        Condition::Not(c) => differences(c, &format!("{path}.not"), out),
+        _ => {}
+    }
 }
 
 /// A block/hitl rule whose condition can be unknown (missing data) while unknown resolves to
@@ -182,12 +231,12 @@ fn fails_open(p: &Policy, r: &crate::policy::Rule) -> Option<String> {
 
 /// The first part of a condition that can be unknown (missing data), if any.
 fn unknown_source(c: &crate::policy::Condition, phase: Phase, org_tz: bool) -> Option<String> {
-    use crate::policy::{Aggregate, Condition, TimeScope, TimezoneSource};
+    use crate::policy::{Aggregate, ArgTest, Condition, TimeScope, TimezoneSource};
     match c {
         Condition::ToolArg {
-            path,
+            path: Some(path),
+            test: ArgTest::String(_) | ArgTest::Number(..) | ArgTest::Boolean(_),
             on_missing: None,
-            ..
         } => Some(format!("toolArg \"{path}\" (absent or of another type)")),
         Condition::ExecutionTime {
             scope: TimeScope::Tool,

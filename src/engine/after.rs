@@ -240,12 +240,21 @@ impl Run {
         }
 
         if audit {
+            // Strings a sensitiveData rule detected (before or now) are redacted.
+            let after_redaction = decision.as_ref().and_then(|d| {
+                super::conditions::redaction(
+                    &pending.args,
+                    pending.redaction.as_deref(),
+                    &d.evaluated,
+                )
+            });
+            let redaction = after_redaction.as_ref().or(pending.redaction.as_deref());
             if let Some(d) = &decision {
                 let body = json!({
                     "phase": "tool.after",
                     "callId": call_id,
                     "tool": {"name": pending.name, "tags": pending.tags},
-                    "args": pending.args,
+                    "args": redaction.map_or(&pending.args, |r| &r.args),
                     "decision": d,
                 });
                 self.emit(EventKind::ToolDecision, obj(body), now);
@@ -255,7 +264,12 @@ impl Run {
                 .evaluate_tool_output(&self.shared, &pending.name, &pending.args, &outcome)
                 .await;
             // The outcome is ours: its output moves into the event.
-            let ToolOutcome { output, error, .. } = outcome;
+            let ToolOutcome {
+                mut output, error, ..
+            } = outcome;
+            if let (Some(r), Some(out)) = (redaction, output.as_mut()) {
+                super::conditions::redact_strings(out, &r.detectors);
+            }
             let body = Body::ToolResult {
                 call: pending,
                 duration_ms,

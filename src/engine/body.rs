@@ -78,7 +78,7 @@ impl Body {
                 "phase": "tool.before",
                 "callId": call.id,
                 "tool": {"name": call.name, "tags": call.tags},
-                "args": call.args,
+                "args": call.audit_args(),
                 "subjects": subjects,
                 "decision": decision,
             })),
@@ -296,6 +296,16 @@ pub(crate) const SCHEMA_MEMBER: &str = ",\"schema\":\"toolgate.audit.v1\",\"seq\
 pub(crate) fn write_run_context(ctx: &RunContext, out: &mut String) {
     out.push_str("{\"agentId\":");
     write_string(&ctx.agent_id, out);
+    if !ctx.agent_tags.is_empty() {
+        out.push_str(",\"agentTags\":[");
+        for (i, t) in ctx.agent_tags.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_string(t, out);
+        }
+        out.push(']');
+    }
     if let Some(u) = &ctx.enduser {
         out.push_str(",\"enduser\":{\"id\":");
         write_string(&u.id, out);
@@ -370,7 +380,7 @@ fn seal_typed(
             decision.write_canonical(scratch);
             let decision = decision_at..scratch.len();
             let parts = BeforeParts {
-                args: &call.args,
+                args: call.audit_args(),
                 call_id: &call.id,
                 decision: &scratch[decision],
                 subjects: &scratch[subjects],

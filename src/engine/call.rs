@@ -27,6 +27,9 @@ pub struct RunContext {
     pub run_id: String,
     /// The agent.
     pub agent_id: String,
+    /// The agent's tags (policies' `agentSelector` reads them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_tags: Vec<String>,
     /// A session grouping runs, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -41,9 +44,16 @@ impl RunContext {
         RunContext {
             run_id: run_id.into(),
             agent_id: agent_id.into(),
+            agent_tags: Vec::new(),
             session_id: None,
             enduser: None,
         }
+    }
+
+    /// Sets the agent's tags (matched by policies' `agentSelector`).
+    pub fn with_agent_tags<S: Into<String>>(mut self, tags: impl IntoIterator<Item = S>) -> Self {
+        self.agent_tags = tags.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Sets the end user.

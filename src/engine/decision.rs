@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::policy::{EffectType, Phase};
+use crate::policy::{Detector, EffectType, Phase};
 
 /// Why a decision came out as it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -83,6 +83,75 @@ pub struct EvaluatedRule {
     /// An error met while evaluating it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What its `sensitiveData` conditions detected: detectors and argument paths, never the
+    /// matched text.
+    /// (`None` when nothing was detected: the common case costs one null pointer.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detected: Option<Box<[Detection]>>,
+}
+
+impl Serialize for Detector {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A segment of an argument path, borrowed from the arguments while they are scanned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ArgPathSeg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// A segment of an argument path, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OwnedSeg {
+    Key(String),
+    Index(usize),
+}
+
+/// A `sensitiveData` detection: which detector matched a string and where in the arguments
+/// (a dot path, empty for the arguments themselves). The matched text is never kept.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Detection {
+    /// The detector.
+    pub detector: Detector,
+    /// Dot path of the string in the arguments (`to`, `items.0.body`).
+    pub path: String,
+    /// The path's segments (keys may contain dots).
+    #[serde(skip)]
+    pub(crate) segs: Vec<OwnedSeg>,
+    /// The string is redacted from the audit trail (`redactDetected`).
+    #[serde(skip)]
+    pub(crate) redact: bool,
+}
+
+impl Detection {
+    pub(crate) fn new(detector: Detector, segs: &[ArgPathSeg<'_>], redact: bool) -> Detection {
+        let mut path = String::new();
+        let mut owned = Vec::with_capacity(segs.len());
+        for (i, s) in segs.iter().enumerate() {
+            if i > 0 {
+                path.push('.');
+            }
+            match s {
+                ArgPathSeg::Key(k) => {
+                    path.push_str(k);
+                    owned.push(OwnedSeg::Key((*k).to_string()));
+                }
+                ArgPathSeg::Index(n) => {
+                    path.push_str(itoa::Buffer::new().format(*n));
+                    owned.push(OwnedSeg::Index(*n));
+                }
+            }
+        }
+        Detection {
+            detector,
+            path,
+            segs: owned,
+            redact,
+        }
+    }
 }
 
 /// A signal the decision asked for.

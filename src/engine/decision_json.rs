@@ -23,10 +23,26 @@ fn bool_text(b: bool) -> &'static str {
 }
 
 impl EvaluatedRule {
-    /// Writes the canonical JSON of this entry (keys: effect, error, missing, ruleId, shadow,
-    /// triggered).
+    /// Writes the canonical JSON of this entry (keys: detected, effect, error, missing, ruleId,
+    /// shadow, triggered).
     fn write_canonical(&self, out: &mut String) {
-        out.push_str("{\"effect\":\"");
+        if let Some(detected) = &self.detected {
+            out.push_str("{\"detected\":[");
+            for (i, d) in detected.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                // A detector's name needs no escape.
+                out.push_str("{\"detector\":\"");
+                out.push_str(d.detector.as_str());
+                out.push_str("\",\"path\":");
+                write_string(&d.path, out);
+                out.push('}');
+            }
+            out.push_str("],\"effect\":\"");
+        } else {
+            out.push_str("{\"effect\":\"");
+        }
         // An effect's name needs no escape.
         out.push_str(self.effect.as_str());
         out.push('"');
@@ -180,6 +196,7 @@ mod tests {
             effect: EffectType::Hitl,
             shadow: true,
             missing: vec!["signal x: \u{1}".into(), "tz".into()],
+            detected: None,
             error: Some("bad".into()),
         }];
         d.signals = vec![SignalRecord {
@@ -225,7 +242,7 @@ mod tests {
                 reason.map(Arc::from));
             d.rule_id = rule.map(Arc::from);
             d.evaluated = rules.into_iter().map(|(id, t, e, s, missing, error)| EvaluatedRule {
-                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error,
+                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error, detected: None,
             }).collect();
             d.hitl = hitl.map(|(id, s, fp)| HitlInfo {
                 review_id: id,

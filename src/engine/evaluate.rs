@@ -47,6 +47,8 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) missing: Vec<String>,
     /// Effect forced by a condition's `onMissing` in the current rule.
     pub(crate) effect_override: Option<EffectType>,
+    /// What `sensitiveData` conditions detected in the current rule.
+    pub(crate) detections: Vec<super::decision::Detection>,
     /// On a shared state store: what the decision read from it (conditions read here).
     pub(crate) remote: Option<super::shared_state::RemoteView>,
 }
@@ -75,6 +77,7 @@ impl<'a> DecisionCtx<'a> {
             signals: Vec::new(),
             missing: Vec::new(),
             effect_override: None,
+            detections: Vec::new(),
             remote: None,
         }
     }
@@ -144,6 +147,63 @@ impl DecisionCtx<'_> {
             duration_us,
         });
         value
+    }
+}
+
+impl DecisionCtx<'_> {
+    /// The rules whose policy applies to the run's agent (its `agentSelector`).
+    #[cold]
+    fn selected_rules(&self, rules: &[u32]) -> SmallVec<[u32; 16]> {
+        let ctx = &self.run.context;
+        rules
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let p = self.policies.rules[i as usize].policy as usize;
+                match self
+                    .policies
+                    .policies
+                    .get(p)
+                    .and_then(|p| p.agents.as_ref())
+                {
+                    None => true,
+                    Some(a) => a.selects(&ctx.agent_id, &ctx.agent_tags),
+                }
+            })
+            .collect()
+    }
+
+    /// A custom condition's value: its registered function called with `args` and the call's
+    /// context, with the signal timeout; panics, errors, timeouts and unregistered names are
+    /// missing data.
+    pub(crate) async fn custom_value(&mut self, name: &Arc<str>, args: &Value) -> Tri {
+        let f = self.engine.customs.load().get(&**name).cloned();
+        let Some(f) = f else {
+            self.note_missing(format!("custom {name}: no function registered"));
+            return Tri::Unknown;
+        };
+        let cc = super::CustomContext {
+            tool_name: self.call.name.to_string(),
+            tool_tags: self.call.tags.to_vec(),
+            args: self.call.args.clone(),
+            run: self.run.context.clone(),
+        };
+        let args = args.clone();
+        let timeout = self.engine.signal_timeout;
+        match call_user_code(timeout, || f.call(args, cc)).await {
+            Ok(b) => b.into(),
+            Err(e) => {
+                let why = match e {
+                    UserCodeFailure::Panicked => "the function panicked".to_string(),
+                    UserCodeFailure::Failed(e) => format!("the function failed: {e}"),
+                    UserCodeFailure::TimedOut => {
+                        format!("timed out after {} ms", timeout.as_millis())
+                    }
+                };
+                self.note_missing(format!("custom {name}: {why}"));
+                Tri::Unknown
+            }
+        }
     }
 }
 
@@ -345,6 +405,11 @@ impl Combiner {
             shadow: rule.shadow,
             missing: std::mem::take(&mut ctx.missing),
             error: None,
+            detected: if ctx.detections.is_empty() {
+                None
+            } else {
+                Some(std::mem::take(&mut ctx.detections).into_boxed_slice())
+            },
         });
     }
 
@@ -369,6 +434,15 @@ impl Combiner {
 
 /// Evaluates the rules in play and combines their effects; signal providers are awaited.
 pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return Box::pin(evaluate_selected(ctx, &selected)).await;
+    }
+    evaluate_selected(ctx, rules).await
+}
+
+/// [`evaluate_rules`] over rules already filtered by their policies' `agentSelector`.
+async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;
@@ -386,6 +460,15 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> 
 
 /// Evaluates rules none of which asks a signal provider, without a runtime.
 pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return evaluate_selected_sync(ctx, &selected);
+    }
+    evaluate_selected_sync(ctx, rules)
+}
+
+#[inline(always)]
+fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
     let mut c = Combiner::new(ctx, rules.len());
     for &i in rules {
         let i = i as usize;

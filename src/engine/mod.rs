@@ -22,7 +22,8 @@ mod blocking;
 mod body;
 mod call;
 mod clock;
-mod conditions;
+pub(crate) mod conditions;
+mod custom;
 mod decision;
 mod decision_json;
 mod evaluate;
@@ -61,6 +62,7 @@ pub use hitl::{
 pub use observe::DecisionObserver;
 pub use run::Run;
 
+pub use custom::{CustomCondition, CustomContext};
 pub(crate) use profile::ToolCache;
 pub use signals::SignalProvider;
 pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
@@ -129,6 +131,7 @@ pub(crate) struct EngineInner {
     /// End-user time zone names parsed (see `tz.rs`).
     pub(crate) tz_names: tz::TzNames,
     pub(crate) signals: ArcSwap<SignalRegistry>,
+    pub(crate) customs: ArcSwap<custom::CustomRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
     pub(crate) audit: Option<AuditState>,
@@ -172,6 +175,7 @@ pub struct EngineBuilder {
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
+    customs: custom::CustomRegistry,
 }
 
 impl Default for EngineBuilder {
@@ -197,6 +201,7 @@ impl Default for EngineBuilder {
             tool_evals: Vec::new(),
             run_eval: None,
             observers: Vec::new(),
+            customs: custom::CustomRegistry::new(),
         }
     }
 }
@@ -436,6 +441,7 @@ impl EngineBuilder {
                 fingerprints: fp_cache::FingerprintCache::default(),
                 tz_names: tz::TzNames::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
+                customs: ArcSwap::from_pointee(self.customs),
                 extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),
                 audit,

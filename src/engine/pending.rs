@@ -15,6 +15,15 @@ pub(crate) struct CallRecord {
     pub(crate) name: String,
     pub(crate) tags: Vec<String>,
     pub(crate) args: Value,
+    /// The arguments as the audit trail writes them, when `sensitiveData` detected something.
+    pub(crate) redaction: Option<Box<super::conditions::Redaction>>,
+}
+
+impl CallRecord {
+    /// The arguments as audit events carry them (detected strings redacted).
+    pub(crate) fn audit_args(&self) -> &Value {
+        self.redaction.as_ref().map_or(&self.args, |r| &r.args)
+    }
 }
 
 /// An entry of [`PendingCalls`], found by the call's id.
@@ -80,6 +89,7 @@ mod tests {
             name: "t".into(),
             tags: vec![],
             args: Value::from(n),
+            redaction: None,
         })
     }
 

@@ -65,6 +65,7 @@ impl ToolProfile {
         for (i, e) in policies.seq_entries.iter().enumerate() {
             let hit = match e {
                 CSeqEntry::Glob(g) => g.is_match(&*name_lc),
+                CSeqEntry::Names(g) => g.is_match(&*name_lc),
                 CSeqEntry::Tags { tags, all: true } => tags.iter().all(|t| tags_lc.contains(t)),
                 CSeqEntry::Tags { tags, all: false } => tags.iter().any(|t| tags_lc.contains(t)),
             };
@@ -125,6 +126,11 @@ fn selected_counters(policies: &CompiledPolicies, name_lc: &str, tags_lc: &[Stri
     }
     hits.sort_unstable();
     hits.dedup();
+    hits.retain(|&c| {
+        idx.counters
+            .get(c as usize)
+            .is_some_and(|s| s.passes(tags_lc))
+    });
     hits.into_boxed_slice()
 }
 

@@ -437,11 +437,17 @@ impl Run {
             return decision;
         }
         // Kept once: the pending set and the audit event share it (no copy of the arguments).
+        let redaction = if self.engine.audit_enabled() {
+            super::conditions::redaction(&args, None, &decision.evaluated).map(Box::new)
+        } else {
+            None
+        };
         let call = Arc::new(CallRecord {
             id,
             name,
             tags,
             args,
+            redaction,
         });
         if proceeds {
             self.shared.pending.lock().insert(call.clone());

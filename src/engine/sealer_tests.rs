@@ -65,6 +65,12 @@ fn decisions() -> Vec<Decision> {
             shadow: false,
             missing: Vec::new(),
             error: None,
+            detected: Some(Box::new([crate::engine::decision::Detection {
+                detector: crate::policy::Detector::CreditCard,
+                path: "card.\"no\"".into(),
+                segs: Vec::new(),
+                redact: true,
+            }])),
         },
         EvaluatedRule {
             rule_id: Arc::from("shadowed"),
@@ -73,6 +79,7 @@ fn decisions() -> Vec<Decision> {
             shadow: true,
             missing: vec!["signal:risk".into()],
             error: Some("timeout\u{0}".into()),
+            detected: None,
         },
     ];
     block.signals = vec![SignalRecord {
@@ -126,6 +133,7 @@ fn record(i: usize) -> Arc<CallRecord> {
         } else {
             tricky_args(i)
         },
+        redaction: None,
     })
 }
 
@@ -434,6 +442,7 @@ proptest! {
     ) {
         let ctx = RunContext {
             run_id,
+            agent_tags: agent_id.chars().take(3).map(|c| format!("t{c}\"")).collect(),
             agent_id,
             session_id,
             enduser: enduser.map(|(id, tags)| crate::engine::Enduser { id, tags }),

@@ -51,12 +51,45 @@ pub struct CompiledPolicies {
     pub(crate) trackers_by_metric: HashMap<String, Vec<usize>>,
     /// The org timezone of the first policy that sets one.
     pub(crate) org_timezone: Option<Tz>,
+    /// Some policy has an `agentSelector`: decisions skip the rules of policies that do not
+    /// select the run's agent.
+    pub(crate) agent_gated: bool,
     pub(crate) source: Vec<Policy>,
 }
 
 #[derive(Debug)]
 pub(crate) struct PolicyInfo {
     pub(crate) combine: Combine,
+    /// The policy's `agentSelector`, compiled.
+    pub(crate) agents: Option<CAgentSelector>,
+}
+
+/// A compiled `agentSelector` (tags lowercased, slugs as one case-insensitive glob set).
+#[derive(Debug)]
+pub(crate) struct CAgentSelector {
+    slugs: Option<GlobSet>,
+    any_of_tags: Option<Vec<String>>,
+    all_of_tags: Vec<String>,
+}
+
+impl CAgentSelector {
+    fn compile(a: &AgentSelector) -> Result<CAgentSelector, globset::Error> {
+        Ok(CAgentSelector {
+            slugs: a.any_of_slugs.as_deref().map(glob_set).transpose()?,
+            any_of_tags: a.any_of_tags.as_deref().map(lower),
+            all_of_tags: a.all_of_tags.as_deref().map(lower).unwrap_or_default(),
+        })
+    }
+
+    /// Whether a run of this agent (id and tags) is selected: the parts present all hold.
+    pub(crate) fn selects(&self, agent_id: &str, tags: &[String]) -> bool {
+        let has = |t: &String| tags.iter().any(|x| x.eq_ignore_ascii_case(t));
+        self.slugs
+            .as_ref()
+            .is_none_or(|g| g.is_match(agent_id.to_lowercase()))
+            && self.any_of_tags.as_ref().is_none_or(|a| a.iter().any(has))
+            && self.all_of_tags.iter().all(has)
+    }
 }
 
 /// Rules of one phase, indexed by tool name.
@@ -164,12 +197,15 @@ pub(crate) enum CArgTest {
     Str(StrTest),
     Num(CmpOp, f64),
     Bool(bool),
+    /// `exists` (true) / `notExists` (false).
+    Exists(bool),
 }
 
 /// A compiled sequence entry.
 #[derive(Debug)]
 pub(crate) enum CSeqEntry {
     Glob(GlobMatcher),
+    Names(GlobSet),
     Tags { tags: Vec<String>, all: bool },
 }
 
@@ -211,7 +247,8 @@ pub(crate) enum CCond {
     ToolName(StrTest),
     ToolTag(TagOp),
     ToolArg {
-        path: Vec<String>,
+        /// Empty: scan mode (every leaf of the test's type).
+        path: Option<Vec<String>>,
         test: CArgTest,
         on_missing: Option<EffectType>,
     },
@@ -251,6 +288,11 @@ pub(crate) enum CCond {
         value: SignalValue,
         on_missing: Option<EffectType>,
     },
+    SensitiveData(Box<crate::engine::conditions::CSensitive>),
+    Custom {
+        name: Arc<str>,
+        args: Value,
+    },
     And(Vec<CCond>),
     Or(Vec<CCond>),
     Not(Box<CCond>),
@@ -274,7 +316,21 @@ pub(crate) struct CounterSpec {
     pub(crate) slot: u64,
     pub(crate) scope: Scope,
     pub(crate) window_seconds: Option<u64>,
+    /// `tagFilter`, lowercased: a call of a tool lacking one of these is neither counted nor
+    /// limited.
+    pub(crate) tag_filter: Vec<String>,
 }
+
+impl CounterSpec {
+    /// Whether a tool with these (lowercased) tags passes the counter's `tagFilter`.
+    pub(crate) fn passes(&self, tags_lc: &[String]) -> bool {
+        self.tag_filter.iter().all(|t| tags_lc.contains(t))
+    }
+}
+
+/// The window of a run-scoped `metricWindow` without `windowSeconds` ("since the run
+/// started"): 7 days, longer than any run is expected to last.
+pub(crate) const RUN_WINDOW_SECONDS: u64 = 7 * 24 * 3600;
 
 /// One metric tracker (scope, metric, window, filter).
 #[derive(Debug)]
@@ -327,6 +383,8 @@ struct Compiler<'a> {
     trackers_by_metric: HashMap<String, Vec<usize>>,
     errors: Vec<PolicyError>,
     file: Option<&'a Path>,
+    /// The current policy's `redactDetected`.
+    redact_detected: bool,
 }
 
 struct CounterIndexBuilder {
@@ -383,7 +441,9 @@ impl Compiler<'_> {
                 test,
                 on_missing,
             } => CCond::ToolArg {
-                path: p.split('.').map(str::to_string).collect(),
+                path: p
+                    .as_deref()
+                    .map(|p| p.split('.').map(str::to_string).collect()),
                 test: match test {
                     ArgTest::String(op) => match StrTest::compile(op, false) {
                         Ok(t) => CArgTest::Str(t),
@@ -394,6 +454,8 @@ impl Compiler<'_> {
                     },
                     ArgTest::Number(op, v) => CArgTest::Num(*op, *v),
                     ArgTest::Boolean(b) => CArgTest::Bool(*b),
+                    ArgTest::Exists => CArgTest::Exists(true),
+                    ArgTest::NotExists => CArgTest::Exists(false),
                 },
                 on_missing: *on_missing,
             },
@@ -419,6 +481,9 @@ impl Compiler<'_> {
                         // Identical entries share one id (one bit per history entry).
                         let key = match e {
                             SequenceEntry::Glob(g) => format!("g\u{1f}{}", g.to_lowercase()),
+                            SequenceEntry::Names(p) => {
+                                format!("n\u{1f}{}", lower(p).join("\u{1f}"))
+                            }
                             SequenceEntry::Tags { tags, all } => {
                                 format!("t\u{1f}{all}\u{1f}{}", lower(tags).join("\u{1f}"))
                             }
@@ -430,6 +495,13 @@ impl Compiler<'_> {
                         let entry = match e {
                             SequenceEntry::Glob(g) => match glob_matcher(g) {
                                 Ok(m) => CSeqEntry::Glob(m),
+                                Err(e) => {
+                                    self.err(path.into(), e.to_string());
+                                    return None;
+                                }
+                            },
+                            SequenceEntry::Names(p) => match glob_set(p) {
+                                Ok(m) => CSeqEntry::Names(m),
                                 Err(e) => {
                                     self.err(path.into(), e.to_string());
                                     return None;
@@ -456,19 +528,26 @@ impl Compiler<'_> {
                 max,
                 window_seconds,
                 per,
+                tag_filter,
             } => {
                 let b = &mut self.counters;
                 let idx = b.counters.len() as u32;
                 let scope = per.unwrap_or(Scope::Run);
                 let sig = format!(
-                    "maxCalls|{rule_id}|{n}|{}|{:?}|{window_seconds:?}",
+                    "maxCalls|{rule_id}|{n}|{}|{:?}|{window_seconds:?}{}",
                     scope.as_str(),
-                    selector
+                    selector,
+                    // Absent from the signature when unset: existing counters keep their slot.
+                    tag_filter
+                        .as_deref()
+                        .map(|t| format!("|{}", lower(t).join(",")))
+                        .unwrap_or_default()
                 );
                 b.counters.push(CounterSpec {
                     slot: stable_hash(&sig),
                     scope,
                     window_seconds: *window_seconds,
+                    tag_filter: tag_filter.as_deref().map(lower).unwrap_or_default(),
                 });
                 match selector {
                     CallSelector::ToolName(patterns) => {
@@ -508,7 +587,7 @@ impl Compiler<'_> {
                 on_missing,
             } => {
                 let sig = format!(
-                    "metric|{}|{}|{window_seconds}|{filter:?}",
+                    "metric|{}|{}|{window_seconds:?}|{filter:?}",
                     scope.as_str(),
                     metric.key()
                 );
@@ -533,7 +612,7 @@ impl Compiler<'_> {
                         self.trackers.push(TrackerSpec {
                             slot,
                             scope: *scope,
-                            window_seconds: *window_seconds,
+                            window_seconds: window_seconds.unwrap_or(RUN_WINDOW_SECONDS),
                             filter_names,
                             filter_tags,
                         });
@@ -628,6 +707,20 @@ impl Compiler<'_> {
                 },
                 on_missing: *on_missing,
             },
+            Condition::Custom { name, args } => CCond::Custom {
+                name: Arc::from(name.as_str()),
+                args: args.clone().unwrap_or(Value::Null),
+            },
+            Condition::SensitiveData {
+                path: p,
+                all,
+                detectors,
+            } => CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
+                p.as_deref(),
+                *all,
+                detectors,
+                self.redact_detected,
+            ))),
             Condition::And(cs) | Condition::Or(cs) => {
                 let mut out = Vec::with_capacity(cs.len());
                 let key = if matches!(c, Condition::And(_)) {
@@ -707,16 +800,18 @@ impl CompiledPolicies {
             trackers_by_metric: HashMap::new(),
             errors: Vec::new(),
             file: None,
+            redact_detected: true,
         };
         for (pi, ri) in order {
             let policy = &policies[pi];
             let rule = &policy.rules[ri];
             c.file = files.get(pi).copied().flatten();
+            c.redact_detected = policy.meta.redact_detected;
             let mode = rule.mode.unwrap_or(policy.meta.mode);
             let Some(tool) = &rule.selector.tool else {
                 continue;
             };
-            if !rule.enabled || mode == Mode::Off {
+            if !rule.enabled || mode == Mode::Off || !policy.meta.enabled {
                 continue;
             }
             let mut ordinal = 0;
@@ -727,7 +822,8 @@ impl CompiledPolicies {
             let mut needs_subjects = false;
             let mut has_signal = false;
             rule.condition.walk(&mut |c| {
-                has_signal |= matches!(c, Condition::Signal { .. });
+                // Custom conditions are awaited like signals.
+                has_signal |= matches!(c, Condition::Signal { .. } | Condition::Custom { .. });
                 needs_subjects |= match c {
                     Condition::RequireSubject(_) => true,
                     Condition::Signal { args, .. } => args
@@ -801,6 +897,29 @@ impl CompiledPolicies {
         if !c.errors.is_empty() {
             return Err(PolicyErrors(c.errors));
         }
+        let mut infos = Vec::with_capacity(policies.len());
+        for (pi, p) in policies.iter().enumerate() {
+            let agents = match p.meta.agent_selector.as_ref().map(CAgentSelector::compile) {
+                None => None,
+                Some(Ok(a)) => Some(a),
+                Some(Err(e)) => {
+                    errors.push(PolicyError {
+                        file: files.get(pi).copied().flatten().map(Path::to_path_buf),
+                        path: "policy.agentSelector.anyOfSlugs".into(),
+                        message: e.to_string(),
+                    });
+                    None
+                }
+            };
+            infos.push(PolicyInfo {
+                combine: p.meta.combine,
+                agents,
+            });
+        }
+        if !errors.is_empty() {
+            return Err(PolicyErrors(errors));
+        }
+        let agent_gated = infos.iter().any(|i| i.agents.is_some());
         let mut org_timezone = None;
         for p in &policies {
             if let Some(tz) = p
@@ -814,12 +933,8 @@ impl CompiledPolicies {
             }
         }
         Ok(CompiledPolicies {
-            policies: policies
-                .iter()
-                .map(|p| PolicyInfo {
-                    combine: p.meta.combine,
-                })
-                .collect(),
+            policies: infos,
+            agent_gated,
             rules,
             phases,
             counters: CounterIndex {

@@ -11,6 +11,7 @@ use super::error::{PolicyError, PolicyErrors};
 use super::types::*;
 
 mod fields;
+mod sensitive;
 mod signals;
 mod tools;
 
@@ -196,6 +197,9 @@ impl Parser {
                 "onMissingDefault",
                 "timezone",
                 "version",
+                "redactDetected",
+                "enabled",
+                "agentSelector",
             ],
         )?;
         let name = match o.map.get("name") {
@@ -214,6 +218,12 @@ impl Parser {
         );
         let on_missing_default = self.opt_enum(&o, "onMissingDefault", EFFECTS);
         let timezone = self.opt_str(&o, "timezone");
+        let redact_detected = self.opt_bool(&o, "redactDetected");
+        let enabled = self.opt_bool(&o, "enabled");
+        let agent_selector = match o.map.get("agentSelector") {
+            None => Some(None),
+            Some(v) => self.agent_selector(v, "policy.agentSelector").map(Some),
+        };
         if let Some(Some(tz)) = &timezone {
             self.timezone(tz, "policy.timezone");
         }
@@ -229,6 +239,37 @@ impl Parser {
             combine: combine?.unwrap_or(Combine::MostSevereWins),
             on_missing_default: on_missing_default?.unwrap_or(EffectType::Allow),
             timezone: timezone?,
+            redact_detected: redact_detected?.unwrap_or(true),
+            enabled: enabled?.unwrap_or(true),
+            agent_selector: agent_selector?,
+        })
+    }
+
+    fn agent_selector(&mut self, v: &Value, path: &str) -> Option<AgentSelector> {
+        let o = self.obj(
+            v,
+            path,
+            "an agentSelector",
+            &["anyOfSlugs", "anyOfTags", "allOfTags"],
+        )?;
+        let list = |p: &mut Parser, key: &str| -> Option<Option<Vec<String>>> {
+            match o.map.get(key) {
+                None => Some(None),
+                Some(_) => p.req_str_list(&o, key, false).map(Some),
+            }
+        };
+        let slugs = list(self, "anyOfSlugs");
+        let any = list(self, "anyOfTags");
+        let all = list(self, "allOfTags");
+        if let Some(Some(s)) = &slugs
+            && !self.globs(s, &join(path, "anyOfSlugs"), false)
+        {
+            return None;
+        }
+        Some(AgentSelector {
+            any_of_slugs: slugs?,
+            any_of_tags: any?,
+            all_of_tags: all?,
         })
     }
 
@@ -439,6 +480,15 @@ impl Parser {
             "timeGate" => self.time_gate(v, path),
             "requireSubject" => self.require_subject(v, path),
             "signal" => self.signal(v, path),
+            "sensitiveData" => self.sensitive_data(v, path),
+            "custom" => {
+                let o = self.obj(v, path, "a custom condition", &["kind", "name", "args"])?;
+                let name = self.non_empty_str(&o, "name")?;
+                Some(Condition::Custom {
+                    name,
+                    args: o.map.get("args").cloned(),
+                })
+            }
             "and" | "or" => {
                 let key = if kind == "and" { "all" } else { "any" };
                 let keys: &'static [&'static str] = if kind == "and" {
@@ -535,6 +585,8 @@ pub const CONDITION_KINDS: &[&str] = &[
     "timeGate",
     "requireSubject",
     "signal",
+    "sensitiveData",
+    "custom",
     "and",
     "or",
     "not",

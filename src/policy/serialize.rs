@@ -52,6 +52,19 @@ impl Policy {
             m.on_missing_default.as_str().into(),
         );
         put_opt(&mut meta, "timezone", m.timezone.clone());
+        if !m.redact_detected {
+            meta.insert("redactDetected".into(), false.into());
+        }
+        if !m.enabled {
+            meta.insert("enabled".into(), false.into());
+        }
+        if let Some(a) = &m.agent_selector {
+            let mut s = Map::new();
+            put_opt(&mut s, "anyOfSlugs", a.any_of_slugs.as_deref().map(strs));
+            put_opt(&mut s, "anyOfTags", a.any_of_tags.as_deref().map(strs));
+            put_opt(&mut s, "allOfTags", a.all_of_tags.as_deref().map(strs));
+            meta.insert("agentSelector".into(), Value::Object(s));
+        }
         json!({
             "policy": meta,
             "rules": self.rules.iter().map(Rule::to_json).collect::<Vec<_>>(),
@@ -109,6 +122,7 @@ fn seq_json(entries: &[SequenceEntry]) -> Value {
             .iter()
             .map(|e| match e {
                 SequenceEntry::Glob(g) => Value::String(g.clone()),
+                SequenceEntry::Names(p) => json!({"by": "toolName", "patterns": p}),
                 SequenceEntry::Tags { tags, all } => {
                     json!({"by": "toolTag", "tags": strs(tags), "op": if *all { "allOf" } else { "anyOf" }})
                 }
@@ -177,8 +191,16 @@ impl Condition {
                 test,
                 on_missing,
             } => {
-                m.insert("path".into(), path.clone().into());
+                put_opt(&mut m, "path", path.clone());
                 match test {
+                    ArgTest::Exists | ArgTest::NotExists => {
+                        let op = if matches!(test, ArgTest::Exists) {
+                            "exists"
+                        } else {
+                            "notExists"
+                        };
+                        m.insert("op".into(), op.into());
+                    }
                     ArgTest::String(op) => {
                         m.insert("type".into(), "string".into());
                         m.insert("op".into(), op.op_name().into());
@@ -251,6 +273,7 @@ impl Condition {
                 max,
                 window_seconds,
                 per,
+                tag_filter,
             } => {
                 m.insert(
                     "selector".into(),
@@ -261,6 +284,9 @@ impl Condition {
                 );
                 m.insert("max".into(), (*max).into());
                 put_opt(&mut m, "windowSeconds", *window_seconds);
+                if let Some(t) = tag_filter {
+                    m.insert("tagFilter".into(), strs(t));
+                }
                 put_opt(&mut m, "per", per.map(Scope::as_str));
             }
             Condition::MetricWindow {
@@ -282,7 +308,7 @@ impl Condition {
                     },
                 );
                 m.insert("aggregate".into(), aggregate.as_str().into());
-                m.insert("windowSeconds".into(), (*window_seconds).into());
+                put_opt(&mut m, "windowSeconds", *window_seconds);
                 m.insert("op".into(), op.as_str().into());
                 m.insert("value".into(), json_number(*value));
                 if let Some(f) = filter {
@@ -348,6 +374,43 @@ impl Condition {
                 m.insert("op".into(), op.as_str().into());
                 m.insert("value".into(), value.clone());
                 put_opt(&mut m, "onMissing", on_missing.map(EffectType::as_str));
+            }
+            Condition::Custom { name, args } => {
+                m.insert("name".into(), name.clone().into());
+                if let Some(a) = args {
+                    m.insert("args".into(), a.clone());
+                }
+            }
+            Condition::SensitiveData {
+                path,
+                all,
+                detectors,
+            } => {
+                m.insert("target".into(), "toolArg".into());
+                put_opt(&mut m, "path", path.clone());
+                m.insert("op".into(), if *all { "allOf" } else { "anyOf" }.into());
+                let entries = detectors
+                    .iter()
+                    .map(|d| {
+                        let mut e = Map::new();
+                        e.insert("detector".into(), d.detector.as_str().into());
+                        if let Some(sc) = &d.sub_condition {
+                            e.insert(
+                                "subCondition".into(),
+                                json!({
+                                    "check": sc.check.as_str(),
+                                    "op": sc.op.as_str(),
+                                    "value": match &sc.value {
+                                        SubValue::One(s) => Value::from(s.clone()),
+                                        SubValue::List(l) => Value::from(l.clone()),
+                                    },
+                                }),
+                            );
+                        }
+                        Value::Object(e)
+                    })
+                    .collect();
+                m.insert("detectors".into(), Value::Array(entries));
             }
             Condition::And(cs) => {
                 m.insert(

@@ -10,7 +10,9 @@ use std::fmt;
 use serde_json::Value;
 
 mod parts;
+mod sensitive;
 pub use parts::*;
+pub use sensitive::*;
 
 /// A whole policy file: its metadata and its rules, in file order.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +38,24 @@ pub struct PolicyMeta {
     pub on_missing_default: EffectType,
     /// The organisation's IANA timezone, used by `timeGate` with `fallback: "org"`.
     pub timezone: Option<String>,
+    /// Strings in which a `sensitiveData` detector matched are replaced by
+    /// `"[redacted:<detector>]"` in audit events (`redactDetected`, default true).
+    pub redact_detected: bool,
+    /// `enabled: false` turns every rule of the policy off (default true).
+    pub enabled: bool,
+    /// The runs the policy applies to (all when absent).
+    pub agent_selector: Option<AgentSelector>,
+}
+
+/// `agentSelector`: the parts present must all hold.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgentSelector {
+    /// The agent id matches one of these globs (case-insensitive).
+    pub any_of_slugs: Option<Vec<String>>,
+    /// The agent has at least one of these tags (case-insensitive).
+    pub any_of_tags: Option<Vec<String>>,
+    /// The agent has every one of these tags (case-insensitive).
+    pub all_of_tags: Option<Vec<String>>,
 }
 
 impl Default for PolicyMeta {
@@ -47,6 +67,9 @@ impl Default for PolicyMeta {
             combine: Combine::MostSevereWins,
             on_missing_default: EffectType::Allow,
             timezone: None,
+            redact_detected: true,
+            enabled: true,
+            agent_selector: None,
         }
     }
 }
@@ -191,10 +214,10 @@ pub enum Condition {
     ToolName(StringOp),
     /// Tests the tool's tags (case-insensitive).
     ToolTag(TagOp),
-    /// Tests an argument at a dot path.
+    /// Tests an argument at a dot path, or (without a path) every leaf of the test's type.
     ToolArg {
-        /// Dot path (`a.b.0.c`).
-        path: String,
+        /// Dot path (`a.b.0.c`); `None` = scan mode (any leaf of the type satisfies the test).
+        path: Option<String>,
         /// The test.
         test: ArgTest,
         /// Resolution when the path is absent or of another type.
@@ -230,6 +253,9 @@ pub enum Condition {
         window_seconds: Option<u64>,
         /// Counting scope (run by default).
         per: Option<Scope>,
+        /// `tagFilter`: only calls of tools carrying every one of these tags are counted and
+        /// limited (AND with the selector).
+        tag_filter: Option<Vec<String>>,
     },
     /// Compares an aggregate of a metric over a sliding window.
     MetricWindow {
@@ -239,8 +265,8 @@ pub enum Condition {
         metric: MetricRef,
         /// Aggregation.
         aggregate: Aggregate,
-        /// Window length.
-        window_seconds: u64,
+        /// Window length; optional for scope `run` (absent: since the run started).
+        window_seconds: Option<u64>,
         /// Comparison.
         op: CmpOp,
         /// Threshold.
@@ -274,6 +300,22 @@ pub enum Condition {
         /// Resolution when the provider fails or a binding is missing.
         on_missing: Option<EffectType>,
     },
+    /// Asks a host function registered by name (`EngineBuilder::custom_condition`).
+    Custom {
+        /// The function's name.
+        name: String,
+        /// Passed to the function as they are (`null` when absent).
+        args: Option<Value>,
+    },
+    /// Detects sensitive data (card numbers, keys, …) in the arguments.
+    SensitiveData {
+        /// Dot path of the value scanned; every string leaf of the arguments when absent.
+        path: Option<String>,
+        /// `allOf`: every detector must match somewhere; `anyOf` (default): one.
+        all: bool,
+        /// The detectors (at least one).
+        detectors: Vec<DetectorEntry>,
+    },
     /// All must hold.
     And(Vec<Condition>),
     /// At least one must hold.
@@ -297,6 +339,8 @@ impl Condition {
             Condition::TimeGate { .. } => "timeGate",
             Condition::RequireSubject(_) => "requireSubject",
             Condition::Signal { .. } => "signal",
+            Condition::SensitiveData { .. } => "sensitiveData",
+            Condition::Custom { .. } => "custom",
             Condition::And(_) => "and",
             Condition::Or(_) => "or",
             Condition::Not(_) => "not",

@@ -17,6 +17,9 @@ pub enum TraceLine {
         run_id: String,
         /// Agent id.
         agent_id: String,
+        /// The agent's tags (for policies' `agentSelector`).
+        #[serde(default)]
+        agent_tags: Vec<String>,
         /// Session id.
         #[serde(default)]
         session_id: Option<String>,

@@ -7,6 +7,14 @@ use super::Tri;
 use crate::engine::evaluate::DecisionCtx;
 
 pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
+    let idx = &ctx.policies.counters;
+    let Some(spec) = idx.counters.get(counter as usize) else {
+        return Tri::Unknown;
+    };
+    if !spec.tag_filter.is_empty() && !spec.passes(ctx.call.tags_lc) {
+        // `tagFilter`: a call lacking a listed tag is neither counted nor limited.
+        return Tri::False;
+    }
     if let Some(remote) = &ctx.remote {
         // Read (and reserved, all or none) in the decision's one round trip: a slot was taken
         // iff every counting counter was below its limit.
@@ -19,10 +27,6 @@ pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
         // Already counted for this call by an identical condition evaluation.
         return Tri::False;
     }
-    let idx = &ctx.policies.counters;
-    let Some(spec) = idx.counters.get(counter as usize) else {
-        return Tri::Unknown;
-    };
     let key = ctx.run.state_key(spec.slot, spec.scope);
     if !ctx.profile.counts(counter) {
         return (ctx

@@ -6,6 +6,7 @@ mod execution_time;
 mod max_calls;
 mod metric_window;
 mod require_subject;
+mod sensitive_data;
 mod sequence;
 mod signal;
 mod time_gate;
@@ -14,6 +15,8 @@ mod tool_name;
 mod tool_tag;
 
 use futures::future::BoxFuture;
+
+pub(crate) use sensitive_data::{CSensitive, Redaction, redact_strings, redaction};
 
 use super::evaluate::DecisionCtx;
 use crate::policy::{CCond, EffectType};
@@ -62,6 +65,11 @@ pub(crate) fn eval_sync(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             fold.acc
         }
         CCond::Not(c) => not(eval_sync(c, ctx)),
+        CCond::Custom { name, .. } => {
+            // Never reached: rules with custom conditions are evaluated by `eval_async`.
+            ctx.note_missing(format!("custom {name}: evaluated without a runtime"));
+            Tri::Unknown
+        }
         CCond::Signal { key, .. } => {
             // Never reached: rules with signals are evaluated by `eval_async`.
             ctx.note_missing(format!("signal {key}: evaluated without a runtime"));
@@ -88,6 +96,7 @@ pub(crate) fn eval_async<'a, 'c: 'a>(
                 fold.acc
             }
             CCond::Not(c) => not(eval_async(c, ctx).await),
+            CCond::Custom { name, args } => ctx.custom_value(name, args).await,
             CCond::Signal {
                 key,
                 args,
@@ -156,7 +165,7 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             test,
             on_missing,
         } => {
-            let t = tool_arg::eval(path, test, ctx);
+            let t = tool_arg::eval(path.as_deref(), test, ctx);
             resolve_missing(t, *on_missing, ctx)
         }
         CCond::EnduserTag(op) => enduser_tag::eval(op, ctx),
@@ -190,7 +199,12 @@ fn eval_leaf(c: &CCond, ctx: &mut DecisionCtx<'_>) -> Tri {
             resolve_missing(t, *on_missing, ctx)
         }
         CCond::RequireSubject(s) => require_subject::eval(s, ctx),
-        CCond::Signal { .. } | CCond::And(_) | CCond::Or(_) | CCond::Not(_) => eval_sync(c, ctx),
+        CCond::SensitiveData(c) => sensitive_data::eval(c, ctx),
+        CCond::Signal { .. }
+        | CCond::Custom { .. }
+        | CCond::And(_)
+        | CCond::Or(_)
+        | CCond::Not(_) => eval_sync(c, ctx),
     }
 }
 

@@ -35,9 +35,19 @@ impl Parser {
                 ("count", Aggregate::Count),
             ],
         );
-        let window = self
-            .req(&o, "windowSeconds")
-            .and_then(|w| self.count_value(w, &join(path, "windowSeconds"), 1));
+        let window = match o.map.get("windowSeconds") {
+            Some(w) => self
+                .count_value(w, &join(path, "windowSeconds"), 1)
+                .map(Some),
+            None if matches!(scope, Some(Scope::Run)) => Some(None),
+            None => {
+                self.err(
+                    join(path, "windowSeconds"),
+                    "missing required key \"windowSeconds\": scopes \"agent\" and \"agent_user\" need a window (only scope \"run\" may omit it: then the run so far)",
+                );
+                None
+            }
+        };
         let op = self.req_enum(&o, "op", CMP_OPS);
         let value = self.number(&o, "value");
         let filter = match o.map.get("filter") {

@@ -102,7 +102,29 @@ impl Parser {
             "a toolArg condition",
             &["kind", "type", "op", "path", "value", "onMissing"],
         )?;
-        let arg_path = self.dot_path(&o, "path");
+        if let Some(Value::String(op)) = o.map.get("op")
+            && (op == "exists" || op == "notExists")
+        {
+            let why =
+                "ops \"exists\"/\"notExists\" take only \"path\" (they are never missing data)";
+            self.forbid(&o, "type", why);
+            self.forbid(&o, "value", why);
+            self.forbid(&o, "onMissing", why);
+            let arg_path = self.dot_path(&o, "path")?;
+            return Some(Condition::ToolArg {
+                path: Some(arg_path),
+                test: if op == "exists" {
+                    ArgTest::Exists
+                } else {
+                    ArgTest::NotExists
+                },
+                on_missing: None,
+            });
+        }
+        let arg_path = match o.map.get("path") {
+            None => Some(None),
+            Some(_) => self.dot_path(&o, "path").map(Some),
+        };
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let ty = self.req_enum(
             &o,
@@ -269,12 +291,34 @@ impl Parser {
                     out.push(SequenceEntry::Glob(g.clone()));
                 }
                 Value::Object(_) => {
-                    let Some(eo) = self.obj(item, &ip, "a sequence entry", &["by", "tags", "op"])
+                    let Some(eo) = self.obj(
+                        item,
+                        &ip,
+                        "a sequence entry",
+                        &["by", "tags", "op", "patterns"],
+                    ) else {
+                        ok = false;
+                        continue;
+                    };
+                    let Some(by) =
+                        self.req_enum(&eo, "by", &[("toolName", false), ("toolTag", true)])
                     else {
                         ok = false;
                         continue;
                     };
-                    let by = self.req_enum(&eo, "by", &[("toolTag", ())]);
+                    if !by {
+                        self.forbid(&eo, "tags", "`by: toolName` takes \"patterns\"");
+                        self.forbid(&eo, "op", "`by: toolName` takes \"patterns\"");
+                        match self.req_str_list(&eo, "patterns", false) {
+                            Some(p) if self.globs(&p, &join(&ip, "patterns"), false) => {
+                                out.push(SequenceEntry::Names(p))
+                            }
+                            _ => ok = false,
+                        }
+                        continue;
+                    }
+                    self.forbid(&eo, "patterns", "`by: toolTag` takes \"tags\"");
+                    let by = Some(());
                     let tags = self.req_str_list(&eo, "tags", false);
                     let all = self.opt_enum(&eo, "op", &[("anyOf", false), ("allOf", true)]);
                     match (by, tags, all) {
@@ -305,7 +349,14 @@ impl Parser {
             v,
             path,
             "a maxCalls condition",
-            &["kind", "selector", "max", "windowSeconds", "per"],
+            &[
+                "kind",
+                "selector",
+                "max",
+                "windowSeconds",
+                "per",
+                "tagFilter",
+            ],
         )?;
         let selector = self
             .req(&o, "selector")
@@ -320,7 +371,12 @@ impl Parser {
                 .map(Some),
         };
         let per = self.opt_enum(&o, "per", SCOPES);
+        let tag_filter = match o.map.get("tagFilter") {
+            None => Some(None),
+            Some(_) => self.req_str_list(&o, "tagFilter", false).map(Some),
+        };
         Some(Condition::MaxCalls {
+            tag_filter: tag_filter?,
             selector: selector?,
             max: max?,
             window_seconds: window_seconds?,

@@ -100,6 +100,10 @@ pub enum ArgTest {
     Number(CmpOp, f64),
     /// The argument must be a boolean equal to this.
     Boolean(bool),
+    /// `exists`: the path is present (a `null` value counts). Never missing data.
+    Exists,
+    /// `notExists`: the path is absent. Never missing data.
+    NotExists,
 }
 
 /// The `toolTag` tests.
@@ -151,6 +155,8 @@ pub enum TimeScope {
 pub enum SequenceEntry {
     /// A tool-name glob.
     Glob(String),
+    /// `{"by": "toolName", "patterns": [..]}`: a tool name matching any of these globs.
+    Names(Vec<String>),
     /// Calls of tools carrying tags.
     Tags {
         /// The tags.

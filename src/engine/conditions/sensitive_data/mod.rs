@@ -1,0 +1,291 @@
+//! `sensitiveData`: scans the string leaves of a call's arguments (or of the value at a path)
+//! with hand-written linear detectors, one file per detector family. At most the first 1 MiB
+//! of each string is scanned; nothing is copied. The decision's `evaluated` entry records the
+//! detectors that matched and the argument paths — never the matched text.
+
+mod contact;
+mod finance;
+mod network;
+pub(crate) mod scan;
+mod secrets;
+
+use serde_json::Value;
+use smallvec::SmallVec;
+
+use super::{Tri, json_path};
+use crate::engine::decision::{ArgPathSeg, Detection};
+use crate::engine::evaluate::DecisionCtx;
+use crate::policy::{Detector, DetectorEntry, SubCheck, SubCondition, SubOp};
+
+/// Deepest argument nesting scanned (deeper values are not looked at).
+const MAX_DEPTH: usize = 128;
+
+/// A compiled sub-condition (values lowercased).
+#[derive(Debug)]
+pub(crate) struct CSub {
+    check: SubCheck,
+    op: SubOp,
+    values: Vec<String>,
+}
+
+impl CSub {
+    fn compile(s: &SubCondition) -> CSub {
+        CSub {
+            check: s.check,
+            op: s.op,
+            values: s.value.values().iter().map(|v| v.to_lowercase()).collect(),
+        }
+    }
+
+    fn accepts(&self, scheme: &str, domain: &str) -> bool {
+        let got = match self.check {
+            SubCheck::Scheme => scheme,
+            SubCheck::Domain => domain,
+            SubCheck::Tld => scan::tld(domain),
+        };
+        let eq = |v: &String| got.eq_ignore_ascii_case(v);
+        match self.op {
+            SubOp::Eq | SubOp::In => self.values.iter().any(eq),
+            SubOp::Neq => !self.values.iter().any(eq),
+            SubOp::EndsWith => self.values.iter().any(|v| {
+                got.len() >= v.len()
+                    && got.as_bytes()[got.len() - v.len()..].eq_ignore_ascii_case(v.as_bytes())
+            }),
+        }
+    }
+}
+
+/// A compiled `sensitiveData` condition.
+#[derive(Debug)]
+pub(crate) struct CSensitive {
+    path: Option<Vec<String>>,
+    all: bool,
+    detectors: Vec<(Detector, Option<CSub>)>,
+    /// Detections are redacted from the audit trail (`redactDetected`, default true).
+    redact: bool,
+}
+
+impl CSensitive {
+    /// Compiles a condition's parts.
+    pub(crate) fn compile(
+        path: Option<&str>,
+        all: bool,
+        detectors: &[DetectorEntry],
+        redact: bool,
+    ) -> CSensitive {
+        CSensitive {
+            path: path.map(|p| p.split('.').map(str::to_string).collect()),
+            all,
+            detectors: detectors
+                .iter()
+                .map(|d| (d.detector, d.sub_condition.as_ref().map(CSub::compile)))
+                .collect(),
+            redact,
+        }
+    }
+}
+
+/// Whether `detector` finds a detection in `s` that `sub` (if any) accepts.
+pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
+    // The audit trail's stand-in for a string this detector matched: a what-if replay of a
+    // redacted trail decides it as it was decided live (sub-conditions cannot be re-checked).
+    if let Some(name) = s
+        .strip_prefix("[redacted:")
+        .and_then(|r| r.strip_suffix(']'))
+    {
+        return name == detector.as_str();
+    }
+    let b = scan::bounded(s);
+    match detector {
+        Detector::Email | Detector::EmailDomain => {
+            contact::emails(b, &mut |domain| sub.is_none_or(|c| c.accepts("", domain)))
+        }
+        Detector::Url => contact::urls(b, &mut |scheme, host| {
+            sub.is_none_or(|c| c.accepts(scheme, host))
+        }),
+        Detector::Phone => contact::phone(b),
+        Detector::CreditCard => finance::credit_card(b),
+        Detector::Iban => finance::iban(b),
+        Detector::UkNino => finance::uk_nino(b),
+        Detector::IpAddress => network::ip_address(b),
+        Detector::Jwt => secrets::jwt(b),
+        Detector::PrivateKey => secrets::private_key(b),
+        Detector::SecretKey => secrets::secret_key(b),
+    }
+}
+
+/// The first detector of `detectors` that matches `s`, if any (sub-conditions ignored): what
+/// the audit trail's redaction of outputs uses.
+pub(crate) fn first_match(detectors: &[Detector], s: &str) -> Option<Detector> {
+    detectors.iter().copied().find(|&d| detect(d, s, None))
+}
+
+type Segs<'a> = SmallVec<[ArgPathSeg<'a>; 8]>;
+
+struct Scan<'c> {
+    cond: &'c CSensitive,
+    /// Bit i: detector i matched somewhere.
+    mask: u32,
+    found: Vec<Detection>,
+}
+
+impl Scan<'_> {
+    fn value<'v>(&mut self, v: &'v Value, segs: &mut Segs<'v>) {
+        match v {
+            Value::String(s) => self.string(s, segs),
+            Value::Array(a) if segs.len() < MAX_DEPTH => {
+                for (i, x) in a.iter().enumerate() {
+                    segs.push(ArgPathSeg::Index(i));
+                    self.value(x, segs);
+                    segs.pop();
+                }
+            }
+            Value::Object(m) if segs.len() < MAX_DEPTH => {
+                for (k, x) in m {
+                    segs.push(ArgPathSeg::Key(k));
+                    self.value(x, segs);
+                    segs.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn string(&mut self, s: &str, segs: &Segs<'_>) {
+        for (i, (d, sub)) in self.cond.detectors.iter().enumerate() {
+            if detect(*d, s, sub.as_ref()) {
+                self.mask |= 1 << i;
+                self.found.push(Detection::new(*d, segs, self.cond.redact));
+            }
+        }
+    }
+}
+
+/// True when the detectors match per `op` (anyOf: one of them somewhere; allOf: each of them
+/// somewhere). A `path` that is absent is false: nothing is sent. Never missing data.
+pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
+    let root = match &c.path {
+        None => Some(ctx.call.args),
+        Some(p) => json_path(ctx.call.args, p),
+    };
+    let Some(root) = root else {
+        return Tri::False;
+    };
+    let mut scan = Scan {
+        cond: c,
+        mask: 0,
+        found: Vec::new(),
+    };
+    let mut segs: Segs<'_> = SmallVec::new();
+    if let Some(p) = &c.path {
+        // The path's own segments: resolved against the arguments as `json_path` does.
+        let mut cur = ctx.call.args;
+        for k in p {
+            match cur {
+                Value::Object(m) => {
+                    segs.push(ArgPathSeg::Key(k));
+                    cur = m.get(k.as_str()).unwrap_or(&Value::Null);
+                }
+                Value::Array(a) => {
+                    let i = k.parse::<usize>().unwrap_or(usize::MAX);
+                    segs.push(ArgPathSeg::Index(i));
+                    cur = a.get(i).unwrap_or(&Value::Null);
+                }
+                _ => break,
+            }
+        }
+    }
+    scan.value(root, &mut segs);
+    if !scan.found.is_empty() {
+        ctx.detections.append(&mut scan.found);
+    }
+    let n = c.detectors.len().min(32);
+    let want = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let hit = if c.all {
+        scan.mask & want == want
+    } else {
+        scan.mask != 0
+    };
+    hit.into()
+}
+
+/// What the audit trail writes instead of the arguments of a call in which `sensitiveData`
+/// detected something (policy option `redactDetected`, on by default).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Redaction {
+    /// The arguments, each detected string replaced by `"[redacted:<detector>]"`.
+    pub(crate) args: Value,
+    /// The detectors that matched (outputs are redacted with them).
+    pub(crate) detectors: Vec<Detector>,
+}
+
+/// The redaction of `args` for the detections of `evaluated` (on top of `base`, an earlier
+/// redaction of the same arguments), or `None` when nothing is to be redacted.
+pub(crate) fn redaction(
+    args: &Value,
+    base: Option<&Redaction>,
+    evaluated: &[crate::engine::decision::EvaluatedRule],
+) -> Option<Redaction> {
+    let mut found = evaluated
+        .iter()
+        .flat_map(|e| e.detected.iter().flat_map(|d| d.iter()))
+        .filter(|d| d.redact)
+        .peekable();
+    found.peek()?;
+    let mut out = match base {
+        Some(b) => b.clone(),
+        None => Redaction {
+            args: args.clone(),
+            detectors: Vec::new(),
+        },
+    };
+    for d in found {
+        if let Some(v) = at_path_mut(&mut out.args, &d.segs)
+            && v.is_string()
+            && !v.as_str().is_some_and(|s| s.starts_with("[redacted:"))
+        {
+            *v = Value::String(format!("[redacted:{}]", d.detector));
+        }
+        if !out.detectors.contains(&d.detector) {
+            out.detectors.push(d.detector);
+        }
+    }
+    Some(out)
+}
+
+/// Redacts, in an output, each string in which one of `detectors` matches.
+pub(crate) fn redact_strings(v: &mut Value, detectors: &[Detector]) {
+    redact_in(v, detectors, 0);
+}
+
+fn redact_in(v: &mut Value, detectors: &[Detector], depth: usize) {
+    match v {
+        Value::String(s) => {
+            if let Some(d) = first_match(detectors, s) {
+                *v = Value::String(format!("[redacted:{d}]"));
+            }
+        }
+        Value::Array(a) if depth < MAX_DEPTH => a
+            .iter_mut()
+            .for_each(|x| redact_in(x, detectors, depth + 1)),
+        Value::Object(m) if depth < MAX_DEPTH => m
+            .values_mut()
+            .for_each(|x| redact_in(x, detectors, depth + 1)),
+        _ => {}
+    }
+}
+
+fn at_path_mut<'v>(
+    mut v: &'v mut Value,
+    segs: &[crate::engine::decision::OwnedSeg],
+) -> Option<&'v mut Value> {
+    use crate::engine::decision::OwnedSeg;
+    for s in segs {
+        v = match (v, s) {
+            (Value::Object(m), OwnedSeg::Key(k)) => m.get_mut(k.as_str())?,
+            (Value::Array(a), OwnedSeg::Index(i)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}

@@ -1,0 +1,91 @@
+//! The `ip_address` detector: IPv4 and IPv6.
+
+use super::scan::{alnum, text};
+
+/// An IPv4 address (four decimal octets 0–255 joined by dots, no leading zeros, not part of a
+/// longer dotted number or word) or an IPv6 address (a run of hex digits, colons and dots
+/// with at least two colons and one hex digit that `std::net::Ipv6Addr` parses, and that is
+/// not `::`).
+pub(crate) fn ip_address(s: &[u8]) -> bool {
+    ipv4(s) || ipv6(s)
+}
+
+fn ipv4(s: &[u8]) -> bool {
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if !b.is_ascii_digit() || (i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.')) {
+            i += 1;
+            continue;
+        }
+        let (end, ok) = ipv4_at(s, i);
+        if ok {
+            return true;
+        }
+        i = end.max(i + 1);
+    }
+    false
+}
+
+/// Reads four octets from `i`; returns where reading stopped and whether they form an address.
+fn ipv4_at(s: &[u8], mut p: usize) -> (usize, bool) {
+    for octet in 0..4 {
+        if octet > 0 {
+            if p + 1 >= s.len() || s[p] != b'.' || !s[p + 1].is_ascii_digit() {
+                return (p, false);
+            }
+            p += 1;
+        }
+        let start = p;
+        let mut v = 0u32;
+        while p < s.len() && s[p].is_ascii_digit() && p - start < 4 {
+            v = v * 10 + u32::from(s[p] - b'0');
+            p += 1;
+        }
+        let len = p - start;
+        if len > 3 || v > 255 || (len > 1 && s[start] == b'0') {
+            return (p, false);
+        }
+    }
+    let longer = p < s.len()
+        && (alnum(s[p]) || (s[p] == b'.' && p + 1 < s.len() && s[p + 1].is_ascii_digit()));
+    (p, !longer)
+}
+
+fn v6_char(b: u8) -> bool {
+    b.is_ascii_hexdigit() || b == b':' || b == b'.'
+}
+
+fn ipv6(s: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(off) = memchr::memchr(b':', &s[from..]) {
+        let c = from + off;
+        let mut a = c;
+        while a > from && v6_char(s[a - 1]) {
+            a -= 1;
+        }
+        let mut b = c;
+        while b < s.len() && v6_char(s[b]) {
+            b += 1;
+        }
+        from = b.max(c + 1);
+        let mut end = b;
+        while end > a && s[end - 1] == b'.' {
+            end -= 1;
+        }
+        let run = &s[a..end];
+        let bounded = (a == 0 || !alnum(s[a - 1])) && (b >= s.len() || !alnum(s[b]));
+        if !bounded
+            || memchr::memchr_iter(b':', run).count() < 2
+            || !run.iter().any(u8::is_ascii_hexdigit)
+        {
+            continue;
+        }
+        if let Ok(ip) = text(run).parse::<std::net::Ipv6Addr>()
+            && !ip.is_unspecified()
+        {
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,211 @@
+//! Detectors for credentials: `jwt`, `private_key`, `secret_key`.
+
+use serde::Deserialize;
+
+use super::scan::{alnum, run_end};
+
+fn b64url(b: u8) -> bool {
+    alnum(b) || b == b'_' || b == b'-'
+}
+
+/// A JSON Web Token: three base64url parts joined by dots (the third may be empty, as in an
+/// unsecured token), not inside a longer such run, whose first part decodes (base64url, no
+/// padding, at most 2048 characters) to a JSON object with a string member `alg`.
+pub(crate) fn jwt(s: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(off) = memchr::memchr(b'e', &s[i..]) {
+        let start = i + off;
+        i = start + 1;
+        if start > 0 && (b64url(s[start - 1]) || s[start - 1] == b'.') {
+            continue;
+        }
+        // A JSON header starts with `{`, whose base64 starts with `e`.
+        let e1 = run_end(s, start, b64url);
+        if e1 >= s.len() || s[e1] != b'.' {
+            i = e1.max(i);
+            continue;
+        }
+        let e2 = run_end(s, e1 + 1, b64url);
+        if e2 == e1 + 1 || e2 >= s.len() || s[e2] != b'.' {
+            i = e2.max(i);
+            continue;
+        }
+        let e3 = run_end(s, e2 + 1, b64url);
+        i = e3.max(i);
+        if e3 < s.len() && s[e3] == b'.' && e3 + 1 < s.len() && b64url(s[e3 + 1]) {
+            continue;
+        }
+        if header_has_alg(&s[start..e1]) {
+            return true;
+        }
+    }
+    false
+}
+
+fn b64_value(b: u8) -> Option<u32> {
+    Some(u32::from(match b {
+        b'A'..=b'Z' => b - b'A',
+        b'a'..=b'z' => b - b'a' + 26,
+        b'0'..=b'9' => b - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => return None,
+    }))
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(borrow)]
+    alg: std::borrow::Cow<'a, str>,
+}
+
+fn header_has_alg(part: &[u8]) -> bool {
+    if part.len() > 2048 || part.len() % 4 == 1 {
+        return false;
+    }
+    let mut out = [0u8; 1536];
+    let mut n = 0;
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for &b in part {
+        let Some(v) = b64_value(b) else {
+            return false;
+        };
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out[n] = (acc >> bits) as u8;
+            n += 1;
+            acc &= (1 << bits) - 1;
+        }
+    }
+    serde_json::from_slice::<Header<'_>>(&out[..n]).is_ok_and(|h| !h.alg.is_empty())
+}
+
+/// A PEM private key: a `-----BEGIN <label>-----` line whose label (capital letters, digits
+/// and spaces) ends in `PRIVATE KEY` (`RSA PRIVATE KEY`, `EC PRIVATE KEY`, `OPENSSH PRIVATE
+/// KEY`, `ENCRYPTED PRIVATE KEY`, `PRIVATE KEY`, …), followed by a body: at least 16 base64
+/// characters (whitespace ignored) or a legacy `Proc-Type:` header. The `END` line is not
+/// required (a truncated key still leaks).
+pub(crate) fn private_key(s: &[u8]) -> bool {
+    for at in memchr::memmem::find_iter(s, b"-----BEGIN ") {
+        let l = at + 11;
+        let le = run_end(s, l, |b| {
+            b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
+        });
+        if !s[l..le].ends_with(b"PRIVATE KEY") || !s[le..].starts_with(b"-----") {
+            continue;
+        }
+        let after = s[le + 5..].trim_ascii_start();
+        if after.starts_with(b"Proc-Type:") {
+            return true;
+        }
+        let mut body = 0;
+        for &b in after {
+            if b.is_ascii_whitespace() {
+                continue;
+            }
+            if !(alnum(b) || matches!(b, b'+' | b'/' | b'=')) {
+                break;
+            }
+            body += 1;
+            if body >= 16 {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Known key prefixes (case-sensitive) and how many key characters must follow.
+const PREFIXES: &[(&[u8], usize)] = &[
+    (b"sk-ant-", 20),
+    (b"sk-proj-", 20),
+    (b"sk-", 20),
+    (b"sk_live_", 16),
+    (b"sk_test_", 16),
+    (b"rk_live_", 16),
+    (b"rk_test_", 16),
+    (b"ghp_", 30),
+    (b"gho_", 30),
+    (b"ghu_", 30),
+    (b"ghs_", 30),
+    (b"ghr_", 30),
+    (b"github_pat_", 20),
+    (b"xoxb-", 10),
+    (b"xoxp-", 10),
+    (b"xoxa-", 10),
+    (b"xoxs-", 10),
+    (b"AKIA", 16),
+    (b"ASIA", 16),
+    (b"AIza", 30),
+    (b"glpat-", 20),
+    (b"npm_", 30),
+    (b"hf_", 30),
+];
+
+fn token_char(b: u8) -> bool {
+    alnum(b) || matches!(b, b'_' | b'-' | b'+' | b'/' | b'=')
+}
+
+/// A secret key: in a token (a maximal run of `[A-Za-z0-9_\-+/=]`), either a known prefix at
+/// its start followed by enough key characters, or ≥ 24 characters mixing letters and digits
+/// whose Shannon entropy per character is at least min(4.3, log2(length) − 0.5) bits. UUIDs
+/// and hex strings never reach that (≤ 4 bits per character).
+pub(crate) fn secret_key(s: &[u8]) -> bool {
+    let mut i = 0;
+    while i < s.len() {
+        if !token_char(s[i]) {
+            i += 1;
+            continue;
+        }
+        let end = run_end(s, i, token_char);
+        if secret_token(&s[i..end]) {
+            return true;
+        }
+        i = end;
+    }
+    false
+}
+
+fn secret_token(t: &[u8]) -> bool {
+    for (p, min) in PREFIXES {
+        if let Some(rest) = t.strip_prefix(*p) {
+            let key = run_end(rest, 0, |b| alnum(b) || b == b'_' || b == b'-');
+            if key >= *min {
+                return true;
+            }
+            break;
+        }
+    }
+    if t.len() < 24 {
+        return false;
+    }
+    let mut letters = false;
+    let mut digits = false;
+    let mut counts = [0u32; 128];
+    for &b in t {
+        letters |= b.is_ascii_alphabetic();
+        digits |= b.is_ascii_digit();
+        counts[usize::from(b & 0x7f)] += 1;
+    }
+    if !(letters && digits) {
+        return false;
+    }
+    let n = t.len() as f64;
+    let h: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum();
+    h >= entropy_threshold(t.len())
+}
+
+/// The entropy (bits per character) a token of `len` characters needs to count as a secret.
+pub(crate) fn entropy_threshold(len: usize) -> f64 {
+    (len as f64).log2().min(4.8) - 0.5
+}
