@@ -1,4 +1,5 @@
-//! Python callables as the engine's signal providers and subject extractors.
+//! Python callables as the engine's signal providers, subject extractors and `custom`
+//! conditions.
 //!
 //! A callback may be a plain function or an `async def`. Plain functions run on a blocking
 //! thread of the runtime (so one that sleeps never stalls a decision of another call, and the
@@ -13,7 +14,7 @@ use pyo3::prelude::*;
 
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::{Map, Value};
-use toolgate::engine::{SubjectInput, SubjectRef};
+use toolgate::engine::{CustomContext, SubjectInput, SubjectRef};
 
 use crate::convert::{to_json, to_py};
 
@@ -153,6 +154,68 @@ pub fn subject_extractor(
             .await
         })
     }
+}
+
+/// A `custom` condition calling `cb(args, call: dict)`, which returns a bool. `args` is the
+/// condition's `args` (`None` when absent); `call` is `{"toolName", "toolTags", "args", "runId",
+/// "agentId", "agentTags", "sessionId", "enduser"}` (`enduser`: `{"id", "tags"}` or `None`).
+pub fn custom_condition(
+    cb: Arc<PyCallback>,
+) -> impl Fn(Value, CustomContext) -> BoxFut<bool> + Send + Sync + 'static {
+    move |args: Value, ctx: CustomContext| {
+        let cb = cb.clone();
+        Box::pin(async move {
+            cb.call(
+                move |py| {
+                    let call = call_dict(ctx).map_err(|e| {
+                        pyo3::exceptions::PyValueError::new_err(format!("the call's context: {e}"))
+                    })?;
+                    let args = to_py(py, &args)?;
+                    let call = to_py(py, &call)?;
+                    pyo3::types::PyTuple::new(py, [args, call])
+                },
+                |r| {
+                    r.cast::<pyo3::types::PyBool>()
+                        .map(|b| b.is_true())
+                        .map_err(|_| {
+                            let ty = r
+                                .get_type()
+                                .name()
+                                .map(|n| n.to_string())
+                                .unwrap_or_else(|_| "object".into());
+                            pyo3::exceptions::PyTypeError::new_err(format!(
+                                "a custom condition returns a bool, not {ty}"
+                            ))
+                        })
+                },
+            )
+            .await
+        })
+    }
+}
+
+/// The call's context as the dict a custom condition receives.
+fn call_dict(ctx: CustomContext) -> Result<Value, serde_json::Error> {
+    let run = &ctx.run;
+    let mut m = Map::new();
+    m.insert("toolName".into(), Value::String(ctx.tool_name));
+    m.insert(
+        "toolTags".into(),
+        Value::Array(ctx.tool_tags.into_iter().map(Value::String).collect()),
+    );
+    m.insert("args".into(), ctx.args);
+    m.insert("runId".into(), Value::String(run.run_id.clone()));
+    m.insert("agentId".into(), Value::String(run.agent_id.clone()));
+    m.insert(
+        "agentTags".into(),
+        Value::Array(run.agent_tags.iter().cloned().map(Value::String).collect()),
+    );
+    m.insert(
+        "sessionId".into(),
+        run.session_id.clone().map_or(Value::Null, Value::String),
+    );
+    m.insert("enduser".into(), serde_json::to_value(&run.enduser)?);
+    Ok(Value::Object(m))
 }
 
 fn subjects(r: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectRef>> {

@@ -13,7 +13,7 @@ use toolgate::engine::{
 };
 use toolgate::policy::{Policy, PolicyErrors, parse_policy, parse_policy_value};
 
-use crate::callbacks::{PyCallback, signal_provider, subject_extractor};
+use crate::callbacks::{PyCallback, custom_condition, signal_provider, subject_extractor};
 use crate::convert::{to_json, to_py};
 use crate::{PyManualClock, error, runtime};
 
@@ -217,6 +217,13 @@ impl PyEngine {
     fn register_signal(&self, key: String, func: &Bound<'_, PyAny>) -> PyResult<()> {
         let cb = PyCallback::new(func)?;
         self.engine.register_signal(key, signal_provider(cb));
+        Ok(())
+    }
+
+    /// Registers (or replaces) the `custom` condition `name`: `fn(args, call: dict) -> bool`.
+    fn register_condition(&self, name: String, func: &Bound<'_, PyAny>) -> PyResult<()> {
+        let cb = PyCallback::new(func)?;
+        self.engine.register_condition(name, custom_condition(cb));
         Ok(())
     }
 

@@ -104,14 +104,24 @@ fn outcome(
 #[pymethods]
 impl PyRun {
     #[new]
-    #[pyo3(signature = (engine, agent_id, run_id, enduser=None))]
+    #[pyo3(signature = (engine, agent_id, run_id, enduser=None, agent_tags=None))]
     fn new(
         engine: PyRef<'_, PyEngine>,
         agent_id: String,
         run_id: String,
         enduser: Option<&Bound<'_, PyAny>>,
+        agent_tags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut ctx = RunContext::new(run_id, agent_id);
+        if let Some(t) = agent_tags
+            && !t.is_none()
+        {
+            ctx = ctx.with_agent_tags(
+                tags_of(t).map_err(|e| {
+                    PyTypeError::new_err(format!("agent_tags: expected an iterable of str ({e})"))
+                })?,
+            );
+        }
         if let Some(e) = enduser
             && !e.is_none()
         {

@@ -261,8 +261,3 @@ def test_after_tool_and_end() -> None:
     assert after is not None and after.phase == "tool.after" and after.effect == "block"
     assert run.after_tool("never-allowed", output=1) is None
     run.end("success", output={"answer": 42})
-
-
-def test_agent_tags_are_refused_not_ignored() -> None:
-    with pytest.raises(NotImplementedError):
-        toolgate.Engine(GATE).start_run("bot", agent_tags=("x",))

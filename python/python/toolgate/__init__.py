@@ -131,6 +131,15 @@ class Engine(_native.Engine):
 
         return register
 
+    def condition(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`register_condition`: ``@engine.condition("fraud.suspect")``."""
+
+        def register(fn: F) -> F:
+            self.register_condition(name, fn)
+            return fn
+
+        return register
+
     def subjects(self, tool_glob: str) -> Callable[[F], F]:
         """Decorator form of :meth:`register_subjects`."""
 
@@ -147,12 +156,15 @@ class Engine(_native.Engine):
         enduser: Optional[Mapping[str, Any]] = None,
         agent_tags: Iterable[str] = (),
     ) -> "Run":
-        """Starts a run (emits ``run.started``). ``with``/``async with`` ends it."""
-        if tuple(agent_tags):
-            raise NotImplementedError(
-                "agent_tags: the engine's runs carry no agent tags yet (RunContext has none)"
-            )
-        return Run(self, agent_id, run_id if run_id is not None else uuid.uuid4().hex, enduser)
+        """Starts a run (emits ``run.started``). ``with``/``async with`` ends it.
+        ``agent_tags``: the agent's tags, which policies' ``agentSelector`` matches."""
+        return Run(
+            self,
+            agent_id,
+            run_id if run_id is not None else uuid.uuid4().hex,
+            enduser,
+            agent_tags,
+        )
 
     def __enter__(self) -> "Engine":
         return self
