@@ -83,21 +83,43 @@ impl PyCallback {
             if !r.hasattr("__await__")? {
                 return Ok(None);
             }
+            let helpers = py.import("toolgate._loop")?;
             let locals = match &locals {
                 Some(l) => l.clone(),
-                None => TaskLocals::new(
-                    py.import("toolgate._loop")?
-                        .call_method0("background_loop")?,
-                ),
+                None => TaskLocals::new(helpers.call_method0("background_loop")?),
             };
-            pyo3_async_runtimes::into_future_with_locals(&locals, r.clone()).map(Some)
+            let (coro, cancel): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                helpers.call_method1("cancellable", (r,))?.extract()?;
+            let fut = pyo3_async_runtimes::into_future_with_locals(&locals, coro)?;
+            Ok(Some((fut, CancelOnDrop(Some(cancel.unbind())))))
         })
         .map_err(describe)?;
         let value = match awaited {
-            Some(fut) => fut.await.map_err(describe)?,
+            Some((fut, mut guard)) => {
+                let v = fut.await;
+                guard.0 = None; // finished: nothing to cancel
+                v.map_err(describe)?
+            }
             None => returned,
         };
         Python::attach(|py| convert(value.bind(py))).map_err(describe)
+    }
+}
+
+/// Cancels a callback's coroutine task when the engine stops waiting for it (the signal
+/// timeout dropped the future), so a hanging coroutine does not stay pending on its loop.
+struct CancelOnDrop(Option<Py<PyAny>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            // No interpreter any more (finalizing): nothing left to cancel.
+            let _ = Python::try_attach(|py| {
+                if let Err(e) = cancel.bind(py).call0() {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
     }
 }
 

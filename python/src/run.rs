@@ -116,11 +116,9 @@ impl PyRun {
         if let Some(t) = agent_tags
             && !t.is_none()
         {
-            ctx = ctx.with_agent_tags(
-                tags_of(t).map_err(|e| {
-                    PyTypeError::new_err(format!("agent_tags: expected an iterable of str ({e})"))
-                })?,
-            );
+            ctx = ctx.with_agent_tags(tags_of(t).map_err(|e| {
+                PyTypeError::new_err(format!("agent_tags: expected an iterable of str ({e})"))
+            })?);
         }
         if let Some(e) = enduser
             && !e.is_none()

@@ -215,3 +215,56 @@ async def test_agent_selector_with_all_of_tags_async_and_bad_tags() -> None:
     assert d.effect == "allow"
     with pytest.raises(TypeError, match="agent_tags"):
         engine.start_run("bot", agent_tags=[1, 2])  # type: ignore[list-item]
+
+
+def test_a_timed_out_coroutine_is_cancelled_not_left_pending() -> None:
+    # Sync decision: the coroutine runs on the package's background loop.
+    engine = toolgate.Engine(FRAUD_POLICY, signal_timeout_ms=50)
+    cancelled = threading.Event()
+
+    async def ahangs(args: Any, call: Dict[str, Any]) -> bool:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return False
+
+    engine.register_condition("fraud.suspect", ahangs)
+    d = engine.start_run("bot").before_tool("refund", {"amount": 1})
+    assert d.effect == "block" and "timed out" in missing_of(d)[0]
+    assert cancelled.wait(10), "the hanging coroutine was never cancelled"
+
+    # Same for a signal provider (the same bridge).
+    p = policy(rule("vip", {"kind": "signal", "key": "crm.vip", "op": "eq", "value": True}, "block", tool="x"))
+    engine = toolgate.Engine(p, signal_timeout_ms=50)
+    cancelled.clear()
+
+    async def shangs(args: Dict[str, Any]) -> Any:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    engine.register_signal("crm.vip", shangs)
+    assert engine.start_run("bot").before_tool("x").to_dict()["signals"][0]["error"]
+    assert cancelled.wait(10), "the hanging signal coroutine was never cancelled"
+
+
+async def test_a_timed_out_coroutine_on_the_callers_loop_is_cancelled() -> None:
+    engine = toolgate.Engine(FRAUD_POLICY, signal_timeout_ms=50)
+    cancelled = asyncio.Event()
+
+    async def ahangs(args: Any, call: Dict[str, Any]) -> bool:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return False
+
+    engine.register_condition("fraud.suspect", ahangs)
+    d = await engine.start_run("bot").abefore_tool("refund", {"amount": 1})
+    assert d.effect == "block" and "timed out" in missing_of(d)[0]
+    await asyncio.wait_for(cancelled.wait(), 10)

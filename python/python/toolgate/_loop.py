@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Optional
+from typing import Any, Awaitable, Callable, Coroutine, Dict, Optional, Tuple
 
 _lock = threading.Lock()
 _loop: Optional[asyncio.AbstractEventLoop] = None
@@ -27,3 +27,33 @@ def background_loop() -> asyncio.AbstractEventLoop:
             ready.wait()
             _loop = loop
         return _loop
+
+
+def cancellable(aw: Awaitable[Any]) -> Tuple[Coroutine[Any, Any, Any], Callable[[], None]]:
+    """``aw`` as a coroutine to run as a task, and a function that cancels that task from any
+    thread: the engine calls it when it stops waiting (the signal timeout), so a callback's
+    hanging coroutine is cancelled instead of staying pending on its loop."""
+    lock = threading.Lock()
+    state: Dict[str, Any] = {"task": None, "cancelled": False}
+
+    async def run() -> Any:
+        with lock:
+            if state["cancelled"]:
+                close = getattr(aw, "close", None)
+                if callable(close):
+                    close()  # never awaited: no "coroutine was never awaited" warning
+                raise asyncio.CancelledError()
+            state["task"] = asyncio.current_task()
+        return await aw
+
+    def cancel() -> None:
+        with lock:
+            state["cancelled"] = True
+            task = state["task"]
+        if task is not None and not task.done():
+            try:
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is closed: nothing is left to cancel
+                pass
+
+    return run(), cancel
