@@ -1,0 +1,164 @@
+"""LangChain v1 agents: :class:`ToolgateMiddleware` governs every tool call of ``create_agent``.
+
+>>> from langchain.agents import create_agent
+>>> agent = create_agent(model, tools, middleware=[ToolgateMiddleware(engine, "support-bot")])
+
+One toolgate run per agent invocation. A blocked call never runs: the model reads a
+``ToolMessage(status="error")`` saying ``toolgate blocked this call: <reason> [<CODE>, rule <id>]``
+and may go on. A call held for human review (hitl) gets the same message naming the review, and
+the agent stops before its next model call. Approving the review (``engine.reviews.approve`` or
+``toolgate review approve``) lets the identical call through next time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+from typing_extensions import Annotated, NotRequired
+
+from . import Engine, Run, _jsonable, refusal_text
+
+__all__ = ["ToolgateMiddleware", "ToolgateState"]
+
+ToolResult = Union[ToolMessage, Command[Any]]
+
+
+class ToolgateState(AgentState[Any]):
+    """The agent state with the id of the invocation's toolgate run."""
+
+    toolgate_run_id: NotRequired[Annotated[Optional[str], PrivateStateAttr]]
+
+
+def _output(result: ToolResult) -> Dict[str, Any]:
+    if isinstance(result, ToolMessage):
+        if result.status == "error":
+            return {"error": str(result.content)}
+        return {"output": _jsonable(result.content)}
+    return {"output": None}
+
+
+class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
+    """Decides every tool call of the agent with ``engine`` (``wrap_tool_call`` /
+    ``awrap_tool_call``); ``before_model`` ends the agent once a call waits for review."""
+
+    state_schema = ToolgateState
+
+    def __init__(self, engine: Engine, agent_id: str, enduser: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__()
+        self.engine = engine
+        self.agent_id = agent_id
+        self.enduser = enduser
+        self._runs: Dict[str, Run] = {}
+        self._lock = threading.Lock()
+
+    # -- one run per invocation ------------------------------------------------------------
+    def _start(self) -> Dict[str, Any]:
+        run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+        with self._lock:
+            self._runs[run.run_id] = run
+        return {"toolgate_run_id": run.run_id}
+
+    def _run(self, state: Any) -> Run:
+        rid = state.get("toolgate_run_id") if isinstance(state, Mapping) else None
+        with self._lock:
+            run = self._runs.get(rid) if rid else None
+            if run is None:
+                # Used outside an invocation's before_agent (e.g. a bare ToolNode): a run of its own.
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                self._runs[run.run_id] = run
+            return run
+
+    def _pop(self, state: Any) -> Optional[Run]:
+        rid = state.get("toolgate_run_id") if isinstance(state, Mapping) else None
+        with self._lock:
+            return self._runs.pop(rid, None) if rid else None
+
+    def before_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        return self._start()
+
+    async def abefore_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        return self._start()
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        return {"jump_to": "end"} if self._run(state).aborted else None
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        return {"jump_to": "end"} if self._run(state).aborted else None
+
+    def after_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        run = self._pop(state)
+        if run is not None:
+            run.end("aborted" if run.aborted else "success")
+        return None
+
+    async def aafter_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
+        run = self._pop(state)
+        if run is not None:
+            await run.aend("aborted" if run.aborted else "success")
+        return None
+
+    # -- tool calls ---------------------------------------------------------------------------
+    @staticmethod
+    def _refused(request: ToolCallRequest, decision: Any) -> ToolMessage:
+        call = request.tool_call
+        return ToolMessage(
+            content=refusal_text(decision),
+            tool_call_id=call.get("id") or "",
+            name=call.get("name"),
+            status="error",
+        )
+
+    @staticmethod
+    def _what(request: ToolCallRequest) -> tuple[str, Any, tuple[str, ...], Optional[str]]:
+        call = request.tool_call
+        tags = tuple(getattr(request.tool, "tags", None) or ())
+        return call["name"], _jsonable(call.get("args") or {}), tags, call.get("id")
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        run = self._run(request.state)
+        name, args, tags, call_id = self._what(request)
+        d = run.before_tool(name, args, tags, call_id)
+        if not d.allowed:
+            return self._refused(request, d)
+        started = time.perf_counter()
+        try:
+            result = handler(request)
+        except Exception as e:
+            run.after_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, error=f"{type(e).__name__}: {e}")
+            raise
+        after = run.after_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, **_output(result))
+        if after is not None and not after.allowed:
+            return self._refused(request, after)
+        return result
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
+    ) -> ToolResult:
+        run = self._run(request.state)
+        name, args, tags, call_id = self._what(request)
+        d = await run.abefore_tool(name, args, tags, call_id)
+        if not d.allowed:
+            return self._refused(request, d)
+        started = time.perf_counter()
+        try:
+            result = await handler(request)
+        except Exception as e:
+            await run.aafter_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, error=f"{type(e).__name__}: {e}")
+            raise
+        after = await run.aafter_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, **_output(result))
+        if after is not None and not after.allowed:
+            return self._refused(request, after)
+        return result
+
+

@@ -1,0 +1,275 @@
+//! Python callables as the engine's signal providers, subject extractors and `custom`
+//! conditions.
+//!
+//! A callback may be a plain function or an `async def`. Plain functions run on a blocking
+//! thread of the runtime (so one that sleeps never stalls a decision of another call, and the
+//! engine's timeout still applies); coroutines run on the event loop of the `await`ing caller
+//! when the decision came from an async method, else on the package's own background loop.
+//! Whatever the callback does — raise, hang past the signal timeout, return something that
+//! is not JSON — the engine sees an `Err` (missing data, with the error in the decision).
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use pyo3_async_runtimes::TaskLocals;
+use serde_json::{Map, Value};
+use toolgate::engine::{CustomContext, SubjectInput, SubjectRef};
+
+use crate::convert::{to_json, to_py};
+
+tokio::task_local! {
+    /// The event loop of the Python caller of an async method, for coroutines of callbacks.
+    pub static CALLER_LOOP: TaskLocals;
+}
+
+/// A Python callable and whether calling it yields a coroutine.
+pub struct PyCallback {
+    func: Py<PyAny>,
+    is_async: bool,
+}
+
+impl PyCallback {
+    /// Wraps `func`; `TypeError` when it is not callable.
+    pub fn new(func: &Bound<'_, PyAny>) -> PyResult<Arc<Self>> {
+        if !func.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "expected a callable (a function or an async def)",
+            ));
+        }
+        let inspect = func.py().import("inspect")?;
+        let is_async = inspect
+            .call_method1("iscoroutinefunction", (func,))?
+            .is_truthy()?;
+        Ok(Arc::new(PyCallback {
+            func: func.clone().unbind(),
+            is_async,
+        }))
+    }
+
+    /// Calls it with the arguments `make_args` builds (under the GIL) and converts its result
+    /// (awaited when it is awaitable) with `convert`.
+    pub async fn call<T, A, C>(self: Arc<Self>, make_args: A, convert: C) -> Result<T, String>
+    where
+        T: Send + 'static,
+        A: for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>
+            + Send
+            + 'static,
+        C: for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<T> + Send + 'static,
+    {
+        let locals = CALLER_LOOP.try_with(|l| l.clone()).ok();
+        let this = self.clone();
+        // Plain functions run on a blocking thread; an async def is only called (which creates
+        // its coroutine without running it) right here.
+        let returned: Py<PyAny> = if self.is_async {
+            Python::attach(|py| {
+                let args = make_args(py)?;
+                this.func.bind(py).call1(args).map(Bound::unbind)
+            })
+            .map_err(describe)?
+        } else {
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    let args = make_args(py)?;
+                    this.func.bind(py).call1(args).map(Bound::unbind)
+                })
+            })
+            .await
+            .map_err(|e| format!("the callback did not finish: {e}"))?
+            .map_err(describe)?
+        };
+        let awaited = Python::attach(|py| -> PyResult<Option<_>> {
+            let r = returned.bind(py);
+            if !r.hasattr("__await__")? {
+                return Ok(None);
+            }
+            let helpers = py.import("toolgate._loop")?;
+            let locals = match &locals {
+                Some(l) => l.clone(),
+                None => TaskLocals::new(helpers.call_method0("background_loop")?),
+            };
+            let (coro, cancel): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                helpers.call_method1("cancellable", (r,))?.extract()?;
+            let fut = pyo3_async_runtimes::into_future_with_locals(&locals, coro)?;
+            Ok(Some((fut, CancelOnDrop(Some(cancel.unbind())))))
+        })
+        .map_err(describe)?;
+        let value = match awaited {
+            Some((fut, mut guard)) => {
+                let v = fut.await;
+                guard.0 = None; // finished: nothing to cancel
+                v.map_err(describe)?
+            }
+            None => returned,
+        };
+        Python::attach(|py| convert(value.bind(py))).map_err(describe)
+    }
+}
+
+/// Cancels a callback's coroutine task when the engine stops waiting for it (the signal
+/// timeout dropped the future), so a hanging coroutine does not stay pending on its loop.
+struct CancelOnDrop(Option<Py<PyAny>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            // No interpreter any more (finalizing): nothing left to cancel.
+            let _ = Python::try_attach(|py| {
+                if let Err(e) = cancel.bind(py).call0() {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
+    }
+}
+
+/// A Python exception as the error text of a decision: `Type: message`.
+fn describe(e: PyErr) -> String {
+    Python::attach(|py| {
+        let ty = e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "Exception".into());
+        format!("{ty}: {}", e.value(py))
+    })
+}
+
+/// The future a provider or extractor returns.
+type BoxFut<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, String>> + Send>>;
+
+/// A signal provider calling `cb(args: dict)`.
+pub fn signal_provider(
+    cb: Arc<PyCallback>,
+) -> impl Fn(Map<String, Value>) -> BoxFut<Value> + Send + Sync + 'static {
+    move |args: Map<String, Value>| {
+        let cb = cb.clone();
+        Box::pin(async move {
+            cb.call(
+                move |py| {
+                    let d = to_py(py, &Value::Object(args))?;
+                    pyo3::types::PyTuple::new(py, [d])
+                },
+                to_json,
+            )
+            .await
+        })
+    }
+}
+
+/// A subject extractor calling `cb(tool_name, args)`, which returns a list of
+/// `{"subjectType", "id", "idSystem"?, "role"?}`.
+pub fn subject_extractor(
+    cb: Arc<PyCallback>,
+) -> impl Fn(SubjectInput) -> BoxFut<Vec<SubjectRef>> + Send + Sync + 'static {
+    move |input: SubjectInput| {
+        let cb = cb.clone();
+        Box::pin(async move {
+            cb.call(
+                move |py| {
+                    let name = input.tool_name.into_pyobject(py)?.into_any();
+                    let args = to_py(py, &input.args)?;
+                    pyo3::types::PyTuple::new(py, [name, args])
+                },
+                subjects,
+            )
+            .await
+        })
+    }
+}
+
+/// A `custom` condition calling `cb(args, call: dict)`, which returns a bool. `args` is the
+/// condition's `args` (`None` when absent); `call` is `{"toolName", "toolTags", "args", "runId",
+/// "agentId", "agentTags", "sessionId", "enduser"}` (`enduser`: `{"id", "tags"}` or `None`).
+pub fn custom_condition(
+    cb: Arc<PyCallback>,
+) -> impl Fn(Value, CustomContext) -> BoxFut<bool> + Send + Sync + 'static {
+    move |args: Value, ctx: CustomContext| {
+        let cb = cb.clone();
+        Box::pin(async move {
+            cb.call(
+                move |py| {
+                    let call = call_dict(ctx).map_err(|e| {
+                        pyo3::exceptions::PyValueError::new_err(format!("the call's context: {e}"))
+                    })?;
+                    let args = to_py(py, &args)?;
+                    let call = to_py(py, &call)?;
+                    pyo3::types::PyTuple::new(py, [args, call])
+                },
+                |r| {
+                    r.cast::<pyo3::types::PyBool>()
+                        .map(|b| b.is_true())
+                        .map_err(|_| {
+                            let ty = r
+                                .get_type()
+                                .name()
+                                .map(|n| n.to_string())
+                                .unwrap_or_else(|_| "object".into());
+                            pyo3::exceptions::PyTypeError::new_err(format!(
+                                "a custom condition returns a bool, not {ty}"
+                            ))
+                        })
+                },
+            )
+            .await
+        })
+    }
+}
+
+/// The call's context as the dict a custom condition receives.
+fn call_dict(ctx: CustomContext) -> Result<Value, serde_json::Error> {
+    let run = &ctx.run;
+    let mut m = Map::new();
+    m.insert("toolName".into(), Value::String(ctx.tool_name));
+    m.insert(
+        "toolTags".into(),
+        Value::Array(ctx.tool_tags.into_iter().map(Value::String).collect()),
+    );
+    m.insert("args".into(), ctx.args);
+    m.insert("runId".into(), Value::String(run.run_id.clone()));
+    m.insert("agentId".into(), Value::String(run.agent_id.clone()));
+    m.insert(
+        "agentTags".into(),
+        Value::Array(run.agent_tags.iter().cloned().map(Value::String).collect()),
+    );
+    m.insert(
+        "sessionId".into(),
+        run.session_id.clone().map_or(Value::Null, Value::String),
+    );
+    m.insert("enduser".into(), serde_json::to_value(&run.enduser)?);
+    Ok(Value::Object(m))
+}
+
+fn subjects(r: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectRef>> {
+    let value = to_json(r)?;
+    let Value::Array(items) = value else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "a subject extractor returns a list of {\"subjectType\", \"id\", \"idSystem\"?, \"role\"?}",
+        ));
+    };
+    let field = |o: &Map<String, Value>, k: &str| -> Option<String> {
+        match o.get(k) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        }
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let bad = || {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "subject [{i}]: expected {{\"subjectType\": str, \"id\": str, \"idSystem\"?: str, \"role\"?: str}}"
+                ))
+            };
+            let o = item.as_object().ok_or_else(bad)?;
+            Ok(SubjectRef {
+                subject_type: field(o, "subjectType").ok_or_else(bad)?,
+                value: field(o, "id").ok_or_else(bad)?,
+                role: field(o, "role"),
+                id_system: field(o, "idSystem"),
+            })
+        })
+        .collect()
+}

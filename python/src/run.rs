@@ -1,0 +1,275 @@
+//! `Run`: one agent run; its before/after decisions (sync with the GIL released, or async on
+//! the runtime without blocking the event loop) and its end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_async_runtimes::TaskLocals;
+use serde_json::Value;
+use toolgate::engine::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
+
+use crate::callbacks::CALLER_LOOP;
+use crate::convert::to_json;
+use crate::engine::PyEngine;
+use crate::{PyDecision, json_text, runtime};
+
+/// A run of an agent (subclassed by `toolgate.Run`).
+#[pyclass(subclass, frozen, module = "toolgate._native", name = "Run")]
+pub struct PyRun {
+    run: Arc<Run>,
+    calls: AtomicU64,
+}
+
+fn enduser(e: &Bound<'_, PyAny>) -> PyResult<Enduser> {
+    let d = e
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err("enduser: expected {\"id\": str, \"tags\": {...}}"))?;
+    let id: String = d
+        .get_item("id")?
+        .ok_or_else(|| PyValueError::new_err("enduser: \"id\" is required"))?
+        .extract()?;
+    let mut tags = BTreeMap::new();
+    if let Some(t) = d.get_item("tags")?
+        && !t.is_none()
+    {
+        let Value::Object(map) = to_json(&t)? else {
+            return Err(PyTypeError::new_err("enduser.tags: expected a dict"));
+        };
+        for (k, v) in map {
+            tags.insert(k, json_text(&v));
+        }
+    }
+    Ok(Enduser { id, tags })
+}
+
+fn tags_of(tags: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if tags.is_instance_of::<pyo3::types::PyString>() {
+        return Ok(vec![tags.extract()?]);
+    }
+    tags.try_iter()?.map(|t| t?.extract::<String>()).collect()
+}
+
+/// The running event loop of the caller, so the coroutines of callbacks run there.
+fn caller_loop(py: Python<'_>) -> PyResult<TaskLocals> {
+    TaskLocals::with_running_loop(py)?.copy_context(py)
+}
+
+impl PyRun {
+    fn call(
+        &self,
+        name: String,
+        args: Option<&Bound<'_, PyAny>>,
+        tags: &Bound<'_, PyAny>,
+        call_id: Option<String>,
+    ) -> PyResult<ToolCall> {
+        let args = match args {
+            None => Value::Object(Default::default()),
+            Some(a) => to_json(a)?,
+        };
+        let id = call_id
+            .unwrap_or_else(|| format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1));
+        Ok(ToolCall::new(id, name, args).with_tags(tags_of(tags)?))
+    }
+}
+
+fn outcome(
+    output: Option<&Bound<'_, PyAny>>,
+    duration_ms: Option<f64>,
+    error: Option<String>,
+) -> PyResult<ToolOutcome> {
+    let duration = match duration_ms {
+        None => Duration::ZERO,
+        Some(ms) if ms.is_finite() && ms >= 0.0 => Duration::from_secs_f64(ms / 1000.0),
+        Some(ms) => {
+            return Err(PyValueError::new_err(format!(
+                "duration_ms {ms}: expected a non-negative number"
+            )));
+        }
+    };
+    let output = match output {
+        None => Value::Null,
+        Some(o) => to_json(o)?,
+    };
+    Ok(match error {
+        Some(e) => ToolOutcome::err(e, duration),
+        None => ToolOutcome::ok(output, duration),
+    })
+}
+
+#[pymethods]
+impl PyRun {
+    #[new]
+    #[pyo3(signature = (engine, agent_id, run_id, enduser=None, agent_tags=None))]
+    fn new(
+        engine: PyRef<'_, PyEngine>,
+        agent_id: String,
+        run_id: String,
+        enduser: Option<&Bound<'_, PyAny>>,
+        agent_tags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mut ctx = RunContext::new(run_id, agent_id);
+        if let Some(t) = agent_tags
+            && !t.is_none()
+        {
+            ctx = ctx.with_agent_tags(tags_of(t).map_err(|e| {
+                PyTypeError::new_err(format!("agent_tags: expected an iterable of str ({e})"))
+            })?);
+        }
+        if let Some(e) = enduser
+            && !e.is_none()
+        {
+            ctx.enduser = Some(self::enduser(e)?);
+        }
+        let run = {
+            let _rt = runtime().enter();
+            engine.engine.start_run(ctx)
+        };
+        Ok(PyRun {
+            run: Arc::new(run),
+            calls: AtomicU64::new(0),
+        })
+    }
+
+    /// The run's id.
+    #[getter]
+    fn run_id(&self) -> &str {
+        &self.run.context().run_id
+    }
+
+    /// The agent's id.
+    #[getter]
+    fn agent_id(&self) -> &str {
+        &self.run.context().agent_id
+    }
+
+    /// Whether a hitl decision (or a failure) stopped the run.
+    #[getter]
+    fn aborted(&self) -> bool {
+        self.run.is_aborted()
+    }
+
+    /// Decides a tool call (phase `tool.before`); the GIL is released while deciding.
+    #[pyo3(signature = (name, args=None, tags=None, call_id=None))]
+    fn before_tool(
+        &self,
+        py: Python<'_>,
+        name: String,
+        args: Option<&Bound<'_, PyAny>>,
+        tags: Option<&Bound<'_, PyAny>>,
+        call_id: Option<String>,
+    ) -> PyResult<PyDecision> {
+        let empty = pyo3::types::PyTuple::empty(py);
+        let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
+        let id = call.id.clone();
+        let run = &self.run;
+        let d = py.detach(|| run.before_tool_blocking(call));
+        Ok(PyDecision::new(id, d))
+    }
+
+    /// `before_tool` for asyncio: an awaitable of the decision; never blocks the event loop.
+    #[pyo3(signature = (name, args=None, tags=None, call_id=None))]
+    fn abefore_tool<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        args: Option<&Bound<'py, PyAny>>,
+        tags: Option<&Bound<'py, PyAny>>,
+        call_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let empty = pyo3::types::PyTuple::empty(py);
+        let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
+        let run = self.run.clone();
+        let locals = caller_loop(py)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            CALLER_LOOP.scope(locals, async move {
+                let id = call.id.clone();
+                let d = run.before_tool(call).await;
+                Ok(PyDecision::new(id, d))
+            }),
+        )
+    }
+
+    /// Records the outcome of an allowed call and decides the after-phase rules. `None` when
+    /// `call_id` was not allowed in this run (its result is ignored).
+    #[pyo3(signature = (call_id, output=None, duration_ms=None, error=None))]
+    fn after_tool(
+        &self,
+        py: Python<'_>,
+        call_id: String,
+        output: Option<&Bound<'_, PyAny>>,
+        duration_ms: Option<f64>,
+        error: Option<String>,
+    ) -> PyResult<Option<PyDecision>> {
+        let outcome = outcome(output, duration_ms, error)?;
+        let run = &self.run;
+        let d = py.detach(|| run.after_tool_blocking(&call_id, outcome));
+        Ok(d.map(|d| PyDecision::new(call_id, d)))
+    }
+
+    /// `after_tool` for asyncio.
+    #[pyo3(signature = (call_id, output=None, duration_ms=None, error=None))]
+    fn aafter_tool<'py>(
+        &self,
+        py: Python<'py>,
+        call_id: String,
+        output: Option<&Bound<'py, PyAny>>,
+        duration_ms: Option<f64>,
+        error: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let outcome = outcome(output, duration_ms, error)?;
+        let run = self.run.clone();
+        let locals = caller_loop(py)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            CALLER_LOOP.scope(locals, async move {
+                let d = run.after_tool(&call_id, outcome).await;
+                Ok(d.map(|d| PyDecision::new(call_id, d)))
+            }),
+        )
+    }
+
+    /// Ends the run (`run.ended`) and flushes its audit events (bounded).
+    #[pyo3(signature = (status="success", output=None))]
+    fn end(&self, py: Python<'_>, status: &str, output: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let response = output.map(to_json).transpose()?.map(|v| json_text(&v));
+        let run = self.run.clone();
+        let status = status.to_string();
+        py.detach(|| {
+            runtime().block_on(async move { run.end(&status, response.as_deref()).await })
+        });
+        Ok(())
+    }
+
+    /// `end` for asyncio.
+    #[pyo3(signature = (status="success", output=None))]
+    fn aend<'py>(
+        &self,
+        py: Python<'py>,
+        status: &str,
+        output: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let response = output.map(to_json).transpose()?.map(|v| json_text(&v));
+        let run = self.run.clone();
+        let status = status.to_string();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            run.end(&status, response.as_deref()).await;
+            Ok(())
+        })
+    }
+
+    /// Records LLM usage (for `metricWindow` rules on llm_tokens_* / llm_cost_usd).
+    fn record_llm(&self, tokens_in: u64, tokens_out: u64, cost_usd: f64) {
+        self.run.record_llm(tokens_in, tokens_out, cost_usd);
+    }
+
+    /// Records a custom metric.
+    fn record_metric(&self, key: &str, value: f64) {
+        self.run.record_metric(key, value);
+    }
+}
