@@ -223,45 +223,6 @@ pub fn signing_hash(event: &Map<String, Value>) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn sign_and_verify_roundtrip_through_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let signer = RunSigner::from_seed(&[7; 32]);
-        let key = dir.path().join("k");
-        let pub_path = signer.write_files(&key).unwrap();
-        assert!(signer.write_files(&key).is_err(), "never overwrites");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(&key).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600);
-        }
-        let signer2 = RunSigner::from_file(&key).unwrap();
-        let verifier = RunVerifier::from_file(&pub_path).unwrap();
-        assert_eq!(signer2.key_id(), verifier.key_id());
-        assert!(verifier.key_id().starts_with("ed25519:"));
-
-        let mut ev = json!({"a": 1, "hash": "x"}).as_object().unwrap().clone();
-        let sig = signer2.sign_hash(&signing_hash(&ev));
-        ev.insert(SIGNATURE_FIELD.into(), json!(sig));
-        ev.insert(KEY_ID_FIELD.into(), json!(signer2.key_id()));
-        assert_eq!(verifier.verify_event(&ev), Ok(()));
-        ev.insert("a".into(), json!(2));
-        assert_eq!(verifier.verify_event(&ev), Err(SignatureError::Invalid));
-        let other = RunSigner::from_seed(&[8; 32]).public_key();
-        assert!(matches!(
-            other.verify_event(&ev),
-            Err(SignatureError::OtherKey { .. })
-        ));
-        assert!(RunVerifier::from_file(&key).is_err());
-    }
-}
-
 /// The largest key file read (a PEM Ed25519 key is about 120 bytes).
 pub const MAX_KEY_FILE_BYTES: u64 = 8 * 1024;
 
@@ -314,4 +275,43 @@ pub fn read_key_file(path: &Path, private: bool) -> Result<String, AuditError> {
     }
     String::from_utf8(bytes)
         .map_err(|_| AuditError::Config(format!("{shown}: not a PEM key (not text)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sign_and_verify_roundtrip_through_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let signer = RunSigner::from_seed(&[7; 32]);
+        let key = dir.path().join("k");
+        let pub_path = signer.write_files(&key).unwrap();
+        assert!(signer.write_files(&key).is_err(), "never overwrites");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let signer2 = RunSigner::from_file(&key).unwrap();
+        let verifier = RunVerifier::from_file(&pub_path).unwrap();
+        assert_eq!(signer2.key_id(), verifier.key_id());
+        assert!(verifier.key_id().starts_with("ed25519:"));
+
+        let mut ev = json!({"a": 1, "hash": "x"}).as_object().unwrap().clone();
+        let sig = signer2.sign_hash(&signing_hash(&ev));
+        ev.insert(SIGNATURE_FIELD.into(), json!(sig));
+        ev.insert(KEY_ID_FIELD.into(), json!(signer2.key_id()));
+        assert_eq!(verifier.verify_event(&ev), Ok(()));
+        ev.insert("a".into(), json!(2));
+        assert_eq!(verifier.verify_event(&ev), Err(SignatureError::Invalid));
+        let other = RunSigner::from_seed(&[8; 32]).public_key();
+        assert!(matches!(
+            other.verify_event(&ev),
+            Err(SignatureError::OtherKey { .. })
+        ));
+        assert!(RunVerifier::from_file(&key).is_err());
+    }
 }

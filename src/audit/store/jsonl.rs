@@ -364,9 +364,9 @@ impl JsonlStore {
             .write(true)
             .open(&lock_path)
             .map_err(|e| AuditError::io(&lock_path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        match fs4::fs_std::FileExt::try_lock_exclusive(&lock) {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(AuditError::Config(format!(
                     "{}: in use by another collector (it holds {}); one collector per folder \
                      — stop the other one, or share a PostgreSQL store between collectors",
@@ -374,7 +374,7 @@ impl JsonlStore {
                     lock_path.display()
                 )));
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(AuditError::io(&lock_path, e)),
+            Err(e) => return Err(AuditError::io(&lock_path, e)),
         }
         let mut inner = Inner {
             dir,

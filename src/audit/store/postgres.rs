@@ -188,13 +188,12 @@ impl PgStore {
             .await;
         let known = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
         match version {
-            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
-                Err(AuditError::Config(format!(
-                    "no toolgate audit store in this database (no toolgate_migrations table in \
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Err(AuditError::Config(
+                "no toolgate audit store in this database (no toolgate_migrations table in \
                      its search_path): point it at a collector's database, and schema \
                      (?options=-c%20search_path%3D...), that `toolgate collect` has written"
-                )))
-            }
+                    .into(),
+            )),
             Err(e) => Err(db_error("read", &e)),
             Ok(row) => match row.try_get::<_, Option<i32>>(0) {
                 Ok(Some(v)) if v <= known => Ok(store.clone()),
