@@ -83,7 +83,7 @@ pub(crate) fn luhn(d: &[u8]) -> bool {
         }
         sum += v;
     }
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// IBAN lengths by country (the SWIFT IBAN registry).
