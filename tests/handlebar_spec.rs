@@ -447,7 +447,7 @@ fn new_shapes_are_validated_with_json_paths() {
         let text = format!(r#"{{"policy": {{"name": "p", {meta}}}, "rules": []}}"#);
         let err = parse_policy(&text, None).expect_err(meta).to_string();
         assert!(
-            err.contains(path) && err.contains(msg),
+            err.contains(*path) && err.contains(msg),
             "{meta}\n  want {path}: …{msg}…\n  got {err}"
         );
     }
