@@ -117,6 +117,7 @@ impl Frame {
     }
 
     /// A frame from a raw JSON value.
+    #[cfg(feature = "http")]
     pub(crate) fn from_raw(raw: &RawValue) -> serde_json::Result<Frame> {
         Frame::parse(raw.get())
     }
