@@ -7,9 +7,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// One JSON-RPC message in transit.
 ///
@@ -26,8 +26,10 @@ pub(crate) struct Frame {
     dup_keys: bool,
 }
 
-/// The top-level members of an object: the span of `id`, and whether a key repeats.
-struct Scan {
+/// A message parsed in one pass: its value, the span of its top-level `id`, and whether a
+/// top-level key repeats.
+struct Parsed {
+    msg: Value,
     id: Option<(usize, usize)>,
     dup: bool,
 }
@@ -53,39 +55,48 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// Scans the top level of `text`, an object.
-fn scan(text: &str) -> Scan {
+/// Parses `text`: an object member by member (noting the `id` member's span and repeated
+/// keys, as a later value of a key replaces an earlier one just as in a `Value`), anything else
+/// as a `Value`.
+fn parse_top(text: &str) -> serde_json::Result<Parsed> {
     struct V<'t>(&'t str);
     impl<'de: 't, 't> Visitor<'de> for V<'t> {
-        type Value = Scan;
+        type Value = Parsed;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON-RPC message")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scan, A::Error> {
-            let mut keys: Vec<Key<'de>> = Vec::with_capacity(4);
-            let mut out = Scan {
-                id: None,
-                dup: false,
-            };
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+            let mut m = Map::new();
+            let (mut id, mut dup) = (None, false);
             while let Some(k) = map.next_key::<Key<'de>>()? {
-                if k.0 == "id" {
-                    let v: &'de RawValue = map.next_value()?;
-                    let start = v.get().as_ptr() as usize - self.0.as_ptr() as usize;
-                    out.id = Some((start, start + v.get().len()));
+                let v = if k.0 == "id" {
+                    let raw: &'de RawValue = map.next_value()?;
+                    let start = raw.get().as_ptr() as usize - self.0.as_ptr() as usize;
+                    id = Some((start, start + raw.get().len()));
+                    serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?
                 } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                out.dup |= keys.iter().any(|o| o.0 == k.0);
-                keys.push(k);
+                    map.next_value::<Value>()?
+                };
+                dup |= m.insert(k.0.into_owned(), v).is_some();
             }
-            Ok(out)
+            Ok(Parsed {
+                msg: Value::Object(m),
+                id,
+                dup,
+            })
         }
     }
+    if !text.starts_with('{') {
+        return Ok(Parsed {
+            msg: serde_json::from_str(text)?,
+            id: None,
+            dup: false,
+        });
+    }
     let mut de = serde_json::Deserializer::from_str(text);
-    serde::Deserializer::deserialize_any(&mut de, V(text)).unwrap_or(Scan {
-        id: None,
-        dup: false,
-    })
+    let p = serde::Deserializer::deserialize_map(&mut de, V(text))?;
+    de.end()?;
+    Ok(p)
 }
 
 impl Frame {
@@ -94,15 +105,8 @@ impl Frame {
     /// as it is: such a frame is written from its value.
     pub(crate) fn parse(text: &str) -> serde_json::Result<Frame> {
         let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
-        let msg: Value = serde_json::from_str(text)?;
-        let s = if msg.is_object() {
-            scan(text)
-        } else {
-            Scan {
-                id: None,
-                dup: false,
-            }
-        };
+        let s = parse_top(text)?;
+        let msg = s.msg;
         let one_line = !text.contains(['\n', '\r']);
         Ok(Frame {
             msg,
@@ -113,6 +117,7 @@ impl Frame {
     }
 
     /// A frame from a raw JSON value.
+    #[cfg(feature = "http")]
     pub(crate) fn from_raw(raw: &RawValue) -> serde_json::Result<Frame> {
         Frame::parse(raw.get())
     }
@@ -265,6 +270,14 @@ mod tests {
         assert!(!e.dup_keys());
         let d = Frame::parse(r#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
         assert!(d.dup_keys());
+        assert!(Frame::parse(r#"{"id":1,"\u0069d":2}"#).unwrap().dup_keys());
+        let text = r#"{"a":[1,{"b":2.5e0}],"id":null,"c":"\u00e9","a2":{}}"#;
+        assert_eq!(
+            *Frame::parse(text).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        assert!(Frame::parse(r#"{"a":1} x"#).is_err());
+        assert!(Frame::parse("[1,2]").unwrap().is_array());
         let none = Frame::parse(r#"{"method":"n"}"#).unwrap().with_id("3");
         assert_eq!(none["id"], 3);
     }
