@@ -83,6 +83,6 @@ fn an_endless_line_is_a_break_not_unbounded_memory() {
         .assert()
         .code(1)
         .stdout(predicate::str::contains(
-            "/dev/zero:1: line longer than 16 MiB; the rest of the file is not read",
+            "/dev/zero:1: line longer than 128 MiB; the rest of the file is not read",
         ));
 }

@@ -478,9 +478,10 @@ fn verify_events_inner<'a>(
     v.finish(Vec::new(), Vec::new())
 }
 
-/// The longest line [`verify_paths`] reads (16 MiB); a longer line is a break and ends the
+/// The longest line [`verify_paths`] reads (128 MiB: an event holding a result at the MCP
+/// gateway's default 64 MiB message limit, its escapes included); a longer line is a break and ends the
 /// reading of its file, so memory stays bounded whatever the input.
-pub const MAX_LINE_BYTES: usize = 16 << 20;
+pub const MAX_LINE_BYTES: usize = 128 << 20;
 
 /// Verifies JSONL files and directories (searched recursively for `*.jsonl`, in name order).
 /// All runs are checked across all files, so a run may span files.

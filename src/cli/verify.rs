@@ -8,7 +8,7 @@ use crate::audit::{RunVerifier, verify_paths, verify_paths_signed, verify_paths_
 pub const LONG_ABOUT: &str = "Verify the hash chains of audit trail files and report where any chain breaks.\n\n\
 Reads JSONL audit files (folders are searched recursively for `*.jsonl`), groups events by run across \
 all files and checks every run's chain (each real file is read once, symlink loops are skipped, \
-FIFOs and devices met in folders are skipped with a note, and a line over 16 MiB is a break that \
+FIFOs and devices met in folders are skipped with a note, and a line over 128 MiB is a break that \
 ends the reading of its file): each event's hash matches its content, `seq` runs 0, 1, 2, ... \
 without gaps, every `prevHash` is the previous event's `hash`, a run's events appear in order, and every \
 line is byte for byte the canonical JSON of its content (else \"not canonical\"). \
