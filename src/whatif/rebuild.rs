@@ -324,9 +324,7 @@ fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
             EventKind::ToolDecision
                 if b.get("phase").and_then(Value::as_str) == Some("tool.before") =>
             {
-                let Some(call_id) = str_field(b.get("callId")) else {
-                    return None;
-                };
+                let call_id = str_field(b.get("callId"))?;
                 let tool: TraceTool = match b.get("tool").map(|t| serde_json::from_value(t.clone()))
                 {
                     Some(Ok(t)) => t,
@@ -388,9 +386,7 @@ fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
                 ))
             }
             EventKind::ToolResult => {
-                let Some(call_id) = str_field(b.get("callId")) else {
-                    return None;
-                };
+                let call_id = str_field(b.get("callId"))?;
                 Some((
                     at,
                     TraceLine::ToolResult {
