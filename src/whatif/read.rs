@@ -240,11 +240,14 @@ impl RunReader {
             }
         };
         let mut reader = std::io::BufReader::new(file).take(seg.end.saturating_sub(seg.start));
-        // A line without the run id's text and without any escape cannot name the run.
+        // A line without the run id as a JSON string (`"r-1"`: an id without quotes,
+        // backslashes or control characters is written so unless escapes are used) and
+        // without any escape cannot name the run.
         let plain = !self
             .run_id
             .bytes()
             .any(|b| b == b'"' || b == b'\\' || b < 0x20);
+        let quoted = format!("\"{}\"", self.run_id);
         let mut buf = Vec::new();
         let mut read = 0u64;
         while self.window.len() < WINDOW_EVENTS && read < WINDOW_BYTES {
@@ -260,7 +263,7 @@ impl RunReader {
             };
             read += n as u64;
             if plain
-                && memchr::memmem::find(&buf, self.run_id.as_bytes()).is_none()
+                && memchr::memmem::find(&buf, quoted.as_bytes()).is_none()
                 && memchr::memchr(b'\\', &buf).is_none()
             {
                 continue;
