@@ -13,15 +13,14 @@
 //! call's new before-phase decision with the recorded one. See `docs/what-if.md` for what it
 //! cannot reproduce.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::audit::{AuditEvent, EventKind};
-use crate::engine::{Enduser, EngineBuilder, EngineError, RunContext, SubjectRef};
-use crate::trace::{Replayer, TraceLine, TraceTool};
+use crate::audit::AuditEvent;
+use crate::engine::{EngineBuilder, EngineError};
+use crate::trace::{Replayer, TraceLine};
 
 /// Which recorded runs to replay.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +46,11 @@ impl WhatIfFilter {
 }
 
 mod read;
-pub use read::{AuditRead, read_audit_paths, read_audit_trail, read_store, read_store_verified};
+mod rebuild;
+pub use read::{
+    AuditRead, AuditTrail, index_audit_trail, read_audit_paths, read_audit_trail, read_store,
+    read_store_verified,
+};
 
 /// A recorded call decided again.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -184,9 +187,6 @@ pub struct RebuiltTrace {
     pub runs: usize,
     /// Runs left out, with the reason.
     pub skipped: Vec<SkippedRun>,
-    /// Per (run, callId), the recorded decisions in trail order: a retried call reuses its id,
-    /// and its decisions are matched by position.
-    recorded: HashMap<(String, String), VecDeque<Recorded>>,
 }
 
 /// Rebuilds the replay trace of the recorded runs `filter` selects (see the module docs).
@@ -196,321 +196,59 @@ pub fn rebuild_trace(
     events: impl IntoIterator<Item = AuditEvent>,
     filter: &WhatIfFilter,
 ) -> RebuiltTrace {
-    let mut runs: BTreeMap<(String, String), BTreeMap<u64, AuditEvent>> = BTreeMap::new();
-    for e in events {
-        if filter.agent.as_deref().is_some_and(|a| a != e.agent_id()) {
-            continue;
-        }
-        runs.entry((e.agent_id().to_string(), e.run_id().to_string()))
-            .or_default()
-            .entry(e.seq())
-            .or_insert(e);
-    }
-    let mut out = RebuiltTrace::default();
-    let mut seen_run_ids: BTreeSet<String> = BTreeSet::new();
-    // Per run: its lines with their times, in seq order.
-    let mut per_run: Vec<Vec<RunLine>> = Vec::new();
-    for ((agent_id, run_id), evs) in runs {
-        let skip = |reason: &str| SkippedRun {
-            agent_id: agent_id.clone(),
-            run_id: run_id.clone(),
-            reason: reason.to_string(),
-            chain_broken: false,
-        };
-        let Some(first) = evs.get(&0) else {
-            // With --since, a run that started earlier is cut: leave it out quietly.
-            if filter.since.is_none() {
-                out.skipped
-                    .push(skip("its run.started (seq 0) is not in the trail"));
-            }
-            continue;
-        };
-        if let Some(why) = filter.exclude.get(&(agent_id.clone(), run_id.clone())) {
-            out.skipped.push(SkippedRun {
-                chain_broken: true,
-                ..skip(&format!("its hash chain does not verify: {why}"))
-            });
-            continue;
-        }
-        if first.kind() != EventKind::RunStarted {
-            out.skipped.push(skip("seq 0 is not run.started"));
-            continue;
-        }
-        if filter.since.is_some_and(|t| first.ts() < t) {
-            continue;
-        }
-        if !seen_run_ids.insert(run_id.clone()) {
-            out.skipped
-                .push(skip("another agent's run has the same run id"));
-            continue;
-        }
-        per_run.push(run_lines(&run_id, evs.into_values()));
-        out.runs += 1;
-    }
-    // Interleave the runs by time (a run's own lines stay in seq order).
-    let mut heap = BinaryHeap::new();
-    let mut iters: Vec<_> = per_run.into_iter().map(|v| v.into_iter()).collect();
-    for (i, it) in iters.iter_mut().enumerate() {
-        if let Some(item) = it.next() {
-            heap.push(std::cmp::Reverse(Head(item.0, i, item)));
-        }
-    }
-    // The replayer's signal providers are global: before each call, set the signals its
-    // recorded decision resolved and make every other signal set so far fail.
-    let mut signals_seen: BTreeSet<String> = BTreeSet::new();
-    while let Some(std::cmp::Reverse(Head(_, i, (_, line, meta)))) = heap.pop() {
-        if let Some(meta) = meta {
-            for key in &signals_seen {
-                if !meta.signals.contains_key(key) {
-                    out.lines.push(not_recorded(key));
-                }
-            }
-            for (key, (value, error)) in meta.signals {
-                signals_seen.insert(key.clone());
-                out.lines.push(TraceLine::Signal {
-                    key,
-                    value,
-                    error,
-                    delay_ms: None,
-                    at: None,
-                });
-            }
-            let run_id = match &line {
-                TraceLine::ToolCall { run_id, .. } => run_id.clone().unwrap_or_default(),
-                _ => String::new(),
-            };
-            out.recorded
-                .entry((run_id, meta.call_id))
-                .or_default()
-                .push_back(meta.recorded);
-        }
-        out.lines.push(line);
-        if let Some(next) = iters.get_mut(i).and_then(Iterator::next) {
-            heap.push(std::cmp::Reverse(Head(next.0, i, next)));
-        }
-    }
+    let mut merge = rebuild::Merge::new(rebuild::MemoryRuns::new(events, filter), filter);
+    let mut out = RebuiltTrace {
+        runs: merge.runs,
+        skipped: std::mem::take(&mut merge.skipped),
+        ..RebuiltTrace::default()
+    };
+    out.lines = merge.map(|(line, _)| line).collect();
     out
-}
-
-type RunLine = (DateTime<Utc>, TraceLine, Option<CallMeta>);
-
-/// What goes with a rebuilt `tool.call`: the recorded decision and the signals it saw.
-struct CallMeta {
-    call_id: String,
-    recorded: Recorded,
-    signals: BTreeMap<String, (Option<Value>, Option<String>)>,
-}
-
-/// A run's next line in the merge: ordered by time, then by run.
-struct Head(DateTime<Utc>, usize, RunLine);
-
-impl PartialEq for Head {
-    fn eq(&self, other: &Self) -> bool {
-        (self.0, self.1) == (other.0, other.1)
-    }
-}
-impl Eq for Head {}
-impl PartialOrd for Head {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Head {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.0, self.1).cmp(&(other.0, other.1))
-    }
-}
-
-fn str_field(v: Option<&Value>) -> Option<String> {
-    v.and_then(Value::as_str).map(str::to_owned)
-}
-
-/// One run's trace lines (with the recorded before-phase decisions), in seq order.
-fn run_lines(run_id: &str, events: impl Iterator<Item = AuditEvent>) -> Vec<RunLine> {
-    let mut lines: Vec<RunLine> = Vec::new();
-    let run = Some(run_id.to_string());
-    for e in events {
-        let b = e.body();
-        let at = e.ts();
-        match e.kind() {
-            EventKind::RunStarted => {
-                let ctx: Option<RunContext> = b
-                    .get("runContext")
-                    .and_then(|c| serde_json::from_value(c.clone()).ok());
-                let enduser: Option<Enduser> = ctx.as_ref().and_then(|c| c.enduser.clone());
-                let enduser = enduser.or_else(|| {
-                    e.enduser_id().map(|id| Enduser {
-                        id: id.to_string(),
-                        tags: BTreeMap::new(),
-                    })
-                });
-                lines.push((
-                    at,
-                    TraceLine::RunStart {
-                        run_id: run_id.to_string(),
-                        agent_id: e.agent_id().to_string(),
-                        agent_tags: ctx
-                            .as_ref()
-                            .map(|c| c.agent_tags.clone())
-                            .unwrap_or_default(),
-                        session_id: ctx.and_then(|c| c.session_id),
-                        enduser,
-                        at: Some(at),
-                    },
-                    None,
-                ));
-            }
-            EventKind::ToolDecision
-                if b.get("phase").and_then(Value::as_str) == Some("tool.before") =>
-            {
-                let Some(call_id) = str_field(b.get("callId")) else {
-                    continue;
-                };
-                let tool: TraceTool = match b.get("tool").map(|t| serde_json::from_value(t.clone()))
-                {
-                    Some(Ok(t)) => t,
-                    _ => continue,
-                };
-                let decision = b.get("decision");
-                // The signal values the recorded decision saw.
-                let mut resolved: BTreeMap<String, (Option<Value>, Option<String>)> =
-                    BTreeMap::new();
-                for s in decision
-                    .and_then(|d| d.get("signals"))
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    let Some(key) = str_field(s.get("key")) else {
-                        continue;
-                    };
-                    let value = s.get("value").cloned();
-                    let error = match &value {
-                        Some(_) => None,
-                        None => Some(
-                            str_field(s.get("error"))
-                                .unwrap_or_else(|| "no value recorded".to_string()),
-                        ),
-                    };
-                    resolved.insert(key, (value, error));
-                }
-                let subjects: Vec<SubjectRef> = b
-                    .get("subjects")
-                    .and_then(|s| serde_json::from_value(s.clone()).ok())
-                    .unwrap_or_default();
-                let recorded = Recorded {
-                    agent_id: e.agent_id().to_string(),
-                    tool: tool.name.clone(),
-                    at,
-                    effect: decision
-                        .and_then(|d| str_field(d.get("effect")))
-                        .unwrap_or_default(),
-                    rule_id: decision.and_then(|d| str_field(d.get("ruleId"))),
-                    code: decision
-                        .and_then(|d| str_field(d.get("code")))
-                        .unwrap_or_default(),
-                };
-                lines.push((
-                    at,
-                    TraceLine::ToolCall {
-                        run_id: run.clone(),
-                        id: call_id.clone(),
-                        tool,
-                        args: b.get("args").cloned().unwrap_or(Value::Null),
-                        subjects,
-                        at: Some(at),
-                    },
-                    Some(CallMeta {
-                        call_id,
-                        recorded,
-                        signals: resolved,
-                    }),
-                ));
-            }
-            EventKind::ToolResult => {
-                let Some(call_id) = str_field(b.get("callId")) else {
-                    continue;
-                };
-                lines.push((
-                    at,
-                    TraceLine::ToolResult {
-                        run_id: run.clone(),
-                        id: call_id,
-                        output: b.get("output").cloned(),
-                        duration_ms: b.get("durationMs").and_then(Value::as_f64),
-                        error: str_field(b.get("error")),
-                        at: Some(at),
-                    },
-                    None,
-                ));
-            }
-            EventKind::LlmResult => lines.push((
-                at,
-                TraceLine::Llm {
-                    run_id: run.clone(),
-                    tokens_in: b.get("tokensIn").and_then(Value::as_u64).unwrap_or(0),
-                    tokens_out: b.get("tokensOut").and_then(Value::as_u64).unwrap_or(0),
-                    cost_usd: b.get("costUsd").and_then(Value::as_f64).unwrap_or(0.0),
-                    at: Some(at),
-                },
-                None,
-            )),
-            EventKind::RunEnded => lines.push((
-                at,
-                TraceLine::RunEnd {
-                    run_id: run.clone(),
-                    status: str_field(b.get("status")),
-                    final_response: str_field(b.get("finalResponse")),
-                    at: Some(at),
-                },
-                None,
-            )),
-            _ => {}
-        }
-    }
-    lines
-}
-
-fn not_recorded(key: &str) -> TraceLine {
-    TraceLine::Signal {
-        key: key.to_string(),
-        value: None,
-        error: Some("not called by the recorded decision".to_string()),
-        delay_ms: None,
-        at: None,
-    }
 }
 
 /// Replays the recorded runs of `events` that `filter` selects through an engine built from
 /// `builder` (the new policy; its clock is replaced by the recorded times) and pairs each
-/// call's new before-phase decision with the recorded one.
+/// call's new before-phase decision with the recorded one. All of `events` is held; for a
+/// large trail, [`what_if_trail`] reads it run by run.
 pub async fn what_if(
     builder: EngineBuilder,
     org_timezone: Option<chrono_tz::Tz>,
     events: impl IntoIterator<Item = AuditEvent>,
     filter: &WhatIfFilter,
 ) -> Result<WhatIfReport, EngineError> {
-    let trace = rebuild_trace(events, filter);
+    let merge = rebuild::Merge::new(rebuild::MemoryRuns::new(events, filter), filter);
+    replay(builder, org_timezone, merge).await
+}
+
+/// [`what_if`] over a trail of JSONL files indexed by [`index_audit_trail`]: each run's
+/// events are read from its files when the replay reaches the run's start and dropped as
+/// they are replayed, so memory is bounded by the runs under way at once (a bounded window of
+/// each), not by the trail. `filter` must be the one the trail was indexed with (its
+/// `exclude` may be added).
+pub async fn what_if_trail(
+    builder: EngineBuilder,
+    org_timezone: Option<chrono_tz::Tz>,
+    trail: AuditTrail,
+    filter: &WhatIfFilter,
+) -> Result<WhatIfReport, EngineError> {
+    let merge = rebuild::Merge::new(trail.into_source(filter), filter);
+    replay(builder, org_timezone, merge).await
+}
+
+async fn replay<S: rebuild::RunSource>(
+    builder: EngineBuilder,
+    org_timezone: Option<chrono_tz::Tz>,
+    mut merge: rebuild::Merge<S>,
+) -> Result<WhatIfReport, EngineError> {
     let mut replayer = Replayer::with_builder(builder, org_timezone)?;
     let mut report = WhatIfReport {
-        runs: trace.runs,
-        skipped: trace.skipped,
+        runs: merge.runs,
+        skipped: std::mem::take(&mut merge.skipped),
         ..WhatIfReport::default()
     };
-    let mut recorded = trace.recorded;
-    for line in trace.lines {
-        // The recorded decision of this call: the next one recorded under its (run, callId),
-        // so a retried call (same id) is matched by position.
-        let rec = match &line {
-            TraceLine::ToolCall {
-                run_id: Some(run_id),
-                id,
-                ..
-            } => recorded
-                .get_mut(&(run_id.clone(), id.clone()))
-                .and_then(VecDeque::pop_front),
-            _ => None,
-        };
+    // Each `tool.call` comes with its own recorded decision (a retried call reuses its id and
+    // is matched by position).
+    for (line, rec) in merge {
         let rows = match replayer.step(line).await {
             Ok(rows) => rows,
             Err(message) => {

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::{Value, json};
 use toolgate::engine::GovernanceEngine;
-use toolgate::whatif::{WhatIfCall, WhatIfFilter, WhatIfReport, read_audit_paths, what_if};
+use toolgate::whatif::{
+    WhatIfCall, WhatIfFilter, WhatIfReport, index_audit_trail, read_audit_paths, what_if,
+    what_if_trail,
+};
 
 fn toolgate() -> Command {
     Command::cargo_bin("toolgate").unwrap()
@@ -66,7 +69,23 @@ async fn library_what_if(audit: &Path, policy: &Path, filter: &WhatIfFilter) -> 
     let (events, bad) = read_audit_paths(&[audit]).unwrap();
     assert_eq!(bad, 0);
     let builder = GovernanceEngine::builder().policy_path(policy);
-    what_if(builder, None, events, filter).await.unwrap()
+    let held = what_if(builder, None, events, filter).await.unwrap();
+    // Read run by run from the files (as the CLI does), the replay is the same.
+    let streamed = trail_what_if(audit, policy, filter).await;
+    assert_same(&held, &streamed);
+    held
+}
+
+async fn trail_what_if(audit: &Path, policy: &Path, filter: &WhatIfFilter) -> WhatIfReport {
+    let trail = index_audit_trail(&[audit], filter).unwrap();
+    let builder = GovernanceEngine::builder().policy_path(policy);
+    what_if_trail(builder, None, trail, filter).await.unwrap()
+}
+
+fn assert_same(a: &WhatIfReport, b: &WhatIfReport) {
+    assert_eq!(a.calls, b.calls);
+    assert_eq!(a.runs, b.runs);
+    assert_eq!(a.skipped, b.skipped);
 }
 
 fn call<'a>(r: &'a WhatIfReport, id: &str) -> &'a WhatIfCall {
@@ -377,5 +396,44 @@ mod pg {
             "{stdout}"
         );
         assert!(stdout.contains("allow → block"), "{stdout}");
+    }
+}
+
+/// Runs spread over files, lines out of seq order and repeated: read run by run from the
+/// files, the replay is the same as from the events held (issue 22 point 14).
+#[tokio::test]
+async fn a_trail_read_run_by_run_replays_as_the_events_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = recorded(dir.path());
+    let policy = refunds_over_40(dir.path());
+    let text = std::fs::read_to_string(audit.join("2026-01-05.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir_all(&mixed).unwrap();
+    // a.jsonl: the first half, reversed; b.jsonl: the second half, with every third line twice.
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let a: Vec<&str> = first.iter().rev().copied().collect();
+    let mut b = Vec::new();
+    for (i, l) in second.iter().enumerate() {
+        b.push(*l);
+        if i % 3 == 0 {
+            b.push(*l);
+        }
+    }
+    std::fs::write(mixed.join("a.jsonl"), a.join("\n") + "\n").unwrap();
+    std::fs::write(mixed.join("b.jsonl"), b.join("\n") + "\n").unwrap();
+    for filter in [
+        WhatIfFilter::default(),
+        WhatIfFilter {
+            agent: Some("support-bot".to_string()),
+            ..WhatIfFilter::default()
+        },
+    ] {
+        let (events, _) = read_audit_paths(&[&mixed]).unwrap();
+        let builder = GovernanceEngine::builder().policy_path(&policy);
+        let held = what_if(builder, None, events, &filter).await.unwrap();
+        let streamed = trail_what_if(&mixed, &policy, &filter).await;
+        assert_same(&held, &streamed);
+        assert_eq!(held.calls.len(), 10, "{:#?}", held.calls);
     }
 }

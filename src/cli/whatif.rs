@@ -3,7 +3,17 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::replay::{Format, ReplayArgs};
-use crate::whatif::{AuditRead, WhatIfCall, WhatIfFilter, read_audit_trail, what_if};
+use crate::whatif::{
+    AuditRead, AuditTrail, WhatIfCall, WhatIfFilter, index_audit_trail, what_if, what_if_trail,
+};
+
+/// Where the recorded events come from.
+enum Source {
+    /// Held in memory (a collector store).
+    Events(Vec<crate::audit::AuditEvent>),
+    /// An indexed folder, read run by run.
+    Trail(AuditTrail),
+}
 
 /// Runs the what-if replay described by `args` (`--from-audit` is set).
 pub fn run(args: ReplayArgs) -> ExitCode {
@@ -47,38 +57,52 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A folder is indexed (a small record per run) and each run read when the replay reaches
+    // it; a store's selected events are read whole.
     let read = if source.starts_with("postgres://") || source.starts_with("postgresql://") {
-        rt.block_on(read_postgres(source, &filter))
+        rt.block_on(read_postgres(source, &filter)).map(|r| {
+            let (bad, notes, broken) = (r.bad, r.notes, r.broken);
+            (bad, notes, broken, Source::Events(r.events))
+        })
     } else {
-        read_audit_trail(&[source], &filter).map_err(|(path, e)| format!("{}: {e}", path.display()))
+        index_audit_trail(&[source], &filter)
+            .map(|mut t| {
+                let (bad, notes, broken) = (
+                    t.bad,
+                    std::mem::take(&mut t.notes),
+                    std::mem::take(&mut t.broken),
+                );
+                (bad, notes, broken, Source::Trail(t))
+            })
+            .map_err(|(path, e)| format!("{}: {e}", path.display()))
     };
-    let read = match read {
+    let (bad, notes, broken, events) = match read {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: --from-audit: {e}");
             return ExitCode::from(2);
         }
     };
-    for note in &read.notes {
+    for note in &notes {
         eprintln!("warning: {note}");
     }
-    if read.bad > 0 {
-        eprintln!(
-            "warning: {} stored line(s) are not audit events; skipped",
-            read.bad
-        );
+    if bad > 0 {
+        eprintln!("warning: {bad} stored line(s) are not audit events; skipped");
     }
     if !args.no_verify {
-        filter.exclude = read.broken;
+        filter.exclude = broken;
     }
-    let events = read.events;
     let builder = args
         .policies
         .iter()
         .fold(crate::engine::GovernanceEngine::builder(), |b, p| {
             b.policy_path(p.clone())
         });
-    let report = match rt.block_on(what_if(builder, org_tz, events, &filter)) {
+    let replayed = match events {
+        Source::Events(events) => rt.block_on(what_if(builder, org_tz, events, &filter)),
+        Source::Trail(trail) => rt.block_on(what_if_trail(builder, org_tz, trail, &filter)),
+    };
+    let report = match replayed {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");

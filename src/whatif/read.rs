@@ -1,10 +1,12 @@
 //! Reading recorded events for a what-if replay: from files and folders (walked as `toolgate
 //! verify` walks them) or a collector store, with every run's chain verified.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::WhatIfFilter;
+use super::rebuild::{Events, RunHead, RunSource};
 use crate::audit::AuditEvent;
 use crate::audit::store::{DEFAULT_PAGE, EventQuery, EventStore, StoreError};
 
@@ -47,34 +49,292 @@ impl AuditRead {
 /// or older than `since` are never held. A line that is not UTF-8 or not an audit event is
 /// counted and noted with its file and line, and reading goes on; an unreadable path is an
 /// error. Every run's chain is verified too ([`crate::audit::verify_paths`]): broken runs are
-/// in [`AuditRead::broken`].
+/// in [`AuditRead::broken`]. All selected events are held: [`index_audit_trail`] does not.
 pub fn read_audit_trail<P: AsRef<Path>>(
     paths: &[P],
     filter: &WhatIfFilter,
 ) -> Result<AuditRead, (PathBuf, std::io::Error)> {
+    let mut out = AuditRead::default();
+    let mut events = Vec::new();
+    let files = scan(paths, filter, &mut out, |_, _, _, e| events.push(e))?;
+    out.events = events;
+    out.add_breaks(&crate::audit::verify_paths(&files));
+    Ok(out)
+}
+
+/// A trail of JSONL files indexed for a what-if replay ([`index_audit_trail`]): per run, its
+/// agent, id, seq-0 event and where in which files its lines are — no events.
+#[derive(Debug, Clone, Default)]
+pub struct AuditTrail {
+    /// Lines that are not audit events (or not UTF-8).
+    pub bad: usize,
+    /// Problems met while reading (as [`AuditRead::notes`]).
+    pub notes: Vec<String>,
+    /// Runs whose hash chain does not verify, by (agent, run), with the first break.
+    pub broken: BTreeMap<(String, String), String>,
+    files: Arc<[PathBuf]>,
+    heads: Vec<RunHead>,
+    runs: Vec<FileRun>,
+}
+
+/// Where one run's lines are: per file (in reading order), the byte range from its first line
+/// to the end of its last.
+#[derive(Debug, Clone, Default)]
+struct FileRun {
+    segments: Vec<Segment>,
+    /// Every event read had a larger seq than the one before (so reading order is seq order
+    /// and no seq repeats).
+    ordered: bool,
+    last_seq: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    file: usize,
+    start: u64,
+    end: u64,
+}
+
+/// Indexes the audit events `filter` selects in JSONL files and folders for
+/// [`super::what_if_trail`]: walked, read, noted and verified as [`read_audit_trail`] does, but
+/// only a small index per run is kept (agent, run id, its seq-0 event, and the byte range of
+/// its lines in each file), never the events.
+pub fn index_audit_trail<P: AsRef<Path>>(
+    paths: &[P],
+    filter: &WhatIfFilter,
+) -> Result<AuditTrail, (PathBuf, std::io::Error)> {
+    let mut read = AuditRead::default();
+    let mut runs: BTreeMap<(String, String), (RunHead, FileRun)> = BTreeMap::new();
+    let files = scan(paths, filter, &mut read, |file, start, len, e| {
+        let (head, run) = runs
+            .entry((e.agent_id().to_string(), e.run_id().to_string()))
+            .or_insert_with(|| {
+                (
+                    RunHead {
+                        agent_id: e.agent_id().to_string(),
+                        run_id: e.run_id().to_string(),
+                        first: None,
+                    },
+                    FileRun {
+                        ordered: true,
+                        ..FileRun::default()
+                    },
+                )
+            });
+        if e.seq() == 0 && head.first.is_none() {
+            head.first = Some((e.kind(), e.ts()));
+        }
+        if run.last_seq.is_some_and(|l| e.seq() <= l) {
+            run.ordered = false;
+        }
+        run.last_seq = Some(e.seq());
+        let end = start + len;
+        match run.segments.last_mut() {
+            Some(s) if s.file == file => s.end = end,
+            _ => run.segments.push(Segment { file, start, end }),
+        }
+    })?;
+    read.add_breaks(&crate::audit::verify_paths(&files));
+    let (heads, runs) = runs.into_values().unzip();
+    Ok(AuditTrail {
+        bad: read.bad,
+        notes: read.notes,
+        broken: read.broken,
+        files: files.into(),
+        heads,
+        runs,
+    })
+}
+
+impl AuditTrail {
+    pub(super) fn into_source(self, filter: &WhatIfFilter) -> FileRuns {
+        FileRuns {
+            filter: WhatIfFilter {
+                exclude: BTreeMap::new(),
+                ..filter.clone()
+            },
+            trail: self,
+        }
+    }
+}
+
+/// An indexed trail as a [`RunSource`]: a run's events are read from its files when opened.
+pub(super) struct FileRuns {
+    trail: AuditTrail,
+    filter: WhatIfFilter,
+}
+
+impl RunSource for FileRuns {
+    fn heads(&self) -> &[RunHead] {
+        &self.trail.heads
+    }
+
+    fn open(&mut self, i: usize) -> Events {
+        let (Some(head), Some(run)) = (self.trail.heads.get(i), self.trail.runs.get_mut(i)) else {
+            return Box::new(std::iter::empty());
+        };
+        let reader = RunReader {
+            files: self.trail.files.clone(),
+            agent_id: head.agent_id.clone(),
+            run_id: head.run_id.clone(),
+            filter: self.filter.clone(),
+            segments: std::mem::take(&mut run.segments).into(),
+            window: VecDeque::new(),
+        };
+        if run.ordered {
+            Box::new(reader)
+        } else {
+            // Out of order or repeated seqs: the run is read whole and put in seq order (the
+            // first of a repeated seq kept).
+            let mut evs: BTreeMap<u64, AuditEvent> = BTreeMap::new();
+            for e in reader {
+                evs.entry(e.seq()).or_insert(e);
+            }
+            Box::new(evs.into_values())
+        }
+    }
+}
+
+/// Events a [`RunReader`] reads at a time (at most; and at most [`WINDOW_BYTES`] of lines).
+const WINDOW_EVENTS: usize = 64;
+/// Bytes of lines a [`RunReader`] reads at a time (at least one line).
+const WINDOW_BYTES: u64 = 256 << 10;
+
+/// One run's events from its segments, in reading order: a window at a time, the file
+/// opened and sought to where the last window ended, then closed (so open files stay few
+/// however many runs are under way).
+struct RunReader {
+    files: Arc<[PathBuf]>,
+    agent_id: String,
+    run_id: String,
+    filter: WhatIfFilter,
+    segments: VecDeque<Segment>,
+    window: VecDeque<AuditEvent>,
+}
+
+impl RunReader {
+    /// Reads the next window; false when the run is read.
+    fn refill(&mut self) -> bool {
+        use std::io::{BufRead, Read, Seek};
+        let Some(seg) = self.segments.front_mut() else {
+            return false;
+        };
+        let Some(path) = self.files.get(seg.file) else {
+            self.segments.pop_front();
+            return true;
+        };
+        let opened = std::fs::File::open(path).and_then(|mut f| {
+            f.seek(std::io::SeekFrom::Start(seg.start))?;
+            Ok(f)
+        });
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(
+                    "what-if: {}: {e}; the rest of run {} there is not read",
+                    path.display(),
+                    self.run_id
+                );
+                self.segments.pop_front();
+                return true;
+            }
+        };
+        let mut reader = std::io::BufReader::new(file).take(seg.end.saturating_sub(seg.start));
+        // A line without the run id as a JSON string (`"r-1"`: an id without quotes,
+        // backslashes or control characters is written so unless escapes are used) and
+        // without any escape cannot name the run.
+        let plain = !self
+            .run_id
+            .bytes()
+            .any(|b| b == b'"' || b == b'\\' || b < 0x20);
+        let quoted = format!("\"{}\"", self.run_id);
+        let mut buf = Vec::new();
+        let mut read = 0u64;
+        while self.window.len() < WINDOW_EVENTS && read < WINDOW_BYTES {
+            buf.clear();
+            let n = match reader.read_until(b'\n', &mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("what-if: {}: {e}", path.display());
+                    seg.start = seg.end;
+                    break;
+                }
+            };
+            read += n as u64;
+            if plain
+                && memchr::memmem::find(&buf, quoted.as_bytes()).is_none()
+                && memchr::memchr(b'\\', &buf).is_none()
+            {
+                continue;
+            }
+            let Ok(line) = std::str::from_utf8(&buf) else {
+                continue;
+            };
+            if let Ok(e) = serde_json::from_str::<AuditEvent>(line)
+                && e.agent_id() == self.agent_id
+                && e.run_id() == self.run_id
+                && self.filter.keeps(&e)
+            {
+                self.window.push_back(e);
+            }
+        }
+        seg.start = (seg.start + read).min(seg.end);
+        if read == 0 || seg.start >= seg.end {
+            self.segments.pop_front();
+        }
+        true
+    }
+}
+
+impl Iterator for RunReader {
+    type Item = AuditEvent;
+
+    fn next(&mut self) -> Option<AuditEvent> {
+        loop {
+            if let Some(e) = self.window.pop_front() {
+                return Some(e);
+            }
+            if !self.refill() {
+                return None;
+            }
+        }
+    }
+}
+
+/// Walks `paths` as `toolgate verify` does and reads every line: a line that is not UTF-8 or
+/// not an audit event is counted and noted in `out`; an event `filter` keeps is handed to
+/// `keep` with its file (index into the files returned), byte offset and length.
+fn scan<P: AsRef<Path>>(
+    paths: &[P],
+    filter: &WhatIfFilter,
+    out: &mut AuditRead,
+    mut keep: impl FnMut(usize, u64, u64, AuditEvent),
+) -> Result<Vec<PathBuf>, (PathBuf, std::io::Error)> {
     use std::io::BufRead;
     let (files, unreadable, skipped) = crate::audit::audit_files(paths);
     if let Some((p, why)) = unreadable.into_iter().next() {
         return Err((p, std::io::Error::other(why)));
     }
-    let mut out = AuditRead::default();
     for (p, why) in skipped {
         out.note(format!("{}: skipped: {why}", p.display()));
     }
     let mut buf = Vec::new();
-    for f in &files {
+    for (fi, f) in files.iter().enumerate() {
         let file = std::fs::File::open(f).map_err(|e| (f.clone(), e))?;
         let mut reader = std::io::BufReader::new(file);
         let mut n = 0usize;
+        let mut offset = 0u64;
         loop {
             buf.clear();
-            if reader
+            let len = reader
                 .read_until(b'\n', &mut buf)
-                .map_err(|e| (f.clone(), e))?
-                == 0
-            {
+                .map_err(|e| (f.clone(), e))? as u64;
+            if len == 0 {
                 break;
             }
+            let start = offset;
+            offset += len;
             n += 1;
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -85,7 +345,7 @@ pub fn read_audit_trail<P: AsRef<Path>>(
                 continue;
             };
             match serde_json::from_str::<AuditEvent>(line) {
-                Ok(e) if filter.keeps(&e) => out.events.push(e),
+                Ok(e) if filter.keeps(&e) => keep(fi, start, len, e),
                 Ok(_) => {}
                 Err(e) => {
                     out.bad += 1;
@@ -97,8 +357,7 @@ pub fn read_audit_trail<P: AsRef<Path>>(
             }
         }
     }
-    out.add_breaks(&crate::audit::verify_paths(&files));
-    Ok(out)
+    Ok(files)
 }
 
 /// Reads audit events from JSONL files and folders ([`read_audit_trail`] without a filter):

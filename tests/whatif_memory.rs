@@ -1,0 +1,159 @@
+//! What-if memory is bounded by the largest run, not the trail (issue 22 point 14): a trail
+//! of many runs is rebuilt without holding it, measured as the peak RSS of `toolgate replay
+//! --from-audit`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Map, Value, json};
+use toolgate::audit::{EventKind, RunChain};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+fn body(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Writes `runs` runs of `calls` calls each (every call's args carry `pad` bytes) into
+/// `dir`/2026-01-05.jsonl; runs start 10 s apart and overlap their neighbours. Returns the
+/// file's size.
+fn write_trail(dir: &Path, runs: usize, calls: usize, pad: usize) -> u64 {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("2026-01-05.jsonl");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let t0: DateTime<Utc> = "2026-01-05T08:00:00Z".parse().unwrap();
+    let filler = "x".repeat(pad);
+    for r in 0..runs {
+        let mut chain = RunChain::new(format!("r-{r}"), "support", None);
+        let start = t0 + Duration::seconds(10 * r as i64);
+        let mut line = |e: toolgate::audit::AuditEvent| {
+            out.write_all(e.to_canonical_json().as_bytes()).unwrap();
+            out.write_all(b"\n").unwrap();
+        };
+        line(chain.seal(EventKind::RunStarted, start, Map::new()));
+        for c in 0..calls {
+            let at = start + Duration::seconds(2 * c as i64 + 1);
+            line(chain.seal(
+                EventKind::ToolDecision,
+                at,
+                body(json!({
+                    "phase": "tool.before",
+                    "callId": format!("c-{c}"),
+                    "tool": {"name": "search_kb", "tags": []},
+                    "args": {"query": "refund policy", "pad": filler},
+                    "decision": {"effect": "allow", "code": "ALLOWED"},
+                })),
+            ));
+            line(chain.seal(
+                EventKind::ToolResult,
+                at + Duration::milliseconds(500),
+                body(json!({"callId": format!("c-{c}"), "output": "ok", "durationMs": 500.0})),
+            ));
+        }
+        line(chain.seal(
+            EventKind::RunEnded,
+            start + Duration::seconds(2 * calls as i64 + 1),
+            body(json!({"status": "completed"})),
+        ));
+    }
+    out.flush().unwrap();
+    drop(out);
+    std::fs::metadata(&path).unwrap().len()
+}
+
+/// Peak resident memory (VmHWM, KiB) of a live process.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Runs `toolgate replay --from-audit audit` and returns its peak RSS (bytes), read from
+/// /proc while it runs (VmHWM only grows), with its stdout and stderr.
+fn what_if_peak(audit: &Path) -> (u64, String, String) {
+    let policy = repo("policies/customer-support.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["replay", "--policy"])
+        .arg(&policy)
+        .arg("--from-audit")
+        .arg(audit)
+        .args(["--format", "jsonl", "--all"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The pipes are drained by threads so the child never blocks on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
+        s
+    });
+    let mut peak = 0u64;
+    loop {
+        if let Some(kib) = vm_hwm_kib(pid) {
+            peak = peak.max(kib);
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let status = child.wait().unwrap();
+    let out = out.join().unwrap();
+    let err = err.join().unwrap();
+    assert!(status.success(), "{err}");
+    (peak * 1024, out, err)
+}
+
+#[test]
+fn a_trail_of_many_runs_is_rebuilt_in_memory_bounded_by_the_largest_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // The same runs (10 calls with 40 KB of args each, ~400 KB a run), 40 of them and 400:
+    // a ~16 MB trail and a ~160 MB one.
+    let small = dir.path().join("small");
+    let small_size = write_trail(&small, 40, 10, 40_000);
+    let big = dir.path().join("big");
+    let size = write_trail(&big, 400, 10, 40_000);
+    assert!(size > 150_000_000, "trail is {size} bytes");
+    let (small_peak, out, err) = what_if_peak(&small);
+    assert_eq!(
+        out.lines().count(),
+        400,
+        "every call is decided again: {err}"
+    );
+    let (peak, out, err) = what_if_peak(&big);
+    assert_eq!(
+        out.lines().count(),
+        4000,
+        "every call is decided again: {err}"
+    );
+    assert!(err.contains("4,000 calls"), "{err}");
+    eprintln!(
+        "trail {small_size} bytes: peak RSS {small_peak} bytes; trail {size} bytes: peak RSS \
+         {peak} bytes"
+    );
+    // Ten times the runs: the peak grows by far less than a tenth of the trail (it does not
+    // hold the runs), and stays far below the trail's size.
+    assert!(
+        peak < small_peak + size / 10 && peak < size / 3,
+        "peak RSS {peak} bytes for a {size}-byte trail ({small_peak} bytes for a \
+         {small_size}-byte one): the trail is held in memory"
+    );
+}
