@@ -15,34 +15,34 @@
 //! assert_eq!(d.reason.as_deref(), Some("deleting is not allowed"));
 //! # });
 //! ```
+//!
+//! # Layout
+//!
+//! The engine's code lives in four rooms, plus the builder and [`GovernanceEngine`] here:
+//!
+//! - `decide/`: deciding one call — rule evaluation, one file per condition kind
+//!   (`decide/conditions/`), tool profiles, signals, subjects, `custom` conditions, the
+//!   [`Decision`].
+//! - `run/`: a [`Run`] and the life of its calls — before and after phases, pending calls,
+//!   shared state, the guard, observers.
+//! - `hitl/`: human reviews — review stores, fingerprints.
+//! - `audit/`: the engine's side of the audit trail — the per-run hash chain, chain heads,
+//!   event bodies, the sealer, evaluations.
+//!
+//! `clock.rs` (the injected time) and `blocking.rs` (awaiting for a caller that is not async)
+//! depend on nothing else in the engine.
 
-mod after;
-mod audit_hook;
+mod audit;
 mod blocking;
-mod body;
-mod call;
-mod chain_head;
 mod clock;
-pub(crate) mod conditions;
-mod custom;
-mod decision;
-mod decision_json;
-mod evaluate;
-mod evaluations;
-mod fp_cache;
-mod guard;
-mod history;
+mod decide;
 mod hitl;
-mod observe;
-mod pending;
-mod profile;
 mod run;
-mod run_hitl;
-mod sealer;
-mod shared_state;
-mod signals;
-mod subjects;
-mod tz;
+
+// Paths kept from the flat layout: `crate::engine::conditions` is used by `policy::compile`,
+// and the `sensitive_data` condition files name `crate::engine::{decision, evaluate}`.
+pub(crate) use decide::conditions;
+use decide::{decision, evaluate};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,22 +51,24 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use chrono_tz::Tz;
 
-pub use call::{Enduser, RunContext, ToolCall, ToolOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord};
-pub use guard::{Guarded, Refusal};
+pub use decide::call::{Enduser, RunContext, ToolCall, ToolOutcome};
+pub use decide::decision::{
+    Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
+};
 #[cfg(feature = "redis")]
-pub(crate) use hitl::resolve as resolve_review;
-pub use hitl::{
+pub(crate) use hitl::reviews::resolve as resolve_review;
+pub use hitl::reviews::{
     FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead, ReviewStore, fingerprint,
 };
-pub use observe::DecisionObserver;
-pub use run::Run;
+pub use run::guard::{Guarded, Refusal};
+pub use run::handle::Run;
+pub use run::observe::DecisionObserver;
 
-pub use custom::{CustomCondition, CustomContext};
-pub(crate) use profile::ToolCache;
-pub use signals::SignalProvider;
-pub use subjects::{SubjectExtractor, SubjectInput, SubjectRef};
+pub use decide::custom::{CustomCondition, CustomContext};
+pub(crate) use decide::profile::ToolCache;
+pub use decide::signals::SignalProvider;
+pub use decide::subjects::{SubjectExtractor, SubjectInput, SubjectRef};
 
 use crate::audit::{
     AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor, RunSigner,
@@ -74,10 +76,10 @@ use crate::audit::{
 use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
 use crate::state::{MemoryStateStore, SharedStateStore, StateStore};
-use audit_hook::AuditState;
-use evaluations::{EngineEvals, EvalSet};
-use signals::SignalRegistry;
-use subjects::RegisteredExtractor;
+use audit::audit_hook::AuditState;
+use audit::evaluations::{EngineEvals, EvalSet};
+use decide::signals::SignalRegistry;
+use decide::subjects::RegisteredExtractor;
 
 /// What the engine decides when it fails internally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,17 +129,17 @@ pub(crate) struct EngineInner {
     /// A store shared by processes: when set, decisions read and write state there instead.
     pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
     pub(crate) reviews: Arc<dyn ReviewStore>,
-    /// Hitl fingerprints of the calls seen (see `fp_cache.rs`).
-    pub(crate) fingerprints: fp_cache::FingerprintCache,
-    /// End-user time zone names parsed (see `tz.rs`).
-    pub(crate) tz_names: tz::TzNames,
+    /// Hitl fingerprints of the calls seen (see `hitl/fp_cache.rs`).
+    pub(crate) fingerprints: hitl::fp_cache::FingerprintCache,
+    /// End-user time zone names parsed (see `decide/tz.rs`).
+    pub(crate) tz_names: decide::tz::TzNames,
     pub(crate) signals: ArcSwap<SignalRegistry>,
-    pub(crate) customs: ArcSwap<custom::CustomRegistry>,
+    pub(crate) customs: ArcSwap<decide::custom::CustomRegistry>,
     pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
     pub(crate) audit: Option<AuditState>,
     pub(crate) evals: EngineEvals,
-    pub(crate) observers: observe::Observers,
+    pub(crate) observers: run::observe::Observers,
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.
@@ -176,7 +178,7 @@ pub struct EngineBuilder {
     tool_evals: Vec<(String, EvaluationRunConfig)>,
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
-    customs: custom::CustomRegistry,
+    customs: decide::custom::CustomRegistry,
 }
 
 impl Default for EngineBuilder {
@@ -202,7 +204,7 @@ impl Default for EngineBuilder {
             tool_evals: Vec::new(),
             run_eval: None,
             observers: Vec::new(),
-            customs: custom::CustomRegistry::new(),
+            customs: decide::custom::CustomRegistry::new(),
         }
     }
 }
@@ -401,7 +403,7 @@ impl EngineBuilder {
                 ),
                 redactor,
                 self.flush_timeout,
-                sealer::SealerConfig {
+                audit::sealer::SealerConfig {
                     threads: self.audit_sealers,
                     caller_batch: self.audit_caller_batch,
                 },
@@ -439,8 +441,8 @@ impl EngineBuilder {
                 state: self.state,
                 shared: self.shared,
                 reviews: self.reviews,
-                fingerprints: fp_cache::FingerprintCache::default(),
-                tz_names: tz::TzNames::default(),
+                fingerprints: hitl::fp_cache::FingerprintCache::default(),
+                tz_names: decide::tz::TzNames::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 customs: ArcSwap::from_pointee(self.customs),
                 extractors: ArcSwap::from_pointee(Vec::new()),

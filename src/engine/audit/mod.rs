@@ -1,0 +1,13 @@
+//! The engine's side of the audit trail: one hash chain per run (`audit_hook`), the chain head
+//! a run claims and lets go across processes (`chain_head`), event bodies as captured on the
+//! caller's thread (`body`), the sealer threads that write, hash and chain them (`sealer`,
+//! tested in `sealer_tests`), and the evaluators whose results ride on audit events
+//! (`evaluations`).
+//!
+//! The audit trail itself (events, sinks, verification) is [`crate::audit`].
+
+pub(super) mod audit_hook;
+pub(super) mod body;
+pub(super) mod chain_head;
+pub(super) mod evaluations;
+pub(super) mod sealer;

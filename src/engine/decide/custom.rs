@@ -1,0 +1,84 @@
+//! `custom` conditions: host functions registered by name that decide a condition from the
+//! condition's `args` and the call's context. Same rules as signal providers: async, run with
+//! the signal timeout; an error, a panic, a timeout or no function registered under the name
+//! is missing data (the condition's rule's `onMissing` applies).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::engine::{EngineBuilder, GovernanceEngine, RunContext};
+
+/// What a custom condition is called with besides its `args`.
+#[derive(Debug, Clone)]
+pub struct CustomContext {
+    /// The tool's name.
+    pub tool_name: String,
+    /// The tool's tags.
+    pub tool_tags: Vec<String>,
+    /// The call's arguments.
+    pub args: Value,
+    /// The run (its id, agent and end user).
+    pub run: Arc<RunContext>,
+}
+
+/// A custom condition: receives the condition's `args` (`null` when absent) and the call's
+/// context; returns whether the condition holds, or an error (missing data).
+///
+/// Any `Fn(Value, CustomContext) -> impl Future<Output = Result<bool, String>>` closure is one:
+///
+/// ```
+/// use toolgate::engine::{CustomCondition, CustomContext};
+/// fn takes(_: impl CustomCondition) {}
+/// takes(|args: serde_json::Value, ctx: CustomContext| async move {
+///     Ok::<_, String>(ctx.tool_name == args["tool"])
+/// });
+/// ```
+pub trait CustomCondition: Send + Sync + 'static {
+    /// Decides the condition.
+    fn call(
+        &self,
+        args: Value,
+        ctx: CustomContext,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send>>;
+}
+
+impl<F, Fut> CustomCondition for F
+where
+    F: Fn(Value, CustomContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, String>> + Send + 'static,
+{
+    fn call(
+        &self,
+        args: Value,
+        ctx: CustomContext,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send>> {
+        Box::pin(self(args, ctx))
+    }
+}
+
+/// Registered custom conditions by name; replaced copy-on-write so lookups take no lock.
+pub(crate) type CustomRegistry = HashMap<String, Arc<dyn CustomCondition>>;
+
+impl EngineBuilder {
+    /// Registers (or replaces) the custom condition `name` (policies name it in
+    /// `{"kind": "custom", "name": ..}`).
+    pub fn custom_condition(mut self, name: impl Into<String>, f: impl CustomCondition) -> Self {
+        self.customs.insert(name.into(), Arc::new(f));
+        self
+    }
+}
+
+impl GovernanceEngine {
+    /// Registers (or replaces) the custom condition `name` on a running engine. Safe while runs
+    /// are live: decisions that start afterwards use it.
+    pub fn register_condition(&self, name: impl Into<String>, f: impl CustomCondition) {
+        let _g = self.inner.register_lock.lock();
+        let mut map = (**self.inner.customs.load()).clone();
+        map.insert(name.into(), Arc::new(f));
+        self.inner.customs.store(Arc::new(map));
+    }
+}

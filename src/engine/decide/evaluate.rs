@@ -1,0 +1,516 @@
+//! One decision: the rules in play, their evaluation, and how their effects combine.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::{Map, Value};
+
+use super::conditions::{Tri, eval_async, eval_sync};
+use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
+use super::profile::ToolProfile;
+use super::subjects::{SubjectInput, SubjectRef};
+use crate::engine::EngineInner;
+use crate::engine::run::handle::RunShared;
+use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
+use smallvec::SmallVec;
+
+use crate::state::{Permit, StateKey};
+
+/// What a decision knows of the call.
+pub(crate) struct CallView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) name_lc: &'a str,
+    pub(crate) tags: &'a [String],
+    pub(crate) tags_lc: &'a [String],
+    pub(crate) args: &'a Value,
+    pub(crate) duration_ms: Option<f64>,
+}
+
+/// Everything one decision reads and accumulates.
+pub(crate) struct DecisionCtx<'a> {
+    pub(crate) engine: &'a EngineInner,
+    pub(crate) policies: &'a CompiledPolicies,
+    pub(crate) run: &'a RunShared,
+    /// What the policies say about the tool (rules in play, counters it takes).
+    pub(crate) profile: &'a ToolProfile,
+    pub(crate) call: CallView<'a>,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) now_ms: i64,
+    pub(crate) subjects: Vec<SubjectRef>,
+    pub(crate) permits: SmallVec<[(u32, StateKey, Permit); 4]>,
+    pub(crate) signals: Vec<SignalRecord>,
+    /// Missing data noted while evaluating the current rule.
+    pub(crate) missing: Vec<String>,
+    /// Effect forced by a condition's `onMissing` in the current rule.
+    pub(crate) effect_override: Option<EffectType>,
+    /// What `sensitiveData` conditions detected in the current rule.
+    pub(crate) detections: Vec<super::decision::Detection>,
+    /// On a shared state store: what the decision read from it (conditions read here).
+    pub(crate) remote: Option<crate::engine::run::shared_state::RemoteView>,
+}
+
+impl<'a> DecisionCtx<'a> {
+    /// A fresh context for one decision about `call` at `now`.
+    pub(crate) fn new(
+        engine: &'a EngineInner,
+        policies: &'a CompiledPolicies,
+        run: &'a RunShared,
+        profile: &'a ToolProfile,
+        call: CallView<'a>,
+        now: DateTime<Utc>,
+        subjects: Vec<SubjectRef>,
+    ) -> Self {
+        DecisionCtx {
+            engine,
+            policies,
+            run,
+            profile,
+            call,
+            now,
+            now_ms: now.timestamp_millis(),
+            subjects,
+            permits: SmallVec::new(),
+            signals: Vec::new(),
+            missing: Vec::new(),
+            effect_override: None,
+            detections: Vec::new(),
+            remote: None,
+        }
+    }
+}
+
+impl DecisionCtx<'_> {
+    pub(crate) fn note_missing(&mut self, what: String) {
+        self.missing.push(what);
+    }
+
+    pub(crate) fn org_timezone(&self) -> Option<Tz> {
+        self.engine.org_timezone.or(self.policies.org_timezone)
+    }
+
+    /// The value of a signal for these arguments: cached per decision, provider called with a
+    /// timeout; panics, errors, timeouts and absent providers are missing data.
+    pub(crate) async fn signal_value(
+        &mut self,
+        key: &Arc<str>,
+        args: Map<String, Value>,
+    ) -> Option<Value> {
+        let args = Value::Object(args);
+        if let Some(r) = self
+            .signals
+            .iter()
+            .find(|r| &r.key == key && r.args == args)
+        {
+            let (value, error) = (r.value.clone(), r.error.clone());
+            if let Some(e) = error {
+                self.note_missing(format!("signal {key}: {e}"));
+            }
+            return value;
+        }
+        let provider = self.engine.signals.load().get(&**key).cloned();
+        let started = Instant::now();
+        let result: Result<Value, String> = match provider {
+            None => Err("no provider registered".to_string()),
+            Some(p) => {
+                let Value::Object(map) = args.clone() else {
+                    return None;
+                };
+                let timeout = self.engine.signal_timeout;
+                call_user_code(timeout, || p.call(map))
+                    .await
+                    .map_err(|f| match f {
+                        UserCodeFailure::Panicked => "the provider panicked".to_string(),
+                        UserCodeFailure::Failed(e) => format!("the provider failed: {e}"),
+                        UserCodeFailure::TimedOut => {
+                            format!("timed out after {} ms", timeout.as_millis())
+                        }
+                    })
+            }
+        };
+        let duration_us = started.elapsed().as_micros() as u64;
+        let (value, error) = match result {
+            Ok(v) => (Some(v), None),
+            Err(e) => {
+                self.note_missing(format!("signal {key}: {e}"));
+                (None, Some(e))
+            }
+        };
+        self.signals.push(SignalRecord {
+            key: key.clone(),
+            args,
+            value: value.clone(),
+            error,
+            duration_us,
+        });
+        value
+    }
+}
+
+impl DecisionCtx<'_> {
+    /// The rules whose policy applies to the run's agent (its `agentSelector`).
+    #[cold]
+    fn selected_rules(&self, rules: &[u32]) -> SmallVec<[u32; 16]> {
+        let ctx = &self.run.context;
+        rules
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let p = self.policies.rules[i as usize].policy as usize;
+                match self
+                    .policies
+                    .policies
+                    .get(p)
+                    .and_then(|p| p.agents.as_ref())
+                {
+                    None => true,
+                    Some(a) => a.selects(&ctx.agent_id, &ctx.agent_tags),
+                }
+            })
+            .collect()
+    }
+
+    /// A custom condition's value: its registered function called with `args` and the call's
+    /// context, with the signal timeout; panics, errors, timeouts and unregistered names are
+    /// missing data.
+    pub(crate) async fn custom_value(&mut self, name: &Arc<str>, args: &Value) -> Tri {
+        let f = self.engine.customs.load().get(&**name).cloned();
+        let Some(f) = f else {
+            self.note_missing(format!("custom {name}: no function registered"));
+            return Tri::Unknown;
+        };
+        let cc = crate::engine::CustomContext {
+            tool_name: self.call.name.to_string(),
+            tool_tags: self.call.tags.to_vec(),
+            args: self.call.args.clone(),
+            run: self.run.context.clone(),
+        };
+        let args = args.clone();
+        let timeout = self.engine.signal_timeout;
+        match call_user_code(timeout, || f.call(args, cc)).await {
+            Ok(b) => b.into(),
+            Err(e) => {
+                let why = match e {
+                    UserCodeFailure::Panicked => "the function panicked".to_string(),
+                    UserCodeFailure::Failed(e) => format!("the function failed: {e}"),
+                    UserCodeFailure::TimedOut => {
+                        format!("timed out after {} ms", timeout.as_millis())
+                    }
+                };
+                self.note_missing(format!("custom {name}: {why}"));
+                Tri::Unknown
+            }
+        }
+    }
+}
+
+/// Why registered user code (a signal provider, a subject extractor) gave no result.
+enum UserCodeFailure {
+    Panicked,
+    Failed(String),
+    TimedOut,
+}
+
+/// Runs registered user code with a timeout, containing a panic while it makes its future as
+/// well as while the future runs.
+async fn call_user_code<T>(
+    timeout: std::time::Duration,
+    make: impl FnOnce() -> Pin<Box<dyn Future<Output = Result<T, String>> + Send>>,
+) -> Result<T, UserCodeFailure> {
+    let Ok(fut) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make)) else {
+        return Err(UserCodeFailure::Panicked);
+    };
+    let fut = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(fut));
+    match tokio::time::timeout(timeout, fut).await {
+        Err(_) => Err(UserCodeFailure::TimedOut),
+        Ok(Err(_)) => Err(UserCodeFailure::Panicked),
+        Ok(Ok(Err(e))) => Err(UserCodeFailure::Failed(e)),
+        Ok(Ok(Ok(v))) => Ok(v),
+    }
+}
+
+/// Per-policy combination state.
+#[derive(Clone, Copy)]
+struct Outcome {
+    effect: EffectType,
+    rule: u32,
+}
+
+fn fold(slot: &mut Option<Outcome>, combine: Combine, effect: EffectType, rule: u32) {
+    match (slot.as_ref(), combine) {
+        (None, _) => *slot = Some(Outcome { effect, rule }),
+        (Some(_), Combine::PriorityFirst) => {}
+        (Some(cur), Combine::MostSevereWins) => {
+            if effect > cur.effect {
+                *slot = Some(Outcome { effect, rule });
+            }
+        }
+    }
+}
+
+/// Across policies the most severe effect wins; the deciding rule is the first (in priority
+/// order) whose effect is the final one.
+fn overall(per_policy: &[Option<Outcome>]) -> Option<Outcome> {
+    let mut best: Option<Outcome> = None;
+    for o in per_policy.iter().flatten() {
+        best = match best {
+            None => Some(*o),
+            Some(b) if o.effect > b.effect || (o.effect == b.effect && o.rule < b.rule) => Some(*o),
+            b => b,
+        };
+    }
+    best
+}
+
+/// The result of evaluating the rules, before hitl lookup and audit.
+pub(crate) struct RuleVerdict {
+    pub(crate) effect: EffectType,
+    pub(crate) rule: Option<usize>,
+    pub(crate) shadow_effect: Option<EffectType>,
+    pub(crate) evaluated: Vec<EvaluatedRule>,
+}
+
+/// Rules in play for a call in a phase, in evaluation order, worked out from the indexes
+/// (decisions read them from the tool's cached profile).
+pub(crate) fn rules_in_play_uncached(
+    policies: &CompiledPolicies,
+    phase: Phase,
+    name_lc: &str,
+    tags_lc: &[String],
+) -> Vec<usize> {
+    let index = &policies.phases[phase_slot(phase)];
+    if !index.any {
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = Vec::new();
+    if !index.glob_rule.is_empty() {
+        // The glob hits, turned into rule indices in place (one allocation, not two).
+        index.names.matches_into(name_lc, &mut out);
+        out.retain_mut(|g| match index.glob_rule.get(*g) {
+            Some(r) => {
+                *g = *r as usize;
+                true
+            }
+            None => false,
+        });
+    }
+    out.extend(index.always.iter().map(|r| *r as usize));
+    out.sort_unstable();
+    out.dedup();
+    out.retain(|&i| {
+        let r = &policies.rules[i];
+        r.tags_all.iter().all(|t| tags_lc.contains(t))
+            && (r.tags_any.is_empty() || r.tags_any.iter().any(|t| tags_lc.contains(t)))
+    });
+    out
+}
+
+/// Extracts subjects with the extractors registered for the tool.
+pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[u32]) {
+    if !rules
+        .iter()
+        .any(|&i| ctx.policies.rules[i as usize].needs_subjects)
+    {
+        return;
+    }
+    let extractors = ctx.engine.extractors.load();
+    let name_lc = ctx.call.name_lc;
+    for ex in extractors.iter().filter(|e| e.glob.is_match(name_lc)) {
+        let input = SubjectInput {
+            tool_name: ctx.call.name.to_string(),
+            tool_tags: ctx.call.tags.to_vec(),
+            args: ctx.call.args.clone(),
+            run: ctx.run.context.clone(),
+        };
+        match call_user_code(ctx.engine.signal_timeout, || ex.extractor.extract(input)).await {
+            Ok(subjects) => ctx.subjects.extend(subjects),
+            Err(UserCodeFailure::Failed(e)) => {
+                ctx.note_missing(format!("subject extractor failed: {e}"))
+            }
+            Err(UserCodeFailure::Panicked) => {
+                ctx.note_missing("subject extractor panicked".to_string())
+            }
+            Err(UserCodeFailure::TimedOut) => {
+                ctx.note_missing("subject extractor timed out".to_string())
+            }
+        }
+    }
+}
+
+/// Combines the rules' results as they are evaluated, in priority order.
+struct Combiner {
+    /// Per policy: the outcome of the enforced rules (first half) and of all rules (second half).
+    outcomes: SmallVec<[Option<Outcome>; 8]>,
+    n_policies: usize,
+    any_shadow: bool,
+    evaluated: Vec<EvaluatedRule>,
+    extraction_missing: Vec<String>,
+}
+
+impl Combiner {
+    #[inline(always)]
+    fn new(ctx: &mut DecisionCtx<'_>, rules: usize) -> Combiner {
+        let n_policies = ctx.policies.policies.len();
+        Combiner {
+            outcomes: smallvec::smallvec![None; 2 * n_policies],
+            n_policies,
+            any_shadow: false,
+            evaluated: Vec::with_capacity(rules),
+            extraction_missing: std::mem::take(&mut ctx.missing),
+        }
+    }
+
+    /// Resets the per-rule state of the context before rule `i` is evaluated.
+    #[inline(always)]
+    fn start(&self, ctx: &mut DecisionCtx<'_>, i: usize) {
+        let rule = &ctx.policies.rules[i];
+        ctx.missing.clear();
+        if rule.needs_subjects && !self.extraction_missing.is_empty() {
+            ctx.missing.extend(self.extraction_missing.iter().cloned());
+        }
+        ctx.effect_override = None;
+    }
+
+    /// Folds in rule `i`, whose condition came out `t`.
+    #[inline(always)]
+    fn push(&mut self, ctx: &mut DecisionCtx<'_>, i: usize, t: Tri) {
+        let policies = ctx.policies;
+        let rule = &policies.rules[i];
+        let (triggered, effect) = match t {
+            Tri::True => (true, ctx.effect_override.unwrap_or(rule.effect)),
+            Tri::False => (false, rule.effect),
+            Tri::Unknown => match rule.on_missing {
+                EffectType::Allow => (false, rule.effect),
+                e => (true, e),
+            },
+        };
+        let p = rule.policy as usize;
+        let combine = policies.policies[p].combine;
+        if triggered {
+            let (enforced, full) = self.outcomes.split_at_mut(self.n_policies);
+            fold(&mut full[p], combine, effect, i as u32);
+            if rule.shadow {
+                self.any_shadow = true;
+            } else {
+                fold(&mut enforced[p], combine, effect, i as u32);
+            }
+        }
+        self.evaluated.push(EvaluatedRule {
+            rule_id: rule.id.clone(),
+            triggered,
+            effect,
+            shadow: rule.shadow,
+            missing: std::mem::take(&mut ctx.missing),
+            error: None,
+            detected: if ctx.detections.is_empty() {
+                None
+            } else {
+                Some(std::mem::take(&mut ctx.detections).into_boxed_slice())
+            },
+        });
+    }
+
+    #[inline(always)]
+    /// The verdict (by reference: moving the combiner in would copy it).
+    fn finish(&mut self) -> RuleVerdict {
+        let (enforced, full) = self.outcomes.split_at(self.n_policies);
+        let decided = overall(enforced);
+        let shadow_effect = if self.any_shadow {
+            Some(overall(full).map_or(EffectType::Allow, |o| o.effect))
+        } else {
+            None
+        };
+        RuleVerdict {
+            effect: decided.map_or(EffectType::Allow, |o| o.effect),
+            rule: decided.map(|o| o.rule as usize),
+            shadow_effect,
+            evaluated: std::mem::take(&mut self.evaluated),
+        }
+    }
+}
+
+/// Evaluates the rules in play and combines their effects; signal providers are awaited.
+pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return Box::pin(evaluate_selected(ctx, &selected)).await;
+    }
+    evaluate_selected(ctx, rules).await
+}
+
+/// [`evaluate_rules`] over rules already filtered by their policies' `agentSelector`.
+async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    let mut c = Combiner::new(ctx, rules.len());
+    for &i in rules {
+        let i = i as usize;
+        c.start(ctx, i);
+        let rule = &ctx.policies.rules[i];
+        let t = if rule.has_signal {
+            eval_async(&rule.condition, ctx).await
+        } else {
+            eval_sync(&rule.condition, ctx)
+        };
+        c.push(ctx, i, t);
+    }
+    c.finish()
+}
+
+/// Evaluates rules none of which asks a signal provider, without a runtime.
+pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    if ctx.policies.agent_gated {
+        let selected = ctx.selected_rules(rules);
+        return evaluate_selected_sync(ctx, &selected);
+    }
+    evaluate_selected_sync(ctx, rules)
+}
+
+#[inline(always)]
+fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    let mut c = Combiner::new(ctx, rules.len());
+    for &i in rules {
+        let i = i as usize;
+        c.start(ctx, i);
+        let t = eval_sync(&ctx.policies.rules[i].condition, ctx);
+        c.push(ctx, i, t);
+    }
+    c.finish()
+}
+
+/// Builds the decision from a verdict (hitl handled by the caller).
+pub(crate) fn base_decision(
+    phase: Phase,
+    verdict: &RuleVerdict,
+    policies: &CompiledPolicies,
+) -> Decision {
+    let mut d = Decision::simple(phase, verdict.effect, DecisionCode::Allowed, None);
+    base_decision_into(&mut d, phase, verdict, policies);
+    d
+}
+
+/// [`base_decision`], written into `d` (a decision fresh from `Decision::simple`): sets the
+/// phase, effect, code, reason, rule, policy and shadow fields.
+pub(crate) fn base_decision_into(
+    d: &mut Decision,
+    phase: Phase,
+    verdict: &RuleVerdict,
+    policies: &CompiledPolicies,
+) {
+    let rule = verdict.rule.map(|i| &policies.rules[i]);
+    d.phase = phase;
+    d.effect = verdict.effect;
+    d.code = match verdict.effect {
+        EffectType::Allow => DecisionCode::Allowed,
+        EffectType::Block => DecisionCode::BlockedRule,
+        EffectType::Hitl => DecisionCode::BlockedHitlRequested,
+    };
+    if let Some(r) = rule {
+        d.reason.clone_from(&r.reason);
+        d.rule_id = Some(r.id.clone());
+        d.policy_id.clone_from(&r.policy_id);
+    }
+    d.shadow = verdict.shadow_effect.is_some();
+    d.shadow_effect = verdict.shadow_effect;
+}

@@ -1,0 +1,437 @@
+//! What a compiled policy set says about one tool (name and tags), worked out once per tool and
+//! kept with the policies: the rules in play in each phase, the maxCalls counters that count
+//! its calls, and the `sequence` entries that one of its calls satisfies (a bitset).
+//!
+//! Decisions then find all of this with one hash lookup, without glob matching or allocation.
+//! The cache is copy-on-write ([`ArcSwap`]): lookups never lock, so threads deciding on one
+//! engine do not contend; a miss computes the profile and publishes a new map. Past
+//! [`MAX_TOOLS`] distinct tools (or [`MAX_CACHE_BYTES`] of names and tags), profiles are
+//! computed per call instead of cached.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+
+use super::evaluate::rules_in_play_uncached;
+use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
+
+/// Distinct tools whose profile is cached per policy set.
+pub(crate) const MAX_TOOLS: usize = 4096;
+
+/// Bytes of names and tags the profiles cached per policy set may hold (beyond: computed per
+/// call), so distinct long names cannot grow the cache without bound.
+pub(crate) const MAX_CACHE_BYTES: usize = 4 << 20;
+
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A tool's profile under one compiled policy set.
+#[derive(Debug)]
+pub(crate) struct ToolProfile {
+    pub(crate) name: Box<str>,
+    pub(crate) tags: Box<[String]>,
+    /// The name lowercased.
+    pub(crate) name_lc: Arc<str>,
+    /// The tags lowercased.
+    pub(crate) tags_lc: Arc<[String]>,
+    /// Rules in play per phase (`phase_slot`), in evaluation order.
+    pub(crate) rules: [Box<[u32]>; 2],
+    /// maxCalls counters whose selector selects this tool, ascending.
+    pub(crate) counters: Box<[u32]>,
+    /// Bit `i` set: a call of this tool satisfies sequence entry `i`.
+    pub(crate) seq_bits: Box<[u64]>,
+    /// Per phase: some rule in play asks a signal provider.
+    pub(crate) has_signal: [bool; 2],
+    /// Per phase: some rule in play needs subjects.
+    pub(crate) needs_subjects: [bool; 2],
+    /// Per phase, the state the rules in play read (worked out for a shared store only).
+    pub(crate) state_plan: std::sync::OnceLock<[crate::engine::run::shared_state::StatePlan; 2]>,
+}
+
+impl ToolProfile {
+    fn compute(policies: &CompiledPolicies, name: &str, tags: &[String]) -> ToolProfile {
+        let name_lc: Arc<str> = Arc::from(name.to_lowercase());
+        let tags_lc: Arc<[String]> = tags.iter().map(|t| t.to_lowercase()).collect();
+        let rules = [Phase::Before, Phase::After].map(|p| {
+            rules_in_play_uncached(policies, p, &name_lc, &tags_lc)
+                .into_iter()
+                .map(|r| r as u32)
+                .collect::<Box<[u32]>>()
+        });
+        let any = |rs: &[u32], f: fn(&crate::policy::CompiledRule) -> bool| {
+            rs.iter().any(|&i| f(&policies.rules[i as usize]))
+        };
+        let has_signal = [0, 1].map(|p| any(&rules[p], |r| r.has_signal));
+        let needs_subjects = [0, 1].map(|p| any(&rules[p], |r| r.needs_subjects));
+        let counters = selected_counters(policies, &name_lc, &tags_lc);
+        let mut seq_bits = vec![0u64; policies.seq_entries.len().div_ceil(64)];
+        for (i, e) in policies.seq_entries.iter().enumerate() {
+            let hit = match e {
+                CSeqEntry::Glob(g) => g.is_match(&*name_lc),
+                CSeqEntry::Names(g) => g.is_match(&*name_lc),
+                CSeqEntry::Tags { tags, all: true } => tags.iter().all(|t| tags_lc.contains(t)),
+                CSeqEntry::Tags { tags, all: false } => tags.iter().any(|t| tags_lc.contains(t)),
+            };
+            if hit {
+                seq_bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        ToolProfile {
+            name: name.into(),
+            tags: tags.into(),
+            name_lc,
+            tags_lc,
+            rules,
+            counters,
+            seq_bits: seq_bits.into_boxed_slice(),
+            has_signal,
+            needs_subjects,
+            state_plan: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
+    /// subject extractor registered for the tool when a rule in play needs subjects (from the
+    /// flags worked out once with the profile).
+    #[inline]
+    pub(crate) fn needs_async(&self, engine: &crate::engine::EngineInner, phase: Phase) -> bool {
+        let p = crate::policy::phase_slot(phase);
+        self.has_signal[p]
+            || (self.needs_subjects[p]
+                && engine
+                    .extractors
+                    .load()
+                    .iter()
+                    .any(|e| e.glob.is_match(&*self.name_lc)))
+    }
+
+    /// Whether maxCalls counter `counter` counts calls of this tool.
+    pub(crate) fn counts(&self, counter: u32) -> bool {
+        self.counters.binary_search(&counter).is_ok()
+    }
+}
+
+/// The counters selecting a tool: by a name glob or by one of its tags.
+fn selected_counters(policies: &CompiledPolicies, name_lc: &str, tags_lc: &[String]) -> Box<[u32]> {
+    let idx = &policies.counters;
+    let mut hits: Vec<u32> = Vec::new();
+    if !idx.glob_counter.is_empty() {
+        for g in idx.names.matches(name_lc) {
+            if let Some(c) = idx.glob_counter.get(g) {
+                hits.push(*c);
+            }
+        }
+    }
+    for t in tags_lc {
+        if let Some(cs) = idx.by_tag.get(t) {
+            hits.extend_from_slice(cs);
+        }
+    }
+    hits.sort_unstable();
+    hits.dedup();
+    hits.retain(|&c| {
+        idx.counters
+            .get(c as usize)
+            .is_some_and(|s| s.passes(tags_lc))
+    });
+    hits.into_boxed_slice()
+}
+
+/// A hasher for keys that already are hashes.
+#[derive(Default)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHashed>>;
+
+/// Profiles of the tools seen under one compiled policy set.
+#[derive(Debug)]
+pub(crate) struct ToolCache {
+    generation: u64,
+    map: ArcSwap<ProfileMap>,
+    /// Bumped after each change of `map` (see [`MapSnapshot`]).
+    version: AtomicU64,
+    /// Held while the map changes; counts the bytes of names and tags cached.
+    writer: parking_lot::Mutex<usize>,
+    seed: foldhash::fast::RandomState,
+}
+
+impl Default for ToolCache {
+    fn default() -> Self {
+        ToolCache {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            map: ArcSwap::from_pointee(ProfileMap::default()),
+            version: AtomicU64::new(0),
+            writer: parking_lot::Mutex::new(0),
+            seed: foldhash::fast::RandomState::default(),
+        }
+    }
+}
+
+/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
+/// overlapping words from each end.
+#[inline]
+fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
+    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
+    match n {
+        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        _ => a == b,
+    }
+}
+
+/// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
+/// or terminators: a collision only costs a comparison, as lookups compare name and tags).
+fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> u64 {
+    use std::hash::BuildHasher;
+    let mut h = seed.build_hasher();
+    h.write(name.as_bytes());
+    for t in tags {
+        h.write(t.as_bytes());
+    }
+    h.finish()
+}
+
+/// The profile of `name` with `tags` in `map` under key `h`.
+fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<ToolProfile>> {
+    map.get(&h).and_then(|v| {
+        v.iter()
+            .find(|p| {
+                eq_bytes(p.name.as_bytes(), name.as_bytes())
+                    && p.tags.len() == tags.len()
+                    && p.tags
+                        .iter()
+                        .zip(tags)
+                        .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
+            })
+            .cloned()
+    })
+}
+
+/// A run's copy of the profile map it last read: (policy generation, map version, map).
+/// Lookups through it take an uncontended lock instead of an `ArcSwap` load; it holds the
+/// map (of the policy set the run last decided under) as long as the run lives.
+#[derive(Debug, Default)]
+pub(crate) struct MapSnapshot(parking_lot::Mutex<Option<(u64, u64, Arc<ProfileMap>)>>);
+
+impl ToolCache {
+    /// Identifies the policy set (distinct for every compilation in this process).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The profile of a tool, from the cache or computed (and cached while there is room).
+    pub(crate) fn profile(
+        &self,
+        policies: &CompiledPolicies,
+        name: &str,
+        tags: &[String],
+    ) -> Arc<ToolProfile> {
+        let h = key_hash(&self.seed, name, tags);
+        if let Some(p) = find(&self.map.load(), h, name, tags) {
+            return p;
+        }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    /// [`profile`](ToolCache::profile), reading the map through a run's snapshot (refreshed
+    /// when the map changed since, or the policies did). Inline: once per decision, and the
+    /// compiler stopped inlining it as other code grew (+57 instructions per decision).
+    #[inline]
+    pub(crate) fn profile_in(
+        &self,
+        policies: &CompiledPolicies,
+        name: &str,
+        tags: &[String],
+        snapshot: &MapSnapshot,
+    ) -> Arc<ToolProfile> {
+        let h = key_hash(&self.seed, name, tags);
+        let version = self.version.load(Ordering::Acquire);
+        {
+            let mut snap = snapshot.0.lock();
+            let fresh = matches!(&*snap, Some((g, v, _)) if *g == self.generation && *v == version);
+            if !fresh {
+                *snap = Some((self.generation, version, self.map.load_full()));
+            }
+            if let Some(p) = snap
+                .as_ref()
+                .and_then(|(_, _, map)| find(map, h, name, tags))
+            {
+                return p;
+            }
+        }
+        self.compute_and_cache(policies, h, name, tags)
+    }
+
+    fn compute_and_cache(
+        &self,
+        policies: &CompiledPolicies,
+        h: u64,
+        name: &str,
+        tags: &[String],
+    ) -> Arc<ToolProfile> {
+        let profile = Arc::new(ToolProfile::compute(policies, name, tags));
+        let mut bytes = self.writer.lock();
+        let current = self.map.load_full();
+        if let Some(p) = find(&current, h, name, tags) {
+            return p;
+        }
+        // The name and tags are kept twice (as given and lowercased).
+        let cost = 2 * (name.len() + tags.iter().map(String::len).sum::<usize>()) + 64;
+        if current.len() < MAX_TOOLS && *bytes + cost <= MAX_CACHE_BYTES {
+            *bytes += cost;
+            let mut next = (*current).clone();
+            next.entry(h).or_default().push(profile.clone());
+            self.map.store(Arc::new(next));
+            self.version.fetch_add(1, Ordering::Release);
+        }
+        profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::parse_policy;
+
+    fn compiled() -> CompiledPolicies {
+        let p = parse_policy(
+            r#"[
+            {"id": "seq", "name": "seq", "priority": 3, "enabled": true,
+             "selector": {"phase": "tool.before", "tool": {"name": "refund*"}},
+             "condition": {"kind": "sequence", "mustHaveCalled": ["verify_*", {"by": "toolTag", "tags": ["AUTH"]}]},
+             "effect": {"type": "block"}},
+            {"id": "cap", "name": "cap", "priority": 2, "enabled": true,
+             "selector": {"phase": "tool.before", "tool": {"tagsAny": ["finance"]}},
+             "condition": {"kind": "maxCalls", "selector": {"by": "toolTag", "tags": ["finance"]}, "max": 3},
+             "effect": {"type": "block"}},
+            {"id": "after", "name": "after", "priority": 1, "enabled": true,
+             "selector": {"phase": "tool.after", "tool": {}},
+             "condition": {"kind": "toolName", "op": "eq", "value": "x"},
+             "effect": {"type": "block"}}
+            ]"#,
+            None,
+        )
+        .expect("parses");
+        CompiledPolicies::compile(vec![p], &[]).expect("compiles")
+    }
+
+    #[test]
+    fn a_profile_holds_the_rules_in_play_counters_and_sequence_bits() {
+        let c = compiled();
+        let refund = c
+            .tools
+            .profile(&c, "Refund_Order", &["Finance".to_string()]);
+        assert_eq!(&*refund.name_lc, "refund_order");
+        assert_eq!(refund.rules[0].len(), 2, "seq and cap before");
+        assert_eq!(refund.rules[1].len(), 1, "after on every tool");
+        assert_eq!(refund.counters.len(), 1);
+        assert!(refund.counts(refund.counters[0]));
+        assert!(!crate::engine::decide::history::bit(&refund.seq_bits, 0));
+        let verify = c.tools.profile(&c, "verify_id", &[]);
+        assert!(crate::engine::decide::history::bit(&verify.seq_bits, 0));
+        assert!(!crate::engine::decide::history::bit(&verify.seq_bits, 1));
+        let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
+        assert!(crate::engine::decide::history::bit(&auth.seq_bits, 1));
+        assert!(auth.counters.is_empty());
+    }
+
+    #[test]
+    fn a_run_snapshot_finds_the_cached_profiles_and_sees_new_ones() {
+        let c = compiled();
+        let snap = MapSnapshot::default();
+        let a = c.tools.profile_in(&c, "t", &["x".to_string()], &snap);
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile(&c, "t", &["x".to_string()])
+        ));
+        let b = c.tools.profile(&c, "u", &[]);
+        assert!(Arc::ptr_eq(&b, &c.tools.profile_in(&c, "u", &[], &snap)));
+        assert!(Arc::ptr_eq(
+            &a,
+            &c.tools.profile_in(&c, "t", &["x".to_string()], &snap)
+        ));
+        let other = compiled();
+        let o = other
+            .tools
+            .profile_in(&other, "t", &["x".to_string()], &snap);
+        assert!(!Arc::ptr_eq(&a, &o));
+        assert!(Arc::ptr_eq(
+            &o,
+            &other.tools.profile(&other, "t", &["x".to_string()])
+        ));
+    }
+
+    #[test]
+    fn eq_bytes_is_byte_equality() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnoq",
+            "bbcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefgX",
+            "Xbcdefgh",
+            "abcdXfgh",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(eq_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn profiles_are_cached_per_name_and_tags() {
+        let c = compiled();
+        let a = c.tools.profile(&c, "t", &["x".to_string()]);
+        let b = c.tools.profile(&c, "t", &["x".to_string()]);
+        let other = c.tools.profile(&c, "t", &[]);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_ne!(c.tools.generation(), compiled().tools.generation());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_bytes() {
+        let c = compiled();
+        for i in 0..64 {
+            let name = format!("{i}{}", "n".repeat(1 << 20));
+            let p = c.tools.profile(&c, &name, &[]);
+            assert_eq!(&*p.name, name.as_str(), "computed even when not cached");
+        }
+        let cached: usize = c.tools.map.load().values().map(Vec::len).sum();
+        assert!(
+            cached * (1 << 20) <= MAX_CACHE_BYTES,
+            "{cached} profiles of 1 MiB names cached"
+        );
+    }
+}

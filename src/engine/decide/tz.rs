@@ -1,0 +1,109 @@
+//! Time zones for `timeGate`: end-user zone names parsed once per engine (not once per run),
+//! and, per run, the local time of the last second asked (decisions made in the same second
+//! skip the zone's offset lookup).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc, Weekday};
+use chrono_tz::Tz;
+use parking_lot::Mutex;
+
+use crate::engine::run::handle::RunShared;
+
+/// Zone names kept before the engine's cache starts over.
+pub(crate) const NAMES_CAPACITY: usize = 1024;
+
+/// Zone names already parsed (an invalid name parses to `None`).
+#[derive(Debug, Default)]
+pub(crate) struct TzNames {
+    map: Mutex<HashMap<Box<str>, Option<Tz>, foldhash::fast::RandomState>>,
+}
+
+impl TzNames {
+    /// `name` parsed as an IANA zone, `None` when it is not one.
+    pub(crate) fn parse(&self, name: &str) -> Option<Tz> {
+        if let Some(tz) = self.map.lock().get(name) {
+            return *tz;
+        }
+        let tz = name.parse::<Tz>().ok();
+        let mut map = self.map.lock();
+        if map.len() >= NAMES_CAPACITY {
+            map.clear();
+        }
+        map.insert(name.into(), tz);
+        tz
+    }
+}
+
+/// The local weekday and minute of the day of one UTC second in one zone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalMemo {
+    tz: Tz,
+    second: i64,
+    day: Weekday,
+    minute: u16,
+}
+
+/// The weekday and minute of the day of `now` in `tz`.
+pub(crate) fn local_day_minute(tz: Tz, now: &DateTime<Utc>) -> (Weekday, u16) {
+    let local = tz.from_utc_datetime(&now.naive_utc());
+    (local.weekday(), (local.hour() * 60 + local.minute()) as u16)
+}
+
+impl RunShared {
+    /// The time zone named by the end user's tag `tag` (looked up once per run for the first
+    /// tag asked; other tags are looked up each time).
+    pub(crate) fn enduser_tz(&self, tag: &str) -> Option<Tz> {
+        let parse = || {
+            self.context
+                .enduser
+                .as_ref()
+                .and_then(|u| u.tags.get(tag))
+                .and_then(|v| self.engine.tz_names.parse(v))
+        };
+        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
+        if &**cached_tag == tag { *tz } else { parse() }
+    }
+
+    /// [`local_day_minute`] of `now` (`now_ms` its milliseconds since the epoch), remembered
+    /// for the last second and zone asked: local weekday and minute depend on the second only
+    /// (zone offsets are whole seconds).
+    pub(crate) fn local_day_minute(
+        &self,
+        tz: Tz,
+        now: &DateTime<Utc>,
+        now_ms: i64,
+    ) -> (Weekday, u16) {
+        let second = now_ms.div_euclid(1000);
+        let mut memo = self.local_memo.lock();
+        if let Some(m) = *memo
+            && m.tz == tz
+            && m.second == second
+        {
+            return (m.day, m.minute);
+        }
+        let (day, minute) = local_day_minute(tz, now);
+        *memo = Some(LocalMemo {
+            tz,
+            second,
+            day,
+            minute,
+        });
+        (day, minute)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_names_parse_as_chrono_tz_does() {
+        let names = TzNames::default();
+        for _ in 0..2 {
+            for n in ["Europe/Paris", "America/New_York", "UTC", "Not/AZone", ""] {
+                assert_eq!(names.parse(n), n.parse::<Tz>().ok());
+            }
+        }
+    }
+}

@@ -1,0 +1,618 @@
+//! Runs: one agent run's context, history and decisions.
+//!
+//! A decision that needs nothing awaited (no signal provider, no subject extractor in play) is
+//! made synchronously, with no allocation beyond the [`Decision`] itself: the rules in play,
+//! the counters a call takes and the sequence entries it satisfies come from the tool's cached
+//! profile (see `decide/profile.rs`), and `sequence` conditions read a per-run bitset.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+use crate::audit::EventKind;
+use crate::engine::audit::body::RunEndedBody;
+use crate::engine::audit::sealer::Body;
+use crate::engine::blocking::block_on;
+use crate::engine::decide::decision::{Decision, DecisionCode};
+use crate::engine::decide::evaluate::{
+    CallView, DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
+    extract_subjects,
+};
+use crate::engine::decide::history::History;
+use crate::engine::decide::profile::ToolProfile;
+use crate::engine::{EngineInner, FailureMode};
+use crate::policy::{CompiledPolicies, EffectType, Phase, Scope};
+use crate::state::StateKey;
+
+pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
+
+pub(crate) use super::pending::{CallRecord, PendingCalls};
+
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    pub(crate) calls: AtomicU64,
+    pub(crate) allowed: AtomicU64,
+    pub(crate) blocked: AtomicU64,
+    pub(crate) hitl: AtomicU64,
+    pub(crate) tokens_in: AtomicU64,
+    pub(crate) tokens_out: AtomicU64,
+    pub(crate) cost_micro_usd: AtomicU64,
+}
+
+/// State shared by every handle of one run.
+pub(crate) struct RunShared {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) context: Arc<RunContext>,
+    pub(crate) started_ms: i64,
+    pub(crate) aborted: AtomicBool,
+    pub(crate) ended: AtomicBool,
+    pub(crate) history: Mutex<History>,
+    pub(crate) pending: Mutex<PendingCalls>,
+    /// The end user's time zone from a tag, parsed once: (tag, zone).
+    pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
+    /// The profile map last read (see `decide/profile.rs`).
+    pub(crate) profiles: crate::engine::decide::profile::MapSnapshot,
+    /// The local time of the last second a `timeGate` asked (see `decide/tz.rs`).
+    pub(crate) local_memo: Mutex<Option<crate::engine::decide::tz::LocalMemo>>,
+    pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
+    pub(crate) totals: Totals,
+    pub(crate) run_key: Arc<str>,
+    /// On a shared store: the run was resumed; the next read clears its abort flag.
+    pub(crate) resume_pending: AtomicBool,
+    /// On a shared store: metric events not written yet (see `shared_state.rs`).
+    pub(crate) buffered: Mutex<Vec<crate::state::shared::MetricEvent>>,
+    agent_key: Arc<str>,
+    agent_user_key: Arc<str>,
+    pub(crate) audit: crate::engine::audit::audit_hook::RunAudit,
+}
+
+impl RunShared {
+    pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
+        StateKey {
+            slot,
+            scope: match scope {
+                Scope::Run => self.run_key.clone(),
+                Scope::Agent => self.agent_key.clone(),
+                Scope::AgentUser => self.agent_user_key.clone(),
+            },
+        }
+    }
+
+    /// The body of `run.ended`.
+    fn ended_body(
+        &self,
+        status: &str,
+        final_response: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> RunEndedBody {
+        let t = &self.totals;
+        RunEndedBody {
+            status: status.to_string(),
+            calls: t.calls.load(Ordering::Relaxed),
+            allowed: t.allowed.load(Ordering::Relaxed),
+            blocked: t.blocked.load(Ordering::Relaxed),
+            hitl: t.hitl.load(Ordering::Relaxed),
+            tokens_in: t.tokens_in.load(Ordering::Relaxed),
+            tokens_out: t.tokens_out.load(Ordering::Relaxed),
+            cost_usd: t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
+            duration_ms: now.timestamp_millis() - self.started_ms,
+            aborted: self.aborted.load(Ordering::Acquire),
+            final_response: final_response.map(str::to_string),
+            evaluation: None,
+        }
+    }
+}
+
+impl Drop for RunShared {
+    /// A run dropped without [`Run::end`] releases its run-scoped state and, with the audit
+    /// trail on, ends its chain with a `run.ended` event of status `dropped`.
+    fn drop(&mut self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.engine.state.forget_scope(&self.run_key);
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.context, "dropped")
+        });
+        if self.engine.audit_enabled() {
+            let now = self.engine.clock.now();
+            let body = Body::RunEnded(self.ended_body("dropped", None, now));
+            self.engine.emit_body(self, EventKind::RunEnded, body, now);
+            // The run's state stays: the next holder continues its chain.
+            self.engine.leave_chain_on_drop(self);
+        }
+    }
+}
+
+/// A live agent run. Cheap to clone; use it from as many tasks as you like.
+///
+/// Dropping the last handle without calling [`end`](Run::end) releases the run's state and
+/// (with the audit trail on) writes `run.ended` with status `dropped`; only `end` flushes.
+#[derive(Clone)]
+pub struct Run {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) shared: Arc<RunShared>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("context", &self.shared.context)
+            .finish()
+    }
+}
+
+/// A before decision that awaits something (a signal provider or subject extractor).
+struct AsyncPlan {
+    policies: Arc<CompiledPolicies>,
+    profile: Arc<ToolProfile>,
+}
+
+impl Run {
+    pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
+        let now = engine.clock.now();
+        let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
+        let run_key: Arc<str> =
+            Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id));
+        let (audit, chain_problems) = engine.audit_for_run(&context, &run_key);
+        let shared = Arc::new(RunShared {
+            engine: engine.clone(),
+            run_key,
+            agent_key: Arc::from(crate::state::agent_scope(&context.agent_id)),
+            agent_user_key: Arc::from(crate::state::user_scope(&context.agent_id, enduser)),
+            audit,
+            context: Arc::new(context),
+            started_ms: now.timestamp_millis(),
+            aborted: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            history: Mutex::new(History::default()),
+            pending: Mutex::new(PendingCalls::default()),
+            tz_cache: std::sync::OnceLock::new(),
+            local_memo: Mutex::new(None),
+            profiles: Default::default(),
+            tool_calls: Mutex::new(Vec::new()),
+            totals: Totals::default(),
+            resume_pending: AtomicBool::new(false),
+            buffered: Mutex::new(Vec::new()),
+        });
+        let run = Run { engine, shared };
+        super::observe::each(&run.engine.observers, |o| {
+            o.on_run_start(&run.shared.context)
+        });
+        if run.engine.audit_enabled() {
+            let body = Body::RunStarted(run.shared.context.clone());
+            run.engine
+                .emit_body(&run.shared, EventKind::RunStarted, body, now);
+            for message in chain_problems {
+                run.emit(EventKind::Error, obj(json!({ "message": message })), now);
+            }
+        }
+        run
+    }
+
+    /// The run's context.
+    pub fn context(&self) -> &RunContext {
+        &self.shared.context
+    }
+
+    /// Whether a hitl decision aborted the run.
+    pub fn is_aborted(&self) -> bool {
+        self.shared.aborted.load(Ordering::Acquire)
+    }
+
+    /// Lifts the pause a hitl decision put on the run (see [`is_aborted`](Run::is_aborted)),
+    /// e.g. once its review is resolved: later calls are decided by the rules again.
+    ///
+    /// On a shared state store the run's abort flag there is cleared by the run's next decision.
+    pub fn resume(&self) {
+        self.shared.aborted.store(false, Ordering::Release);
+        if self.engine.shared.is_some() {
+            self.shared.resume_pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// Records a `tool.changed` audit event: the definition of `tool` (hashed to `sha256`)
+    /// differs from its pinned one. `call_id` names the call it blocked, if any.
+    pub fn record_tool_changed(&self, tool: &str, sha256: &str, call_id: Option<&str>) {
+        let mut body = obj(json!({"tool": {"name": tool}, "sha256": sha256}));
+        if let Some(c) = call_id {
+            body.insert("callId".into(), Value::String(c.to_string()));
+        }
+        self.emit(EventKind::ToolChanged, body, self.engine.clock.now());
+    }
+
+    pub(crate) fn emit(&self, kind: EventKind, body: Map<String, Value>, at: DateTime<Utc>) {
+        self.engine.emit(&self.shared, kind, body, at);
+    }
+    /// Decides whether a tool call may proceed (phase `tool.before`).
+    ///
+    /// Never fails: an internal fault yields a decision by the engine's failure mode. When no
+    /// signal provider or subject extractor is in play the decision is made without awaiting
+    /// (see [`before_tool_blocking`](Run::before_tool_blocking) for callers that are not async).
+    pub async fn before_tool(&self, call: ToolCall) -> Decision {
+        let started = Instant::now();
+        let now = self.engine.clock.now();
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
+            Err(plan) => {
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                let (d, p) = match futures::FutureExt::catch_unwind(fut).await {
+                    Ok(d) => d,
+                    Err(_) => self.before_failure(&call, now),
+                };
+                decision = d;
+                p
+            }
+        };
+        self.finish_before(call, decision, proceeds, started, now)
+    }
+
+    /// [`before_tool`](Run::before_tool) for callers that are not async (no runtime needed).
+    ///
+    /// Returns without blocking when no signal provider or subject extractor is in play (the
+    /// common case: nothing to await). Otherwise it waits for them: on the caller's tokio
+    /// runtime when called from a worker thread of a multi-threaded one, else on a small
+    /// runtime the engine starts once. Do not call it from async code on a current-thread
+    /// runtime's own tasks when signals are in play (it then runs them on another thread and
+    /// blocks this one meanwhile); use `before_tool` there.
+    pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
+        let started = Instant::now();
+        let now = self.engine.clock.now();
+        let mut decision = blank_decision();
+        let proceeds = match self.before_sync(&call, now, &mut decision) {
+            Ok(p) => p,
+            Err(plan) => {
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                let (d, p) = match block_on(futures::FutureExt::catch_unwind(fut)) {
+                    Some(Ok(d)) => d,
+                    _ => self.before_failure(&call, now),
+                };
+                decision = d;
+                p
+            }
+        };
+        self.finish_before(call, decision, proceeds, started, now)
+    }
+
+    fn before_failure(&self, call: &ToolCall, now: DateTime<Utc>) -> (Decision, bool) {
+        let d = self.failure(
+            Phase::Before,
+            &call.id,
+            now,
+            "internal error while deciding",
+        );
+        (d, false)
+    }
+
+    /// Whether the call proceeds, the decision written to `out` (fresh from
+    /// [`blank_decision`]), when nothing needs awaiting; else the plan for the async path.
+    /// (Written in place: a decision is large, and moving it costs a copy each time.)
+    fn before_sync(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        out: &mut Decision,
+    ) -> Result<bool, AsyncPlan> {
+        let shared_store = self.engine.shared.is_some();
+        if !shared_store && self.is_aborted() {
+            *out = aborted_decision();
+            return Ok(false);
+        }
+        let policies = self.engine.policies.load();
+        let profile =
+            policies
+                .tools
+                .profile_in(&policies, &call.name, &call.tags, &self.shared.profiles);
+        if shared_store || profile.needs_async(&self.engine, Phase::Before) {
+            return Err(AsyncPlan {
+                policies: arc_swap::Guard::into_inner(policies),
+                profile,
+            });
+        }
+        let decide = AssertUnwindSafe(|| {
+            let view = call_view(call, &profile, None);
+            let mut ctx = DecisionCtx::new(
+                &self.engine,
+                &policies,
+                &self.shared,
+                &profile,
+                view,
+                now,
+                clone_subjects(&call.subjects),
+            );
+            let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
+            self.conclude_before_into(call, now, &mut ctx, verdict, out)
+        });
+        match std::panic::catch_unwind(decide) {
+            Ok(proceeds) => Ok(proceeds),
+            Err(_) => {
+                let (d, proceeds) = self.before_failure(call, now);
+                *out = d;
+                Ok(proceeds)
+            }
+        }
+    }
+
+    async fn decide_before_async(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        plan: AsyncPlan,
+    ) -> (Decision, bool) {
+        let AsyncPlan { policies, profile } = plan;
+        if let Some(store) = self.engine.shared.clone() {
+            return self
+                .decide_before_shared(&*store, call, now, policies, profile)
+                .await;
+        }
+        let view = call_view(call, &profile, None);
+        let subjects = call.subjects.clone();
+        let mut ctx = DecisionCtx::new(
+            &self.engine,
+            &policies,
+            &self.shared,
+            &profile,
+            view,
+            now,
+            subjects,
+        );
+        let rules = &profile.rules[0];
+        if !rules.is_empty() {
+            extract_subjects(&mut ctx, rules).await;
+        }
+        let verdict = evaluate_rules(&mut ctx, rules).await;
+        self.conclude_before(call, now, &mut ctx, verdict)
+    }
+
+    /// Turns the verdict into the decision: hitl lookup, then counters (kept when the call
+    /// proceeds, given back otherwise).
+    pub(crate) fn conclude_before(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        ctx: &mut DecisionCtx<'_>,
+        verdict: RuleVerdict,
+    ) -> (Decision, bool) {
+        let mut d = blank_decision();
+        let proceeds = self.conclude_before_into(call, now, ctx, verdict, &mut d);
+        (d, proceeds)
+    }
+
+    /// [`conclude_before`](Run::conclude_before), writing the decision to `d` (fresh from
+    /// [`blank_decision`]).
+    pub(crate) fn conclude_before_into(
+        &self,
+        call: &ToolCall,
+        now: DateTime<Utc>,
+        ctx: &mut DecisionCtx<'_>,
+        verdict: RuleVerdict,
+        d: &mut Decision,
+    ) -> bool {
+        base_decision_into(d, Phase::Before, &verdict, ctx.policies);
+        d.evaluated = verdict.evaluated;
+        if d.effect == EffectType::Hitl {
+            self.resolve_hitl(d, call, now);
+        }
+        d.signals = std::mem::take(&mut ctx.signals);
+        let proceeds = d.effect == EffectType::Allow;
+        if ctx.remote.is_some() {
+            // A shared store: the caller writes the outcome.
+        } else if proceeds {
+            count_allowed(&self.engine, ctx, &ctx.permits);
+        } else {
+            for (_, key, permit) in ctx.permits.drain(..) {
+                self.engine.state.release(&key, permit);
+            }
+        }
+        proceeds
+    }
+
+    /// Totals, latency, the `tool.decision` event; an allowed call waits in `pending`.
+    fn finish_before(
+        &self,
+        call: ToolCall,
+        mut decision: Decision,
+        proceeds: bool,
+        started: Instant,
+        now: DateTime<Utc>,
+    ) -> Decision {
+        let t = &self.shared.totals;
+        t.calls.fetch_add(1, Ordering::Relaxed);
+        match decision.effect {
+            EffectType::Allow => t.allowed.fetch_add(1, Ordering::Relaxed),
+            EffectType::Block => t.blocked.fetch_add(1, Ordering::Relaxed),
+            EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
+        };
+        decision.latency_ns = started.elapsed().as_nanos() as u64;
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_decision(&self.shared.context, &call, &decision)
+        });
+        let ToolCall {
+            id,
+            name,
+            tags,
+            args,
+            subjects,
+        } = call;
+        if !self.engine.audit_enabled() && !proceeds {
+            return decision;
+        }
+        // Kept once: the pending set and the audit event share it (no copy of the arguments).
+        let redaction = if self.engine.audit_enabled() {
+            crate::engine::decide::conditions::redaction(&args, None, &decision.evaluated)
+                .map(Box::new)
+        } else {
+            None
+        };
+        let call = Arc::new(CallRecord {
+            id,
+            name,
+            tags,
+            args,
+            redaction,
+        });
+        if proceeds {
+            self.shared.pending.lock().insert(call.clone());
+        }
+        if self.engine.audit_enabled() {
+            // Captured as is (the decision cloned); the sealer writes the JSON.
+            let body = Body::BeforeDecision {
+                call,
+                subjects,
+                decision: decision.clone(),
+            };
+            self.engine
+                .emit_body(&self.shared, EventKind::ToolDecision, body, now);
+        }
+        decision
+    }
+
+    pub(crate) fn failure(
+        &self,
+        phase: Phase,
+        call_id: &str,
+        now: DateTime<Utc>,
+        msg: &str,
+    ) -> Decision {
+        let (effect, code) = match self.engine.failure_mode {
+            FailureMode::Open => (EffectType::Allow, DecisionCode::Allowed),
+            FailureMode::Closed => (EffectType::Block, DecisionCode::BlockedFailure),
+        };
+        self.emit(
+            EventKind::Error,
+            obj(json!({"message": msg, "callId": call_id, "phase": phase})),
+            now,
+        );
+        let mut d = Decision::simple(phase, effect, code, Some(Arc::from(msg)));
+        d.error = Some(msg.to_string());
+        d
+    }
+
+    pub(crate) fn abort(&self) {
+        self.shared.aborted.store(true, Ordering::Release);
+    }
+
+    /// Ends the run with a status (e.g. `success`, `error`) and, optionally, the agent's final
+    /// response (evaluated by the run-level evaluators). Flushes the audit sinks, bounded by the
+    /// engine's flush timeout. Ending twice does nothing.
+    ///
+    /// The run's own counters and metric windows (scope `run`) are released: they can never
+    /// be read again, and a long-lived engine must not keep them. This costs the same whatever
+    /// the size of the policies (the store knows the run's keys).
+    pub async fn end(&self, status: &str, final_response: Option<&str>) {
+        if self.shared.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.engine.state.forget_scope(&self.shared.run_key);
+        if let Some(store) = self.engine.shared.clone() {
+            self.end_shared(&*store).await;
+        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.shared.context, status)
+        });
+        if self.engine.audit_enabled() {
+            let now = self.engine.clock.now();
+            let mut body = self.shared.ended_body(status, final_response, now);
+            self.engine.await_background(&self.shared).await;
+            let (evaluation, slow) = self
+                .engine
+                .evaluate_run(&self.shared, final_response, status)
+                .await;
+            let late_events = slow.is_some();
+            body.evaluation = evaluation;
+            self.engine.emit_with_evaluation(
+                &self.shared,
+                EventKind::RunEnded,
+                Body::RunEnded(body),
+                now,
+                slow,
+                None,
+            );
+            self.engine.await_background(&self.shared).await;
+            if late_events {
+                // Slow run evaluations land after the signed `run.ended`: sign them too.
+                self.engine.emit_closing_checkpoint(&self.shared);
+            }
+            self.engine.leave_chain(&self.shared, true).await;
+            self.engine.flush_run_audit(&self.shared).await;
+        }
+    }
+}
+
+/// A decision to write a before decision into (see `before_sync`).
+pub(crate) fn blank_decision() -> Decision {
+    Decision::simple(
+        Phase::Before,
+        EffectType::Allow,
+        DecisionCode::Allowed,
+        None,
+    )
+}
+
+/// The decision on a call of an aborted run.
+pub(crate) fn aborted_decision() -> Decision {
+    Decision::simple(
+        Phase::Before,
+        EffectType::Block,
+        DecisionCode::BlockedRunAborted,
+        Some(Arc::from(
+            "the run was aborted by an earlier human-review request",
+        )),
+    )
+}
+
+/// The caller's subjects, for a decision to add to (no allocation when there are none).
+pub(crate) fn clone_subjects(
+    s: &[crate::engine::decide::subjects::SubjectRef],
+) -> Vec<crate::engine::decide::subjects::SubjectRef> {
+    if s.is_empty() { Vec::new() } else { s.to_vec() }
+}
+
+pub(crate) fn call_view<'a>(
+    call: &'a ToolCall,
+    profile: &'a ToolProfile,
+    duration_ms: Option<f64>,
+) -> CallView<'a> {
+    CallView {
+        name: &call.name,
+        name_lc: &profile.name_lc,
+        tags: &call.tags,
+        tags_lc: &profile.tags_lc,
+        args: &call.args,
+        duration_ms,
+    }
+}
+
+/// Counts an allowed call in every maxCalls counter whose selector selects it and that the
+/// decision did not already count.
+pub(crate) fn count_allowed(
+    engine: &EngineInner,
+    ctx: &DecisionCtx<'_>,
+    taken: &[(u32, StateKey, crate::state::Permit)],
+) {
+    for &c in ctx.profile.counters.iter() {
+        if taken.iter().any(|(t, _, _)| *t == c) {
+            continue;
+        }
+        if let Some(spec) = ctx.policies.counters.counters.get(c as usize) {
+            engine.state.add(
+                &ctx.run.state_key(spec.slot, spec.scope),
+                spec.window_seconds,
+                ctx.now_ms,
+            );
+        }
+    }
+}
+
+pub(crate) fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}

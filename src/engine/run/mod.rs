@@ -1,0 +1,16 @@
+//! A run and the life of its calls: the [`Run`](crate::engine::Run) handle and the before
+//! phase (`handle`, with its hitl step in `run_hitl`), calls waiting for their result (`pending`), the
+//! after phase (`after`), decisions on a state store shared by processes (`shared_state`), the
+//! guard that wraps tool dispatch (`guard`) and the observers told of every decision
+//! (`observe`).
+//!
+//! It drives the other rooms: `decide` makes the decisions, `hitl` keeps the reviews, `audit`
+//! records what happened.
+
+pub(super) mod after;
+pub(super) mod guard;
+pub(super) mod handle;
+pub(super) mod observe;
+pub(super) mod pending;
+mod run_hitl;
+pub(super) mod shared_state;
