@@ -10,6 +10,12 @@ use super::scan::{alnum, left_boundary, next_digit, right_boundary, run_end};
 pub(crate) fn credit_card(s: &[u8]) -> bool {
     let mut i = 0;
     loop {
+        // A card spans at least 13 bytes of digits and single separators between digits: when
+        // the byte 12 ahead is not part of such a chain, no card starts in `i..=i + 12` and no
+        // candidate there reaches past it, so the search resumes after it unchanged.
+        while i + 12 < s.len() && !card_chain_byte(s, i + 12) {
+            i += 13;
+        }
         i = next_digit(s, i);
         if i >= s.len() {
             break;
@@ -50,6 +56,17 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
         i = p.max(i + 1);
     }
     false
+}
+
+/// Whether `s[p]` is a digit or a space or hyphen between two digits.
+#[inline(always)]
+fn card_chain_byte(s: &[u8], p: usize) -> bool {
+    let b = s[p];
+    b.is_ascii_digit()
+        || (matches!(b, b' ' | b'-')
+            && p > 0
+            && s[p - 1].is_ascii_digit()
+            && s.get(p + 1).is_some_and(u8::is_ascii_digit))
 }
 
 fn card_number(d: &[u8]) -> bool {
