@@ -184,6 +184,11 @@ const IBAN_LENGTHS: &[(&[u8; 2], u8)] = &[
     (b"XK", 20),
 ];
 
+#[inline(always)]
+fn upper_digit_space(b: u8) -> bool {
+    b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
+}
+
 fn upper_alnum(b: u8) -> bool {
     b.is_ascii_uppercase() || b.is_ascii_digit()
 }
@@ -196,7 +201,16 @@ pub(crate) fn iban(s: &[u8]) -> bool {
     if s.len() < 15 {
         return false;
     }
-    for i in 0..s.len() - 3 {
+    let mut i = 0;
+    while i < s.len() - 3 {
+        // An IBAN spans at least 15 bytes of uppercase letters, digits and spaces: when the
+        // byte 14 ahead is none of these, no IBAN starts in `i..=i + 14`.
+        if i + 14 < s.len() && !upper_digit_space(s[i + 14]) {
+            i += 15;
+            continue;
+        }
+        i += 1;
+        let i = i - 1;
         if !(s[i].is_ascii_uppercase()
             && s[i + 1].is_ascii_uppercase()
             && s[i + 2].is_ascii_digit()
@@ -254,7 +268,16 @@ pub(crate) fn uk_nino(s: &[u8]) -> bool {
     if s.len() < 9 {
         return false;
     }
-    for i in 0..s.len() - 8 {
+    let mut i = 0;
+    while i < s.len() - 8 {
+        // A number spans at least 9 bytes of uppercase letters, digits and spaces: when the
+        // byte 8 ahead is none of these, no number starts in `i..=i + 8`.
+        if !upper_digit_space(s[i + 8]) {
+            i += 9;
+            continue;
+        }
+        i += 1;
+        let i = i - 1;
         let (a, b) = (s[i], s[i + 1]);
         if !a.is_ascii_uppercase() || !b.is_ascii_uppercase() || !left_boundary(s, i) {
             continue;
