@@ -86,6 +86,18 @@ pub(crate) fn urls(s: &[u8], f: &mut dyn FnMut(&str, &str) -> bool) -> bool {
 pub(crate) fn phone(s: &[u8]) -> bool {
     let mut i = 0;
     while i < s.len() {
+        // A phone number spans at least 9 bytes of digits, `+`, parentheses, spaces, hyphens
+        // and dots, and so does everything a candidate reads: when the byte 8 ahead is none of
+        // these, nothing in `i..=i + 8` matches and no candidate there reads past it.
+        if i + 8 < s.len()
+            && !matches!(
+                s[i + 8],
+                b'0'..=b'9' | b'+' | b'(' | b')' | b' ' | b'-' | b'.'
+            )
+        {
+            i += 9;
+            continue;
+        }
         let b = s[i];
         let starts = (b == b'+' || b == b'(' || b.is_ascii_digit())
             && left_boundary(s, i)

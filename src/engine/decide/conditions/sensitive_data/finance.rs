@@ -10,6 +10,12 @@ use super::scan::{alnum, left_boundary, next_digit, right_boundary, run_end};
 pub(crate) fn credit_card(s: &[u8]) -> bool {
     let mut i = 0;
     loop {
+        // A card spans at least 13 bytes of digits and single separators between digits: when
+        // the byte 12 ahead is not part of such a chain, no card starts in `i..=i + 12` and no
+        // candidate there reaches past it, so the search resumes after it unchanged.
+        while i + 12 < s.len() && !card_chain_byte(s, i + 12) {
+            i += 13;
+        }
         i = next_digit(s, i);
         if i >= s.len() {
             break;
@@ -50,6 +56,17 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
         i = p.max(i + 1);
     }
     false
+}
+
+/// Whether `s[p]` is a digit or a space or hyphen between two digits.
+#[inline(always)]
+fn card_chain_byte(s: &[u8], p: usize) -> bool {
+    let b = s[p];
+    b.is_ascii_digit()
+        || (matches!(b, b' ' | b'-')
+            && p > 0
+            && s[p - 1].is_ascii_digit()
+            && s.get(p + 1).is_some_and(u8::is_ascii_digit))
 }
 
 fn card_number(d: &[u8]) -> bool {
@@ -167,6 +184,11 @@ const IBAN_LENGTHS: &[(&[u8; 2], u8)] = &[
     (b"XK", 20),
 ];
 
+#[inline(always)]
+fn upper_digit_space(b: u8) -> bool {
+    b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
+}
+
 fn upper_alnum(b: u8) -> bool {
     b.is_ascii_uppercase() || b.is_ascii_digit()
 }
@@ -179,7 +201,16 @@ pub(crate) fn iban(s: &[u8]) -> bool {
     if s.len() < 15 {
         return false;
     }
-    for i in 0..s.len() - 3 {
+    let mut i = 0;
+    while i < s.len() - 3 {
+        // An IBAN spans at least 15 bytes of uppercase letters, digits and spaces: when the
+        // byte 14 ahead is none of these, no IBAN starts in `i..=i + 14`.
+        if i + 14 < s.len() && !upper_digit_space(s[i + 14]) {
+            i += 15;
+            continue;
+        }
+        i += 1;
+        let i = i - 1;
         if !(s[i].is_ascii_uppercase()
             && s[i + 1].is_ascii_uppercase()
             && s[i + 2].is_ascii_digit()
@@ -237,7 +268,16 @@ pub(crate) fn uk_nino(s: &[u8]) -> bool {
     if s.len() < 9 {
         return false;
     }
-    for i in 0..s.len() - 8 {
+    let mut i = 0;
+    while i < s.len() - 8 {
+        // A number spans at least 9 bytes of uppercase letters, digits and spaces: when the
+        // byte 8 ahead is none of these, no number starts in `i..=i + 8`.
+        if !upper_digit_space(s[i + 8]) {
+            i += 9;
+            continue;
+        }
+        i += 1;
+        let i = i - 1;
         let (a, b) = (s[i], s[i + 1]);
         if !a.is_ascii_uppercase() || !b.is_ascii_uppercase() || !left_boundary(s, i) {
             continue;
