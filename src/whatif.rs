@@ -47,10 +47,12 @@ impl WhatIfFilter {
 
 mod read;
 mod rebuild;
+mod store;
 pub use read::{
     AuditRead, AuditTrail, index_audit_trail, read_audit_paths, read_audit_trail, read_store,
     read_store_verified,
 };
+pub use store::{StoreTrail, index_store};
 
 /// A recorded call decided again.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -232,6 +234,23 @@ pub async fn what_if_trail(
     filter: &WhatIfFilter,
 ) -> Result<WhatIfReport, EngineError> {
     let merge = rebuild::Merge::new(trail.into_source(filter), filter);
+    replay(builder, org_timezone, merge).await
+}
+
+/// [`what_if`] over a collector store's runs indexed by [`index_store`]: each run's events
+/// are fetched a page at a time when the replay reaches the run's start and dropped as they
+/// are replayed, so memory is bounded by the runs under way at once (a page of each), not by
+/// the store. Must be awaited inside a multi-thread tokio runtime. `filter` must be the one
+/// the store was indexed with (its `exclude` may be added).
+pub async fn what_if_store(
+    builder: EngineBuilder,
+    org_timezone: Option<chrono_tz::Tz>,
+    trail: StoreTrail,
+    filter: &WhatIfFilter,
+) -> Result<WhatIfReport, EngineError> {
+    let handle = store::reading_runtime()
+        .map_err(|e| EngineError::Audit(crate::audit::AuditError::Config(e.to_string())))?;
+    let merge = rebuild::Merge::new(trail.into_source(filter, handle), filter);
     replay(builder, org_timezone, merge).await
 }
 

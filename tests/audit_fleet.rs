@@ -6,7 +6,8 @@
 
 mod pg_support;
 
-use std::io::BufRead;
+mod collect_support;
+use collect_support::Collect;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -21,48 +22,6 @@ use toolgate::audit::store::postgres::PgStore;
 use toolgate::audit::{
     AuditEvent, CHECKPOINT_EVERY_EVENTS, EventKind, RunChain, RunSigner, canonical_json,
 };
-
-struct Collect {
-    child: Child,
-    addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Collect {
-    fn start(store: &str) -> Collect {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["collect", "--listen", "127.0.0.1:0", "--store", store])
-            .env_remove("TOOLGATE_COLLECTOR_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|r| r.split(',').next())
-            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
-            .to_string();
-        Collect {
-            child,
-            addr,
-            _stdout: stdout,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Collect {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn t0() -> DateTime<Utc> {
     "2026-01-05T09:00:00Z".parse().unwrap()
@@ -677,7 +636,7 @@ async fn idle_connections_do_not_delay_a_real_client() {
     let c = Collect::start(dir.path().join("store").to_str().unwrap());
     let mut idle = Vec::new();
     for _ in 0..600 {
-        idle.push(tokio::net::TcpStream::connect(&c.addr).await.unwrap());
+        idle.push(tokio::net::TcpStream::connect(c.addr()).await.unwrap());
     }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))

@@ -2,10 +2,11 @@
 //! half-sent requests, unauthenticated bodies, idle connections, signals, a full disk.
 #![cfg(feature = "http")]
 
-use std::io::{BufRead, Write};
+mod collect_support;
+use collect_support::Collect;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -13,75 +14,6 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json, verify_paths};
-
-struct Collect {
-    child: Child,
-    addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Collect {
-    fn start(store: &Path, args: &[&str], envs: &[(&str, &str)]) -> Collect {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-        cmd.args(["collect", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .args(args)
-            .env_remove("TOOLGATE_COLLECTOR_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|r| r.split(',').next())
-            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
-            .to_string();
-        Collect {
-            child,
-            addr,
-            _stdout: stdout,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-
-    /// Waits (bounded) for the process to exit.
-    fn exits_within(mut self, limit: Duration) -> std::process::ExitStatus {
-        let (tx, rx) = mpsc::channel();
-        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        rx.recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("collector still running after {limit:?}"))
-            .unwrap()
-    }
-}
-
-impl Drop for Collect {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
     let mut chain = RunChain::new(run_id, agent, None);
@@ -149,7 +81,7 @@ async fn raw_status(addr: &str, bytes: &[u8], limit: Duration) -> Option<u16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_sent_requests_time_out_and_sigterm_stops_the_collector_within_its_grace() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collect::start(
+    let c = Collect::start_with(
         dir.path(),
         &[
             "--header-timeout-secs",
@@ -163,7 +95,7 @@ async fn half_sent_requests_time_out_and_sigterm_stops_the_collector_within_its_
     );
     // Headers never finished: the connection is closed (finding 10).
     let status = raw_status(
-        &c.addr,
+        c.addr(),
         b"POST /v1/events HTTP/1.1\r\nHost: x\r\n",
         Duration::from_secs(10),
     )
@@ -171,14 +103,14 @@ async fn half_sent_requests_time_out_and_sigterm_stops_the_collector_within_its_
     assert!(status.is_none() || status == Some(408), "{status:?}");
     // Body never finished: 408.
     let status = raw_status(
-        &c.addr,
+        c.addr(),
         b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"events\"",
         Duration::from_secs(10),
     )
     .await;
     assert_eq!(status, Some(408));
     // SIGTERM while a client holds a half-sent request: the process still exits, in bounds.
-    let mut held = TcpStream::connect(&c.addr).await.unwrap();
+    let mut held = TcpStream::connect(c.addr()).await.unwrap();
     held.write_all(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
         .await
         .unwrap();
@@ -193,7 +125,7 @@ async fn auth_comes_before_the_body_and_tokens_come_from_a_file_or_the_environme
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
     let store = dir.path().join("store");
-    let c = Collect::start(
+    let c = Collect::start_with(
         &store,
         &[
             "--token-file",
@@ -207,7 +139,7 @@ async fn auth_comes_before_the_body_and_tokens_come_from_a_file_or_the_environme
     );
     // A 10 MB body announced without the token: refused before a byte of it is read (11).
     let status = raw_status(
-        &c.addr,
+        c.addr(),
         b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n",
         Duration::from_secs(10),
     )
@@ -225,8 +157,8 @@ async fn auth_comes_before_the_body_and_tokens_come_from_a_file_or_the_environme
     assert_eq!(resp.status().as_u16(), 415);
     // Idle connections fill the cap; they are dropped at the header timeout and an
     // authenticated client gets through.
-    let _idle1 = TcpStream::connect(&c.addr).await.unwrap();
-    let _idle2 = TcpStream::connect(&c.addr).await.unwrap();
+    let _idle1 = TcpStream::connect(c.addr()).await.unwrap();
+    let _idle2 = TcpStream::connect(c.addr()).await.unwrap();
     let run = events("r", "a", 3);
     let answer = tokio::time::timeout(
         Duration::from_secs(20),
@@ -238,7 +170,7 @@ async fn auth_comes_before_the_body_and_tokens_come_from_a_file_or_the_environme
     drop(c);
 
     // The token from the environment.
-    let c = Collect::start(&store, &[], &[("TOOLGATE_COLLECTOR_TOKEN", "fromenv")]);
+    let c = Collect::start_with(&store, &[], &[("TOOLGATE_COLLECTOR_TOKEN", "fromenv")]);
     let run = events("r2", "a", 2);
     assert_eq!(post(&c.url(), None, body_of(&run)).await.0, 401);
     assert_eq!(post(&c.url(), Some("fromenv"), body_of(&run)).await.0, 200);
@@ -278,7 +210,7 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
         return;
     };
     let store = fs.path().join("store");
-    let c = Collect::start(&store, &[], &[]);
+    let c = Collect::start_with(&store, &[], &[]);
     let first = events("first", "support", 1);
     assert_eq!(post(&c.url(), None, body_of(&first)).await.0, 200);
 
@@ -312,7 +244,7 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
     // Everything acknowledged survives a kill -9 and a restart; no line is duplicated.
     c.signal("-KILL");
     let _ = c.exits_within(Duration::from_secs(10));
-    let c = Collect::start(&store, &[], &[]);
+    let c = Collect::start_with(&store, &[], &[]);
     for (run, n) in [("first", 1), ("next", 5), ("big", 60)] {
         let page: Value = reqwest::get(format!("{}/v1/runs/{run}", c.url()))
             .await
@@ -331,7 +263,7 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
 async fn replay_to_a_collector_exits_non_zero_when_events_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let c = Collect::start(&store, &[], &[]);
+    let c = Collect::start_with(&store, &[], &[]);
     let long = "a".repeat(300);
     let trace = format!(
         "{}\n{}\n{}\n{}\n",

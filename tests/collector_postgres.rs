@@ -5,9 +5,10 @@
 
 mod pg_support;
 
+mod collect_support;
+use collect_support::Collect;
 use std::collections::HashSet;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,43 +18,6 @@ use pg_support::fresh_schema;
 use serde_json::{Map, Value, json};
 use toolgate::audit::store::postgres::count_runs;
 use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json};
-
-struct Collect {
-    child: Child,
-    url: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Collect {
-    fn start(store: &str) -> Collect {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["collect", "--listen", "127.0.0.1:0", "--store", store])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|r| r.split(',').next())
-            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
-            .to_string();
-        Collect {
-            child,
-            url: format!("http://{addr}"),
-            _stdout: stdout,
-        }
-    }
-}
-
-impl Drop for Collect {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
     let mut chain = RunChain::new(run_id, agent, None);
@@ -103,7 +67,7 @@ async fn two_collectors_on_one_database_store_every_event_once_and_survive_kill_
     let fork = run("run-forked", "agent-0", 10);
     let long = run("run-long", &"x".repeat(300), 5);
     let r = client
-        .post(format!("{}/v1/events", c1.url))
+        .post(format!("{}/v1/events", c1.url()))
         .header("content-type", "application/json")
         .body(body_of(&original.iter().collect::<Vec<_>>()))
         .send()
@@ -124,7 +88,7 @@ async fn two_collectors_on_one_database_store_every_event_once_and_survive_kill_
         })
         .collect();
 
-    let urls = Arc::new(Mutex::new(vec![c1.url.clone(), c2.url.clone()]));
+    let urls = Arc::new(Mutex::new(vec![c1.url(), c2.url()]));
     let answered = Arc::new(AtomicUsize::new(0));
     let killed = Arc::new(tokio::sync::Notify::new());
     let rejected: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
@@ -175,9 +139,8 @@ async fn two_collectors_on_one_database_store_every_event_once_and_survive_kill_
     // kill -9 the first collector mid-stream; posters fail over to the second.
     killed.notified().await;
     let mut c1 = c1;
-    c1.child.kill().unwrap();
-    c1.child.wait().unwrap();
-    urls.lock().retain(|u| *u != c1.url);
+    c1.kill();
+    urls.lock().retain(|u| *u != c1.url());
     while let Some(r) = posters.join_next().await {
         r.unwrap();
     }
@@ -194,7 +157,7 @@ async fn two_collectors_on_one_database_store_every_event_once_and_survive_kill_
     );
     assert_eq!(counts.len(), 21, "{counts:?}");
     let resend = client
-        .post(format!("{}/v1/events", c1.url))
+        .post(format!("{}/v1/events", c1.url()))
         .header("content-type", "application/json")
         .body(body_of(&good[3].iter().collect::<Vec<_>>()))
         .send()

@@ -397,6 +397,106 @@ mod pg {
         );
         assert!(stdout.contains("allow → block"), "{stdout}");
     }
+
+    /// The store lists its runs page by page without events (issue 22 point 14), and a run
+    /// whose stored line was changed is verified while indexing and not replayed (point 15).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_postgres_store_lists_runs_in_pages_and_a_tampered_run_is_not_replayed() {
+        use toolgate::audit::store::RunHeadQuery;
+        let Some(url) = fresh_schema("whatif_heads").await else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let audit = recorded(dir.path());
+        let policy = refunds_over_40(dir.path());
+        let store = PgStore::connect(&url).await.unwrap();
+        let text = std::fs::read_to_string(audit.join("2026-01-05.jsonl")).unwrap();
+        let batch: Vec<Incoming> = text
+            .lines()
+            .map(|l| Incoming::from_line(l).unwrap())
+            .collect();
+        store.ingest(batch).await.unwrap();
+
+        let all = store
+            .run_heads(&RunHeadQuery {
+                limit: 1_000,
+                ..RunHeadQuery::default()
+            })
+            .await
+            .unwrap();
+        assert!(all.next.is_none());
+        assert!(all.runs.len() >= 2, "{all:?}");
+        assert!(
+            all.runs.iter().all(|h| h
+                .first
+                .is_some_and(|(k, _)| k == toolgate::audit::EventKind::RunStarted)),
+            "{all:?}"
+        );
+        let mut paged = Vec::new();
+        let mut q = RunHeadQuery {
+            limit: 1,
+            ..RunHeadQuery::default()
+        };
+        loop {
+            let page = store.run_heads(&q).await.unwrap();
+            assert!(page.runs.len() <= 1);
+            paged.extend(page.runs);
+            match page.next {
+                Some(n) => q.after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(paged, all.runs);
+        // After the last run started, no run has its start selected.
+        let late = store
+            .run_heads(&RunHeadQuery {
+                since: all.runs.iter().filter_map(|h| h.first.map(|f| f.1)).max(),
+                limit: 1_000,
+                ..RunHeadQuery::default()
+            })
+            .await
+            .unwrap();
+        assert!(
+            late.runs.iter().filter(|h| h.first.is_some()).count() <= 1,
+            "{late:?}"
+        );
+
+        let victim = all.runs[0].run_id.clone();
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let changed = client
+            .execute(
+                "UPDATE toolgate_events SET line = replace(line, '\"kind\":', '\"kind\" :') \
+                 WHERE run_id = $1 AND seq = 1",
+                &[&victim],
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+        let (code, stderr) = tokio::task::spawn_blocking(move || {
+            let out = toolgate()
+                .arg("replay")
+                .arg("--policy")
+                .arg(&policy)
+                .arg("--from-audit")
+                .arg(&url)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("run {victim} ")) && stderr.contains("not replayed"),
+            "{stderr}"
+        );
+    }
 }
 
 /// Runs spread over files, lines out of seq order and repeated: read run by run from the

@@ -1,7 +1,10 @@
 //! What-if memory is bounded by the largest run, not the trail (issue 22 point 14): a trail
 //! of many runs is rebuilt without holding it, measured as the peak RSS of `toolgate replay
-//! --from-audit`.
+//! --from-audit`, from a folder and from a PostgreSQL store.
 
+mod pg_support;
+
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,15 +31,27 @@ fn write_trail(dir: &Path, runs: usize, calls: usize, pad: usize) -> u64 {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("2026-01-05.jsonl");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    each_event(runs, calls, pad, |e| {
+        out.write_all(e.to_canonical_json().as_bytes()).unwrap();
+        out.write_all(b"\n").unwrap();
+    });
+    out.flush().unwrap();
+    drop(out);
+    std::fs::metadata(&path).unwrap().len()
+}
+
+/// The events of [`write_trail`]'s runs, in writing order, handed to `line`.
+fn each_event(
+    runs: usize,
+    calls: usize,
+    pad: usize,
+    mut line: impl FnMut(toolgate::audit::AuditEvent),
+) {
     let t0: DateTime<Utc> = "2026-01-05T08:00:00Z".parse().unwrap();
     let filler = "x".repeat(pad);
     for r in 0..runs {
         let mut chain = RunChain::new(format!("r-{r}"), "support", None);
         let start = t0 + Duration::seconds(10 * r as i64);
-        let mut line = |e: toolgate::audit::AuditEvent| {
-            out.write_all(e.to_canonical_json().as_bytes()).unwrap();
-            out.write_all(b"\n").unwrap();
-        };
         line(chain.seal(EventKind::RunStarted, start, Map::new()));
         for c in 0..calls {
             let at = start + Duration::seconds(2 * c as i64 + 1);
@@ -63,9 +78,6 @@ fn write_trail(dir: &Path, runs: usize, calls: usize, pad: usize) -> u64 {
             body(json!({"status": "completed"})),
         ));
     }
-    out.flush().unwrap();
-    drop(out);
-    std::fs::metadata(&path).unwrap().len()
 }
 
 /// Peak resident memory (VmHWM, KiB) of a live process.
@@ -79,7 +91,7 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 
 /// Runs `toolgate replay --from-audit audit` and returns its peak RSS (bytes), read from
 /// /proc while it runs (VmHWM only grows), with its stdout and stderr.
-fn what_if_peak(audit: &Path) -> (u64, String, String) {
+fn what_if_peak(audit: impl AsRef<OsStr>) -> (u64, String, String) {
     let policy = repo("policies/customer-support.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["replay", "--policy"])
@@ -155,5 +167,72 @@ fn a_trail_of_many_runs_is_rebuilt_in_memory_bounded_by_the_largest_run() {
         peak < small_peak + size / 10 && peak < size / 3,
         "peak RSS {peak} bytes for a {size}-byte trail ({small_peak} bytes for a \
          {small_size}-byte one): the trail is held in memory"
+    );
+}
+
+/// Stores [`write_trail`]'s runs in the PostgreSQL store at `url` (as `toolgate collect
+/// --store` would); returns the bytes of the stored lines.
+async fn store_trail(url: &str, runs: usize, calls: usize, pad: usize) -> u64 {
+    use toolgate::audit::store::{EventStore, Incoming, postgres::PgStore};
+    let store = PgStore::connect(url).await.unwrap();
+    let mut batch = Vec::new();
+    let mut batches = Vec::new();
+    let mut bytes = 0u64;
+    each_event(runs, calls, pad, |e| {
+        let incoming = Incoming::from_line(&e.to_canonical_json()).unwrap();
+        bytes += incoming.line.len() as u64 + 1;
+        batch.push(incoming);
+        if batch.len() == 200 {
+            batches.push(std::mem::take(&mut batch));
+        }
+    });
+    batches.push(batch);
+    for b in batches {
+        let n = b.len();
+        let outcome = store.ingest(b).await.unwrap();
+        assert_eq!(outcome.accepted, n, "{outcome:?}");
+    }
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_of_many_runs_is_rebuilt_in_memory_bounded_by_the_largest_run() {
+    // The same runs as the folder test above, stored in PostgreSQL: 40 runs and 400.
+    let Some(small) = pg_support::fresh_schema("whatif_small").await else {
+        return;
+    };
+    let Some(big) = pg_support::fresh_schema("whatif_big").await else {
+        return;
+    };
+    let small_size = store_trail(&small, 40, 10, 40_000).await;
+    let size = store_trail(&big, 400, 10, 40_000).await;
+    assert!(size > 150_000_000, "trail is {size} bytes");
+    let (small_peak, out, err) = tokio::task::spawn_blocking(move || what_if_peak(small))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.lines().count(),
+        400,
+        "every call is decided again: {err}"
+    );
+    let (peak, out, err) = tokio::task::spawn_blocking(move || what_if_peak(big))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.lines().count(),
+        4000,
+        "every call is decided again: {err}"
+    );
+    assert!(err.contains("4,000 calls"), "{err}");
+    eprintln!(
+        "stored {small_size} bytes: peak RSS {small_peak} bytes; stored {size} bytes: peak RSS \
+         {peak} bytes"
+    );
+    // As for folders; the floor is higher (a page of each run under way, the pool), so the
+    // bound is half the store.
+    assert!(
+        peak < small_peak + size / 10 && peak < size / 2,
+        "peak RSS {peak} bytes for a {size}-byte store ({small_peak} bytes for a \
+         {small_size}-byte one): the store's events are held in memory"
     );
 }

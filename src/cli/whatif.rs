@@ -4,13 +4,14 @@ use std::process::ExitCode;
 
 use super::replay::{Format, ReplayArgs};
 use crate::whatif::{
-    AuditRead, AuditTrail, WhatIfCall, WhatIfFilter, index_audit_trail, what_if, what_if_trail,
+    AuditTrail, StoreTrail, WhatIfCall, WhatIfFilter, index_audit_trail, what_if_store,
+    what_if_trail,
 };
 
 /// Where the recorded events come from.
 enum Source {
-    /// Held in memory (a collector store).
-    Events(Vec<crate::audit::AuditEvent>),
+    /// A collector store's runs, listed, each read a page at a time.
+    Store(StoreTrail),
     /// An indexed folder, read run by run.
     Trail(AuditTrail),
 }
@@ -57,12 +58,12 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A folder is indexed (a small record per run) and each run read when the replay reaches
-    // it; a store's selected events are read whole.
+    // A folder is indexed (a small record per run) and each run read from its files when the
+    // replay reaches it; a store's runs are listed and each run read a page at a time.
     let read = if source.starts_with("postgres://") || source.starts_with("postgresql://") {
-        rt.block_on(read_postgres(source, &filter)).map(|r| {
-            let (bad, notes, broken) = (r.bad, r.notes, r.broken);
-            (bad, notes, broken, Source::Events(r.events))
+        rt.block_on(index_postgres(source, &filter)).map(|mut t| {
+            let (notes, broken) = (std::mem::take(&mut t.notes), std::mem::take(&mut t.broken));
+            (0, notes, broken, Source::Store(t))
         })
     } else {
         index_audit_trail(&[source], &filter)
@@ -99,7 +100,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             b.policy_path(p.clone())
         });
     let replayed = match events {
-        Source::Events(events) => rt.block_on(what_if(builder, org_tz, events, &filter)),
+        Source::Store(trail) => rt.block_on(what_if_store(builder, org_tz, trail, &filter)),
         Source::Trail(trail) => rt.block_on(what_if_trail(builder, org_tz, trail, &filter)),
     };
     let report = match replayed {
@@ -204,17 +205,17 @@ fn print_table(out: &mut impl Write, calls: &[&WhatIfCall]) {
 }
 
 #[cfg(feature = "postgres")]
-async fn read_postgres(url: &str, filter: &WhatIfFilter) -> Result<AuditRead, String> {
+async fn index_postgres(url: &str, filter: &WhatIfFilter) -> Result<StoreTrail, String> {
     let shown = crate::audit::collector::redact_url(url);
     let store = crate::audit::store::postgres::PgStore::open_existing(url)
         .await
         .map_err(|e| format!("{shown}: {e}"))?;
-    crate::whatif::read_store_verified(&store, filter)
+    crate::whatif::index_store(std::sync::Arc::new(store), filter)
         .await
         .map_err(|e| format!("{shown}: {e}"))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn read_postgres(_url: &str, _filter: &WhatIfFilter) -> Result<AuditRead, String> {
+async fn index_postgres(_url: &str, _filter: &WhatIfFilter) -> Result<StoreTrail, String> {
     Err("toolgate was built without the `postgres` feature".to_string())
 }

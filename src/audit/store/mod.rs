@@ -388,6 +388,40 @@ pub struct EventPage {
     pub next: Option<String>,
 }
 
+/// Which runs [`EventStore::run_heads`] lists: those with an event of this agent (when set)
+/// at or after `since` (when set).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunHeadQuery {
+    /// Only this agent.
+    pub agent_id: Option<String>,
+    /// Only events with `ts >= since` count.
+    pub since: Option<DateTime<Utc>>,
+    /// The (agent, run) the previous page ended with.
+    pub after: Option<(String, String)>,
+    /// Page size (a store may return the whole list in one page).
+    pub limit: usize,
+}
+
+/// A run as [`EventStore::run_heads`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunHead {
+    /// The run's agent.
+    pub agent_id: String,
+    /// The run.
+    pub run_id: String,
+    /// Its seq-0 event's kind and time, when that event is selected.
+    pub first: Option<(EventKind, DateTime<Utc>)>,
+}
+
+/// One page of [`EventStore::run_heads`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunHeadPage {
+    /// Runs in (agent, run id) order.
+    pub runs: Vec<RunHead>,
+    /// The `after` of the next page; `None` at the end.
+    pub next: Option<(String, String)>,
+}
+
 /// Counts a store can give cheaply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -428,6 +462,53 @@ pub trait EventStore: Send + Sync + 'static {
     }
     /// A page of events matching `query`.
     async fn events(&self, query: &EventQuery) -> Result<EventPage, StoreError>;
+    /// A page of the runs `query` selects, in (agent, run id) order, each with its seq-0
+    /// event's kind and time: what a what-if replay needs to choose and order runs without
+    /// holding their events. This default reads every selected event (one page at a time)
+    /// and answers in one page; stores override it with an indexed query.
+    async fn run_heads(&self, query: &RunHeadQuery) -> Result<RunHeadPage, StoreError> {
+        let mut runs: std::collections::BTreeMap<
+            (String, String),
+            Option<(EventKind, DateTime<Utc>)>,
+        > = std::collections::BTreeMap::new();
+        let mut events = EventQuery {
+            agent_id: query.agent_id.clone(),
+            since: query.since,
+            limit: DEFAULT_PAGE,
+            ..EventQuery::default()
+        };
+        loop {
+            let page = self.events(&events).await?;
+            for line in &page.lines {
+                let Ok(e) = serde_json::from_str::<AuditEvent>(line) else {
+                    continue;
+                };
+                let key = (e.agent_id().to_string(), e.run_id().to_string());
+                if query.after.as_ref().is_some_and(|a| &key <= a) {
+                    continue;
+                }
+                let first = runs.entry(key).or_default();
+                if e.seq() == 0 && first.is_none() {
+                    *first = Some((e.kind(), e.ts()));
+                }
+            }
+            match page.next {
+                Some(next) => events.after = Some(next),
+                None => break,
+            }
+        }
+        Ok(RunHeadPage {
+            runs: runs
+                .into_iter()
+                .map(|((agent_id, run_id), first)| RunHead {
+                    agent_id,
+                    run_id,
+                    first,
+                })
+                .collect(),
+            next: None,
+        })
+    }
     /// Counts.
     async fn stats(&self) -> Result<StoreStats, AuditError>;
 }

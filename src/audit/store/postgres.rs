@@ -21,8 +21,9 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::{
-    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunPage,
-    Slot, Snapshot, StoreError, StoreStats, decide, neighbour_seqs,
+    DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunHead,
+    RunHeadPage, RunHeadQuery, RunPage, Slot, Snapshot, StoreError, StoreStats, decide,
+    neighbour_seqs,
 };
 
 use crate::audit::AuditError;
@@ -555,6 +556,62 @@ impl EventStore for PgStore {
                 None
             },
         })
+    }
+
+    /// One indexed query per page: runs grouped and paged by (agent, run id) in byte order
+    /// (`COLLATE "C"`, the order of Rust strings), the seq-0 row's kind and time picked out.
+    async fn run_heads(&self, q: &RunHeadQuery) -> Result<RunHeadPage, StoreError> {
+        if q.agent_id.as_deref().is_some_and(|a| a.contains('\0')) {
+            return Ok(RunHeadPage {
+                runs: Vec::new(),
+                next: None,
+            });
+        }
+        let limit = q.limit.max(1);
+        let (after_agent, after_run) = match &q.after {
+            Some((a, r)) => (Some(a.as_str()), Some(r.as_str())),
+            None => (None, None),
+        };
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT agent_id, run_id, min(kind) FILTER (WHERE seq = 0), \
+                 min(ts) FILTER (WHERE seq = 0) FROM toolgate_events \
+                 WHERE ($1::text IS NULL OR agent_id = $1) \
+                 AND ($2::timestamptz IS NULL OR ts >= $2) \
+                 AND ($3::text IS NULL OR (agent_id COLLATE \"C\", run_id COLLATE \"C\") > \
+                      ($3::text COLLATE \"C\", $4::text COLLATE \"C\")) \
+                 GROUP BY agent_id, run_id \
+                 ORDER BY agent_id COLLATE \"C\", run_id COLLATE \"C\" LIMIT $5",
+                &[
+                    &q.agent_id,
+                    &q.since,
+                    &after_agent,
+                    &after_run,
+                    &(limit as i64 + 1),
+                ],
+            )
+            .await
+            .map_err(|e| db_error("read", &e))?;
+        let more = rows.len() > limit;
+        let mut runs = Vec::with_capacity(rows.len().min(limit));
+        for row in rows.iter().take(limit) {
+            let kind: Option<String> = row.get(2);
+            let ts: Option<chrono::DateTime<chrono::Utc>> = row.get(3);
+            runs.push(RunHead {
+                agent_id: row.get(0),
+                run_id: row.get(1),
+                first: kind
+                    .and_then(|k| k.parse::<crate::audit::EventKind>().ok())
+                    .zip(ts),
+            });
+        }
+        let next = if more {
+            runs.last().map(|h| (h.agent_id.clone(), h.run_id.clone()))
+        } else {
+            None
+        };
+        Ok(RunHeadPage { runs, next })
     }
 
     async fn stats(&self) -> Result<StoreStats, AuditError> {
