@@ -197,7 +197,7 @@ pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
     }
     scan.value(root, &mut segs);
     if !scan.found.is_empty() {
-        ctx.detections.append(&mut scan.found);
+        ctx.add_detections(scan.found);
     }
     let n = c.detectors.len().min(32);
     let want = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
