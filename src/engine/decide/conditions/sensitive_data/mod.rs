@@ -8,6 +8,8 @@ mod finance;
 mod network;
 pub(crate) mod scan;
 mod secrets;
+#[cfg(test)]
+mod skip_tests;
 
 use serde_json::Value;
 use smallvec::SmallVec;
