@@ -14,10 +14,21 @@
 //! ```sh
 //! cargo bench --bench sensitive_data
 //! ```
+//!
+//! Instruction counts (deterministic, unlike the timings on a shared machine): the driver's
+//! `count` mode runs `N` decisions of one case through `decide`, which callgrind counts:
+//!
+//! ```sh
+//! cargo bench --no-default-features --bench sensitive_data --no-run   # prints the binary
+//! valgrind --tool=callgrind --toggle-collect='*sensitive_data::decide*' \
+//!     <binary> count <shipped|all11|none|DETECTOR[,DETECTOR…]> <bytes> <N>
+//! ```
+//!
+//! (instructions per decision = the `totals` line of the callgrind output / N).
 
 use std::hint::black_box;
 
-use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 use toolgate::engine::{GovernanceEngine, RunContext, ToolCall};
 use toolgate::policy::parse_policy;
@@ -171,5 +182,51 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// The measured call of `count` mode: one decision, nothing else.
+#[inline(never)]
+fn decide(rt: &tokio::runtime::Runtime, run: &toolgate::engine::Run, call: ToolCall) -> bool {
+    rt.block_on(run.before_tool(call)).is_allowed()
+}
+
+/// `count <case> <bytes> <n>`: `n` decisions of one case, for callgrind (see the module docs).
+fn count(args: &[String]) {
+    let case = args.first().map_or("shipped", String::as_str);
+    let len: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let p = match case {
+        "shipped" => sensitive(&["credit_card", "secret_key", "private_key", "jwt"]),
+        "all11" => sensitive(&DETECTORS),
+        "none" => policy(r#"{"kind": "toolName", "op": "eq", "value": "send_nothing"}"#),
+        list => sensitive(&list.split(',').collect::<Vec<_>>()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let engine = GovernanceEngine::builder()
+        .policy(parse_policy(&p, None).expect("policy"))
+        .build()
+        .expect("engine");
+    let run = engine.start_run(RunContext::new("r", "a"));
+    let call = ToolCall::new("c", "send_email", json!({"to": "x", "body": text(len)}));
+    // Warm-up (not counted: `decide` is not called).
+    assert!(rt.block_on(run.before_tool(call.clone())).is_allowed());
+    let mut allowed = 0usize;
+    for _ in 0..n {
+        allowed += usize::from(decide(&rt, &run, black_box(call.clone())));
+    }
+    assert_eq!(allowed, n, "{case}: every decision is an allow");
+    println!("{n}");
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("count") {
+        count(&args[1..]);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -47,8 +47,9 @@ pub(crate) struct DecisionCtx<'a> {
     pub(crate) missing: Vec<String>,
     /// Effect forced by a condition's `onMissing` in the current rule.
     pub(crate) effect_override: Option<EffectType>,
-    /// What `sensitiveData` conditions detected in the current rule.
-    pub(crate) detections: Vec<super::decision::Detection>,
+    /// What `sensitiveData` conditions detected in the current rule (`None` when nothing was:
+    /// a policy without `sensitiveData` pays one null pointer, moved into each evaluated rule).
+    pub(crate) detections: Option<Box<[super::decision::Detection]>>,
     /// On a shared state store: what the decision read from it (conditions read here).
     pub(crate) remote: Option<crate::engine::run::shared_state::RemoteView>,
 }
@@ -77,7 +78,7 @@ impl<'a> DecisionCtx<'a> {
             signals: Vec::new(),
             missing: Vec::new(),
             effect_override: None,
-            detections: Vec::new(),
+            detections: None,
             remote: None,
         }
     }
@@ -86,6 +87,19 @@ impl<'a> DecisionCtx<'a> {
 impl DecisionCtx<'_> {
     pub(crate) fn note_missing(&mut self, what: String) {
         self.missing.push(what);
+    }
+
+    /// Adds detections of a `sensitiveData` condition to the current rule's.
+    #[cold]
+    pub(crate) fn add_detections(&mut self, found: Vec<super::decision::Detection>) {
+        self.detections = Some(match self.detections.take() {
+            None => found.into_boxed_slice(),
+            Some(had) => {
+                let mut all = had.into_vec();
+                all.extend(found);
+                all.into_boxed_slice()
+            }
+        });
     }
 
     pub(crate) fn org_timezone(&self) -> Option<Tz> {
@@ -405,11 +419,7 @@ impl Combiner {
             shadow: rule.shadow,
             missing: std::mem::take(&mut ctx.missing),
             error: None,
-            detected: if ctx.detections.is_empty() {
-                None
-            } else {
-                Some(std::mem::take(&mut ctx.detections).into_boxed_slice())
-            },
+            detected: ctx.detections.take(),
         });
     }
 
@@ -461,10 +471,18 @@ async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerd
 /// Evaluates rules none of which asks a signal provider, without a runtime.
 pub(crate) fn evaluate_rules_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
     if ctx.policies.agent_gated {
-        let selected = ctx.selected_rules(rules);
-        return evaluate_selected_sync(ctx, &selected);
+        return evaluate_gated_sync(ctx, rules);
     }
     evaluate_selected_sync(ctx, rules)
+}
+
+/// [`evaluate_rules_sync`] when a policy has an `agentSelector`: out of line, so that policies
+/// without one do not carry its frame.
+#[cold]
+#[inline(never)]
+fn evaluate_gated_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
+    let selected = ctx.selected_rules(rules);
+    evaluate_selected_sync(ctx, &selected)
 }
 
 #[inline(always)]

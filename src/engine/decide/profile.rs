@@ -95,16 +95,21 @@ impl ToolProfile {
     /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
     /// subject extractor registered for the tool when a rule in play needs subjects (from the
     /// flags worked out once with the profile).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn needs_async(&self, engine: &crate::engine::EngineInner, phase: Phase) -> bool {
         let p = crate::policy::phase_slot(phase);
-        self.has_signal[p]
-            || (self.needs_subjects[p]
-                && engine
-                    .extractors
-                    .load()
-                    .iter()
-                    .any(|e| e.glob.is_match(&*self.name_lc)))
+        self.has_signal[p] || (self.needs_subjects[p] && self.has_extractor(engine))
+    }
+
+    /// Whether a subject extractor is registered for the tool (out of line: only tools whose
+    /// rules need subjects ask).
+    #[inline(never)]
+    fn has_extractor(&self, engine: &crate::engine::EngineInner) -> bool {
+        engine
+            .extractors
+            .load()
+            .iter()
+            .any(|e| e.glob.is_match(&*self.name_lc))
     }
 
     /// Whether maxCalls counter `counter` counts calls of this tool.

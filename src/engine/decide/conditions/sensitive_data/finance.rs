@@ -25,6 +25,17 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
             i = run_end(s, i, |b| b.is_ascii_digit());
             continue;
         }
+        // A card from `i` spans at least 13 chain bytes, so `i + 6` and `i + 12` are in its
+        // chain: when either is not a chain byte, the chain from `i` is too short, and so is
+        // every chain starting inside it (they end where it ends). The next digit is looked
+        // at as before.
+        if i + 12 >= s.len() {
+            break;
+        }
+        if !card_chain_byte(s, i + 12) || !card_chain_byte(s, i + 6) {
+            i += 1;
+            continue;
+        }
         let mut buf = [0u8; 19];
         let mut n = 0usize;
         let mut p = i;
@@ -60,7 +71,7 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
 
 /// Whether `s[p]` is a digit or a space or hyphen between two digits.
 #[inline(always)]
-fn card_chain_byte(s: &[u8], p: usize) -> bool {
+pub(super) fn card_chain_byte(s: &[u8], p: usize) -> bool {
     let b = s[p];
     b.is_ascii_digit()
         || (matches!(b, b' ' | b'-')
@@ -69,7 +80,7 @@ fn card_chain_byte(s: &[u8], p: usize) -> bool {
             && s.get(p + 1).is_some_and(u8::is_ascii_digit))
 }
 
-fn card_number(d: &[u8]) -> bool {
+pub(super) fn card_number(d: &[u8]) -> bool {
     let n = d.len();
     if !(13..=19).contains(&n) {
         return false;

@@ -8,6 +8,8 @@ mod finance;
 mod network;
 pub(crate) mod scan;
 mod secrets;
+#[cfg(test)]
+mod skip_tests;
 
 use serde_json::Value;
 use smallvec::SmallVec;
@@ -197,7 +199,7 @@ pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
     }
     scan.value(root, &mut segs);
     if !scan.found.is_empty() {
-        ctx.detections.append(&mut scan.found);
+        ctx.add_detections(scan.found);
     }
     let n = c.detectors.len().min(32);
     let want = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };

@@ -1,6 +1,6 @@
 //! The `ip_address` detector: IPv4 and IPv6.
 
-use super::scan::{alnum, next_digit, text};
+use super::scan::{alnum, text};
 
 /// An IPv4 address (four decimal octets 0–255 joined by dots, no leading zeros, not part of a
 /// longer dotted number or word) or an IPv6 address (a run of hex digits, colons and dots
@@ -10,31 +10,31 @@ pub(crate) fn ip_address(s: &[u8]) -> bool {
     ipv4(s) || ipv6(s)
 }
 
-fn ipv4(s: &[u8]) -> bool {
-    let mut i = 0;
-    loop {
-        i = next_digit(s, i);
-        if i >= s.len() {
-            break;
-        }
-        if i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.') {
-            // No address starts inside this run of digits: skip it whole.
-            while i < s.len() && s[i].is_ascii_digit() {
-                i += 1;
-            }
+pub(super) fn ipv4(s: &[u8]) -> bool {
+    // Every address has a dot right after its first octet, with a digit on each side: only
+    // such dots are looked at (in text most digits are not next to a dot). The first octet is
+    // the run of digits that ends at the dot; an address never starts inside a run of digits.
+    for d in memchr::memchr_iter(b'.', s) {
+        if d == 0 || d + 1 >= s.len() || !s[d - 1].is_ascii_digit() || !s[d + 1].is_ascii_digit() {
             continue;
         }
-        let (end, ok) = ipv4_at(s, i);
-        if ok {
+        let mut i = d - 1;
+        while i > 0 && d - i < 4 && s[i - 1].is_ascii_digit() {
+            i -= 1;
+        }
+        // Four digits or more: the first octet is too long, from wherever the run starts.
+        if d - i > 3 || (i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.')) {
+            continue;
+        }
+        if ipv4_at(s, i).1 {
             return true;
         }
-        i = end.max(i + 1);
     }
     false
 }
 
 /// Reads four octets from `i`; returns where reading stopped and whether they form an address.
-fn ipv4_at(s: &[u8], mut p: usize) -> (usize, bool) {
+pub(super) fn ipv4_at(s: &[u8], mut p: usize) -> (usize, bool) {
     for octet in 0..4 {
         if octet > 0 {
             if p + 1 >= s.len() || s[p] != b'.' || !s[p + 1].is_ascii_digit() {
