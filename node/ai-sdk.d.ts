@@ -9,3 +9,10 @@ export { refusalText } from './index'
  * A tool's toolgate tags may be given as `toolgateTags` on the tool object.
  */
 export declare function governTools<T extends Record<string, any>>(tools: T, run: Run): T
+
+/**
+ * Applies the app's answers to tool approval requests in `messages` to the toolgate reviews of
+ * `governedTools`: approved → approved, denied → denied (a denial reaches no tool, so this is how
+ * it reaches the review at once).
+ */
+export declare function settleApprovals(governedTools: Record<string, any>, messages: unknown[]): Promise<void>

@@ -18,6 +18,8 @@
 
 const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError } = require('./index.js')
 
+const kGovernor = Symbol('toolgate.governor')
+
 function errorText(e) {
   return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
 }
@@ -125,7 +127,21 @@ function governTools(tools, run) {
   const gov = new Governor(run)
   const out = {}
   for (const [name, t] of Object.entries(tools)) out[name] = gov.wrap(name, t)
+  Object.defineProperty(out, kGovernor, { value: gov })
   return out
 }
 
-module.exports = { governTools, refusalText }
+/**
+ * Applies the app's answers to tool approval requests found in `messages` (the messages of the
+ * next `generateText` / `streamText` call) to the toolgate reviews of `governedTools` (what
+ * `governTools` returned): approved → the review is approved, denied → denied. An approval is
+ * also applied on its own when the SDK runs the approved call; a denial reaches no tool, so
+ * call this to deny the review at once (else it is applied at the next governed call).
+ */
+async function settleApprovals(governedTools, messages) {
+  const gov = governedTools?.[kGovernor]
+  if (gov === undefined) throw new TypeError('settleApprovals: expected the tools governTools returned')
+  await gov.settle(messages)
+}
+
+module.exports = { governTools, settleApprovals, refusalText }

@@ -18,13 +18,12 @@ const {
 } = require('./lib/errors.js')
 
 function loadNative() {
-  // `napi build --platform` writes native.js (a loader picking the platform's binary);
-  // scripts/build.js without @napi-rs/cli writes toolgate.node.
-  if (fs.existsSync(path.join(__dirname, 'native.js'))) return require('./native.js')
-  if (fs.existsSync(path.join(__dirname, 'toolgate.node'))) return require('./toolgate.node')
-  throw new Error(
-    'toolgate: the native addon is not built; run `npm run build` in the package folder (needs cargo)',
-  )
+  // scripts/build.js (the `install` script) builds it.
+  const file = path.join(__dirname, 'toolgate.node')
+  if (!fs.existsSync(file)) {
+    throw new Error('toolgate: the native addon is not built; run `npm run build` in the package folder (needs cargo)')
+  }
+  return require(file)
 }
 
 const native = loadNative()

@@ -1,16 +1,16 @@
 #!/usr/bin/env node
-// Builds the native addon (`toolgate.<platform>.node`, plus its loader `native.js` and types
-// `native.d.ts`) from this folder's Rust crate: run by `npm install` (the `install` script)
-// and `npm run build`. Needs cargo.
+// Builds the native addon `toolgate.node` from this folder's Rust crate: run by `npm install`
+// (the `install` script) and `npm run build`. Needs cargo (https://rustup.rs).
 //
-// With @napi-rs/cli installed (a devDependency: `npm install` in this folder, or
-// `npm install ./node` from the repository's root) it runs `napi build --platform`; without it
-// (a folder linked from outside the project, whose devDependencies npm does not install) it
-// runs `cargo build` and copies the library, which is what `napi build` does on Linux and
-// macOS, minus the generated files (the package ships its own loader fallback).
+// It is what `napi build` does on Linux and macOS — `cargo build` of the cdylib (napi-build's
+// build script sets the link arguments) and a copy of the library as a `.node` file — without
+// `napi build`'s `--target <triple>`, which puts every artifact under target/<triple>/ and so
+// shares nothing with a plain `cargo build` / `cargo test` of the repository (a second full
+// build of every dependency). `npm run build:napi` runs `napi build --platform` (devDependency
+// @napi-rs/cli) to regenerate native.d.ts, the addon's own type definitions.
 //
-// Environment: TOOLGATE_NODE_PROFILE=dev builds the debug profile (CI: it reuses the debug
-// dependencies `cargo test` built; users get release); CARGO_TARGET_DIR is honoured.
+// Environment: TOOLGATE_NODE_PROFILE=dev builds the debug profile (CI: it reuses what
+// `cargo test` built); the default is release. CARGO_TARGET_DIR is honoured.
 'use strict'
 
 const { spawnSync } = require('node:child_process')
@@ -19,49 +19,25 @@ const path = require('node:path')
 
 const here = path.resolve(__dirname, '..')
 const profile = process.env.TOOLGATE_NODE_PROFILE || 'release'
+const cargo = process.env.CARGO || 'cargo'
 
-function run(cmd, args) {
-  const r = spawnSync(cmd, args, { cwd: here, stdio: 'inherit', shell: false })
-  if (r.error) {
-    console.error(`toolgate: could not run ${cmd}: ${r.error.message}`)
-    if (r.error.code === 'ENOENT' && cmd === 'cargo') {
-      console.error('toolgate: building the native addon needs cargo (https://rustup.rs)')
-    }
-    process.exit(1)
-  }
-  if (r.status !== 0) process.exit(r.status ?? 1)
+const r = spawnSync(cargo, ['build', '--lib', '--locked', '--profile', profile], { cwd: here, stdio: 'inherit' })
+if (r.error) {
+  console.error(`toolgate: could not run ${cargo}: ${r.error.message}`)
+  if (r.error.code === 'ENOENT') console.error('toolgate: building the native addon needs cargo (https://rustup.rs)')
+  process.exit(1)
 }
+if (r.status !== 0) process.exit(r.status ?? 1)
 
-function napiCli() {
-  try {
-    const pkg = require.resolve('@napi-rs/cli/package.json', { paths: [here] })
-    const bin = require(pkg).bin
-    const rel = typeof bin === 'string' ? bin : bin.napi
-    return path.join(path.dirname(pkg), rel)
-  } catch {
-    return null
-  }
+const target = process.env.CARGO_TARGET_DIR ? path.resolve(here, process.env.CARGO_TARGET_DIR) : path.join(here, 'target')
+const dir = path.join(target, profile === 'dev' ? 'debug' : profile)
+const lib = { linux: 'libtoolgate_node.so', darwin: 'libtoolgate_node.dylib', win32: 'toolgate_node.dll' }[process.platform]
+if (!lib) {
+  console.error(`toolgate: no build recipe for ${process.platform}`)
+  process.exit(1)
 }
-
-const cli = napiCli()
-// `dev` is cargo's default profile (napi build looks for a custom profile's output under its own
-// name, which `dev` does not have: target/debug).
-const profileArgs = profile === 'release' ? ['--release'] : profile === 'dev' ? [] : ['--profile', profile]
-if (cli) {
-  run(process.execPath, [
-    cli, 'build', '--platform', ...profileArgs,
-    '--js', 'native.js', '--dts', 'native.d.ts', '--no-dts-header',
-  ])
-} else {
-  run('cargo', ['build', '--lib', ...profileArgs])
-  const target = process.env.CARGO_TARGET_DIR
-    ? path.resolve(here, process.env.CARGO_TARGET_DIR)
-    : path.join(here, 'target')
-  const dir = path.join(target, profile === 'dev' ? 'debug' : profile)
-  const lib = { linux: 'libtoolgate_node.so', darwin: 'libtoolgate_node.dylib', win32: 'toolgate_node.dll' }[process.platform]
-  if (!lib) {
-    console.error(`toolgate: no build recipe for ${process.platform} without @napi-rs/cli`)
-    process.exit(1)
-  }
-  fs.copyFileSync(path.join(dir, lib), path.join(here, 'toolgate.node'))
-}
+// Copied to a new file then renamed over the old one: a process that has the old addon loaded
+// keeps its mapping.
+const out = path.join(here, 'toolgate.node')
+fs.copyFileSync(path.join(dir, lib), out + '.tmp')
+fs.renameSync(out + '.tmp', out)

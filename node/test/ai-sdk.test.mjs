@@ -9,7 +9,7 @@ import { MockLanguageModelV3 } from 'ai/test'
 import * as ai5 from 'ai-v5'
 import { MockLanguageModelV2 } from 'ai-v5/test'
 import { Engine } from 'toolgate'
-import { governTools } from 'toolgate/ai-sdk'
+import { governTools, settleApprovals } from 'toolgate/ai-sdk'
 import { GATE } from './helpers.mjs'
 
 const usage3 = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } }
@@ -137,7 +137,7 @@ test('AI SDK v6: hitl is a tool approval request; approving it in the app approv
   assert.deepEqual(reviews.map((r) => [r.id, r.status]), [[review.id, 'approved']])
 })
 
-test('AI SDK v6: denying the approval in the app denies the review; the call never runs', async () => {
+test('AI SDK v6: denying the approval in the app (settleApprovals) denies the review; the call never runs', async () => {
   const engine = new Engine(GATE)
   const run = engine.startRun('bot')
   const ran = []
@@ -150,10 +150,12 @@ test('AI SDK v6: denying the approval in the app denies the review; the call nev
     ...first.response.messages,
     { role: 'tool', content: [{ type: 'tool-approval-response', approvalId: request.approvalId, approved: false }] },
   ]
+  await settleApprovals(governed, messages)
+  assert.deepEqual((await engine.reviews.list()).map((r) => r.status), ['denied'])
   const second = await ai6.generateText({ model, tools: governed, messages, stopWhen: ai6.stepCountIs(5) })
   assert.equal(second.text, 'ok, no refund')
   assert.deepEqual(ran, [])
-  assert.deepEqual((await engine.reviews.list()).map((r) => r.status), ['denied'])
+  assert.ok(!run.aborted, 'the run goes on after the answer')
 })
 
 test('AI SDK v5 (no tool approval): hitl refuses the call with the review named, and stops the run', async () => {
