@@ -1,0 +1,452 @@
+'use strict'
+// toolgate: allow / block / hitl decisions for an AI agent's tool calls, from JSON policies,
+// with a hash-chained audit trail. The engine is toolgate's Rust crate (the native addon built
+// from ./src); this file is its JavaScript face (see README.md). Values cross into the addon
+// as JSON text; every rule is decided in Rust.
+
+const fs = require('node:fs')
+const path = require('node:path')
+const { randomUUID } = require('node:crypto')
+const { fileURLToPath } = require('node:url')
+const {
+  ToolgateError,
+  PolicyError,
+  BlockedError,
+  ReviewRequiredError,
+  refusalText,
+  translate,
+} = require('./lib/errors.js')
+
+function loadNative() {
+  // scripts/build.js (the `install` script) builds it.
+  const file = path.join(__dirname, 'toolgate.node')
+  if (!fs.existsSync(file)) {
+    throw new Error('toolgate: the native addon is not built; run `npm run build` in the package folder (needs cargo)')
+  }
+  return require(file)
+}
+
+const native = loadNative()
+
+const kNative = Symbol('toolgate.native')
+const kFull = Symbol('toolgate.decision')
+
+function guarded(f) {
+  try {
+    return f()
+  } catch (e) {
+    throw translate(e)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+function epochMs(date, what) {
+  const ms =
+    date instanceof Date ? date.getTime() : typeof date === 'string' ? Date.parse(date) : date
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+    throw new TypeError(`${what}: expected a Date, an ISO 8601 string or milliseconds since the epoch`)
+  }
+  return ms
+}
+
+function tagsOf(tags, what) {
+  if (tags == null) return undefined
+  if (typeof tags === 'string') return [tags]
+  if (!Array.isArray(tags) && typeof tags[Symbol.iterator] !== 'function') {
+    throw new TypeError(`${what}: expected an array of strings`)
+  }
+  const out = Array.from(tags)
+  for (const t of out) {
+    if (typeof t !== 'string') throw new TypeError(`${what}: expected an array of strings`)
+  }
+  return out
+}
+
+function pathOf(p, what) {
+  if (p == null) return undefined
+  if (typeof p === 'string') return p
+  if (p instanceof URL) return fileURLToPath(p)
+  throw new TypeError(`${what}: expected a path (string or file: URL)`)
+}
+
+function json(value, what) {
+  if (value === undefined) return undefined
+  let text
+  try {
+    text = JSON.stringify(value)
+  } catch (e) {
+    throw new TypeError(`${what}: not JSON data (${e.message})`)
+  }
+  if (text === undefined) throw new TypeError(`${what}: a ${typeof value} is not JSON data`)
+  return text
+}
+
+/** `value` as JSON data; what JSON cannot hold (a BigInt, a cycle) becomes its string. */
+function jsonable(value) {
+  if (value === undefined) return null
+  try {
+    const text = JSON.stringify(value)
+    return text === undefined ? String(value) : JSON.parse(text)
+  } catch {
+    return String(value)
+  }
+}
+
+function errorText(e) {
+  if (e instanceof Error) return `${e.name}: ${e.message}`
+  try {
+    return String(e)
+  } catch {
+    return 'an unprintable value was thrown'
+  }
+}
+
+function policyInputs(policies, what = 'policies') {
+  if (policies == null) throw new TypeError(`${what}: give at least one policy`)
+  const list = Array.isArray(policies) ? policies : [policies]
+  return list.map((p, i) => {
+    if (typeof p === 'string' || p instanceof URL) return { path: pathOf(p) }
+    // A policy document, or a bare array of rules (one document inside the list).
+    if (p !== null && typeof p === 'object') return { json: json(p, `${what}[${i}]`) }
+    throw new TypeError(`${what}[${i}]: expected a path or a policy document (an object)`)
+  })
+}
+
+function auditInput(audit) {
+  if (audit == null) return undefined
+  if (typeof audit === 'string' || audit instanceof URL) return { dir: pathOf(audit, 'audit') }
+  if (typeof audit !== 'object') throw new TypeError('audit: expected a folder path or {dir, collector, token, signingKey}')
+  return {
+    dir: pathOf(audit.dir, 'audit.dir'),
+    collector: audit.collector ?? undefined,
+    token: audit.token ?? undefined,
+    signingKey: pathOf(audit.signingKey, 'audit.signingKey'),
+  }
+}
+
+// A user's callback (plain or async) as the addon calls it: `(argsJson) => Promise<answerJson>`,
+// answering {"ok": value} or {"error": "Name: message"}. It never throws and its promise never
+// rejects: a callback that throws, rejects or returns something that is not JSON is missing data
+// for the engine, not an unhandled rejection.
+function wrapCallback(fn, what) {
+  if (typeof fn !== 'function') throw new TypeError(`${what}: expected a function (plain or async)`)
+  return async (argsJson) => {
+    try {
+      const value = await fn(...JSON.parse(argsJson))
+      if (value === undefined) return '{}'
+      return JSON.stringify({ ok: value })
+    } catch (e) {
+      try {
+        return JSON.stringify({ error: errorText(e) })
+      } catch {
+        return '{"error":"the callback failed"}'
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classes
+
+/** A clock that moves only when told to (tests, replays). */
+class ManualClock {
+  /** @param {Date|string|number} date the start time */
+  constructor(date) {
+    this[kNative] = new native.NativeManualClock(epochMs(date, 'ManualClock'))
+  }
+  /** Sets the time. */
+  set(date) {
+    this[kNative].set(epochMs(date, 'ManualClock.set'))
+  }
+  /** Moves the time by `ms` milliseconds (negative: back). */
+  advance(ms) {
+    if (typeof ms !== 'number') throw new TypeError('ManualClock.advance: expected milliseconds (a number)')
+    guarded(() => this[kNative].advance(ms))
+  }
+  /** The clock's time. */
+  now() {
+    return new Date(this[kNative].now())
+  }
+}
+
+/** One decision of the engine. `toJSON()` is the whole Rust `Decision` (camelCase keys). */
+class Decision {
+  constructor(n) {
+    this.callId = n.callId
+    this.phase = n.phase
+    this.effect = n.effect
+    this.code = n.code
+    this.reason = n.reason ?? null
+    this.ruleId = n.ruleId ?? null
+    this.allowed = n.allowed
+    this.reviewId = n.reviewId ?? null
+    this.abortRun = n.abortRun
+    this.shadowEffect = n.shadowEffect ?? null
+    this.error = n.error ?? null
+    this.latencyNs = n.latencyNs
+    Object.defineProperty(this, kFull, { value: n.full })
+  }
+  /** The decision as the Rust `Decision` serialises it: `evaluated`, `signals`, `hitl`, …. */
+  toJSON() {
+    return JSON.parse(native.decisionJson(this[kFull]))
+  }
+}
+
+function decision(n) {
+  return n == null ? null : new Decision(n)
+}
+
+function refuse(d) {
+  if (d.allowed) return
+  if (d.effect === 'hitl' || d.abortRun) throw new ReviewRequiredError(d)
+  throw new BlockedError(d)
+}
+
+/** The engine's human reviews (`engine.reviews`). */
+class Reviews {
+  constructor(n) {
+    this[kNative] = n
+  }
+  /** Every review: `{id, status, ruleId, toolName, args, enduserId, runId, callId, …}`. */
+  async list() {
+    return JSON.parse(await this[kNative].reviewsList().catch((e) => Promise.reject(translate(e))))
+  }
+  /** Reviews waiting for a human. */
+  async pending() {
+    return (await this.list()).filter((r) => r.status === 'pending')
+  }
+  /** Approves a pending review: identical calls are allowed from now on. */
+  approve(id) {
+    return this.#decide('approve', id)
+  }
+  /** Denies a pending review: identical calls are blocked from now on. */
+  deny(id) {
+    return this.#decide('deny', id)
+  }
+  /** Expires a review: the next identical call asks again. */
+  expire(id) {
+    return this.#decide('expire', id)
+  }
+  async #decide(action, id) {
+    if (typeof id !== 'string') throw new TypeError(`reviews.${action}: expected a review id (a string)`)
+    return JSON.parse(await this[kNative].reviewsDecide(action, id).catch((e) => Promise.reject(translate(e))))
+  }
+}
+
+/** One agent run: `beforeTool` / `afterTool` / `end`, `guard`. */
+class Run {
+  constructor(n, engine) {
+    this[kNative] = n
+    Object.defineProperty(this, 'engine', { value: engine, enumerable: false })
+  }
+  /** The run's id. */
+  get runId() {
+    return this[kNative].runId
+  }
+  /** The agent's id. */
+  get agentId() {
+    return this[kNative].agentId
+  }
+  /** Whether a hitl decision (or a failure) stopped the run. */
+  get aborted() {
+    return this[kNative].aborted
+  }
+
+  /**
+   * Decides a tool call (phase `tool.before`). `callId` defaults to `call-1`, `call-2`, … in
+   * the run. Resolves at once when no callback is in play; never blocks the event loop on one.
+   */
+  async beforeTool(call, args) {
+    const c = typeof call === 'string' ? { name: call, args } : call ?? {}
+    if (typeof c.name !== 'string') throw new TypeError('beforeTool: expected {name: string, args?, tags?, callId?}')
+    const r = guarded(() =>
+      this[kNative].beforeTool(
+        c.name,
+        json(c.args, 'args'),
+        tagsOf(c.tags, 'tags'),
+        c.callId == null ? undefined : String(c.callId),
+      ),
+    )
+    return new Decision(r instanceof Promise ? await r : r)
+  }
+
+  /**
+   * Records the outcome of an allowed call and decides the after-phase rules: the after-phase
+   * `Decision`, or `null` when none is in play (also for a call that was not allowed: its
+   * result is ignored). `error`: a string or an Error (the call failed).
+   */
+  async afterTool(callId, { output, durationMs, error } = {}) {
+    if (callId == null) throw new TypeError('afterTool: expected the callId of the call')
+    const r = guarded(() =>
+      this[kNative].afterTool(
+        String(callId),
+        json(output, 'output'),
+        durationMs == null ? undefined : durationMs,
+        error == null ? undefined : typeof error === 'string' ? error : errorText(error),
+      ),
+    )
+    return decision(r instanceof Promise ? await r : r)
+  }
+
+  /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */
+  async end(status = 'success', output) {
+    const text = output == null ? undefined : typeof output === 'string' ? output : json(output, 'output')
+    await this[kNative].end(String(status), text)
+  }
+
+  /** Records LLM usage (for `metricWindow` rules on llm_tokens_* / llm_cost_usd). */
+  recordLlm(tokensIn, tokensOut, costUsd) {
+    guarded(() => this[kNative].recordLlm(tokensIn, tokensOut, costUsd))
+  }
+
+  /** Lifts the pause a hitl decision put on the run (once its review is resolved). */
+  resume() {
+    this[kNative].resume()
+  }
+
+  /** Records a custom metric. */
+  recordMetric(key, value) {
+    this[kNative].recordMetric(key, value)
+  }
+
+  /**
+   * Wraps tool function `fn`: each call is decided first (its first argument is the tool's
+   * args), runs only if allowed, and its outcome is recorded. The wrapper is async; it throws
+   * `BlockedError` (block) or `ReviewRequiredError` (hitl) when refused.
+   */
+  guard(fn, { name, tags } = {}) {
+    if (typeof fn !== 'function') throw new TypeError('guard: expected a function')
+    const tool = name ?? (fn.name || 'tool')
+    const toolTags = tagsOf(tags, 'tags')
+    const run = this
+    const wrapped = async function (...a) {
+      const d = await run.beforeTool({ name: tool, args: jsonable(a[0] ?? {}), tags: toolTags })
+      refuse(d)
+      const started = performance.now()
+      let out
+      try {
+        out = await fn.apply(this, a)
+      } catch (e) {
+        await run.afterTool(d.callId, { durationMs: performance.now() - started, error: errorText(e) })
+        throw e
+      }
+      const after = await run.afterTool(d.callId, {
+        output: jsonable(out),
+        durationMs: performance.now() - started,
+      })
+      if (after !== null) refuse(after)
+      return out
+    }
+    Object.defineProperty(wrapped, 'name', { value: tool })
+    return wrapped
+  }
+}
+
+/**
+ * The governance engine. One engine serves every concurrent run and call of the process.
+ *
+ * @param {object} options `{policies, audit, state, reviews, failureMode, orgTimezone,
+ *   signalTimeoutMs, clock}` (see index.d.ts)
+ */
+class Engine {
+  constructor(options = {}) {
+    // Shorthand: `new Engine(policies)` (a path, a policy document or a list of them).
+    if (typeof options === 'string' || Array.isArray(options) || options instanceof URL || !('policies' in options)) {
+      options = { policies: options }
+    }
+    const {
+      policies,
+      audit,
+      state,
+      reviews,
+      failureMode = 'closed',
+      orgTimezone,
+      signalTimeoutMs = 100,
+      clock,
+    } = options
+    if (clock != null && !(clock instanceof ManualClock)) throw new TypeError('clock: expected a ManualClock')
+    if (!Number.isInteger(signalTimeoutMs) || signalTimeoutMs < 1) {
+      throw new TypeError('signalTimeoutMs must be an integer, at least 1')
+    }
+    this[kNative] = guarded(
+      () =>
+        new native.NativeEngine(
+          {
+            policies: policyInputs(policies),
+            audit: auditInput(audit),
+            state: state ?? undefined,
+            reviews: pathOf(reviews, 'reviews'),
+            failureMode,
+            orgTimezone: orgTimezone ?? undefined,
+            signalTimeoutMs,
+          },
+          clock == null ? undefined : clock[kNative],
+        ),
+    )
+    /** The engine's human reviews. */
+    this.reviews = new Reviews(this[kNative])
+  }
+
+  /** Registers (or replaces) the provider of signal `key`: `fn(args) => JSON value` (or a promise of one). */
+  registerSignal(key, fn) {
+    guarded(() => this[kNative].registerSignal(String(key), wrapCallback(fn, 'registerSignal')))
+  }
+
+  /** Registers a subject extractor for tools matching `glob`: `fn(toolName, args) => [{subjectType, id, idSystem?, role?}]`. */
+  registerSubjects(glob, fn) {
+    guarded(() => this[kNative].registerSubjects(String(glob), wrapCallback(fn, 'registerSubjects')))
+  }
+
+  /** Registers (or replaces) the `custom` condition `name`: `fn(args, call) => boolean` (or a promise of one). */
+  registerCondition(name, fn) {
+    guarded(() => this[kNative].registerCondition(String(name), wrapCallback(fn, 'registerCondition')))
+  }
+
+  /** Starts a run (emits `run.started`): `{agentId, runId?, enduser?: {id, tags?}, agentTags?}`. */
+  startRun(options) {
+    const o = typeof options === 'string' ? { agentId: options } : options ?? {}
+    if (typeof o.agentId !== 'string') throw new TypeError('startRun: expected {agentId: string, runId?, enduser?, agentTags?}')
+    const runId = o.runId == null ? randomUUID().replaceAll('-', '') : String(o.runId)
+    const n = guarded(() =>
+      this[kNative].startRun(o.agentId, runId, json(o.enduser ?? undefined, 'enduser'), tagsOf(o.agentTags, 'agentTags')),
+    )
+    return new Run(n, this)
+  }
+
+  /** Replaces the policies atomically (a policy that fails to load throws `PolicyError`, the old ones stay). */
+  reload(policies) {
+    guarded(() => this[kNative].reload(policyInputs(policies)))
+  }
+
+  /** Number of active rules. */
+  get activeRules() {
+    return this[kNative].activeRules
+  }
+
+  /** Flushes the audit trail (bounded by the flush timeout). */
+  async flush() {
+    await this[kNative].flush().catch((e) => Promise.reject(translate(e)))
+  }
+
+  /** Flushes the audit trail and shuts its sinks down. */
+  async shutdown() {
+    await this[kNative].shutdown().catch((e) => Promise.reject(translate(e)))
+  }
+}
+
+module.exports = {
+  Engine,
+  Run,
+  Decision,
+  ManualClock,
+  Reviews,
+  ToolgateError,
+  PolicyError,
+  BlockedError,
+  ReviewRequiredError,
+  refusalText,
+  jsonable,
+}
+module.exports.version = native.version()

@@ -1,0 +1,49 @@
+// Compiled with `tsc --noEmit -p test/types` (types.test.mjs): the typings of index.d.ts,
+// ai-sdk.d.ts and langchain.d.ts against the way the README uses them.
+import { generateText, stepCountIs, tool } from 'ai'
+import { MockLanguageModelV3 } from 'ai/test'
+import { z } from 'zod'
+import { tool as lcTool } from '@langchain/core/tools'
+import {
+  Engine,
+  ManualClock,
+  Decision,
+  BlockedError,
+  ReviewRequiredError,
+  PolicyError,
+  ToolgateError,
+  refusalText,
+  type Review,
+} from 'toolgate'
+import { governTools, settleApprovals } from 'toolgate/ai-sdk'
+import { wrapTools } from 'toolgate/langchain'
+
+async function main(): Promise<void> {
+  const clock = new ManualClock(new Date())
+  clock.advance(1000)
+  const engine = new Engine({ policies: 'policies/customer-support.json', audit: { dir: 'trail' }, clock, failureMode: 'open' })
+  engine.registerSignal('crm.isVip', async ({ customerId }) => customerId === 'x')
+  engine.registerSubjects('get*', (toolName, args) => [{ subjectType: 'customer', id: toolName }])
+  engine.registerCondition('fraud', (args, call) => call.toolName === 'refund' && args !== null)
+  const run = engine.startRun({ agentId: 'bot', enduser: { id: 'u', tags: { tier: 'gold' } }, agentTags: ['prod'] })
+  const d: Decision = await run.beforeTool({ name: 'refund', args: { amount: 1 }, tags: ['payments'] })
+  const effect: 'allow' | 'block' | 'hitl' = d.effect
+  const after: Decision | null = await run.afterTool(d.callId, { output: { ok: true }, durationMs: 3 })
+  const text: string = refusalText(d)
+  const guarded = run.guard(async ({ amount }: { amount: number }) => amount * 2, { name: 'double' })
+  const doubled: number = await guarded({ amount: 2 })
+  const reviews: Review[] = await engine.reviews.pending()
+  if (reviews[0]) await engine.reviews.approve(reviews[0].id)
+  const tools = governTools(
+    { refund: tool({ description: 'refund', inputSchema: z.object({ amount: z.number() }), execute: async ({ amount }) => ({ amount }) }) },
+    run,
+  )
+  const model = new MockLanguageModelV3()
+  const result = await generateText({ model, tools, prompt: 'go', stopWhen: stepCountIs(2) })
+  await settleApprovals(tools, result.response.messages)
+  const lc = wrapTools([lcTool(async () => 'x', { name: 'x', description: 'x', schema: z.object({}) })], run)
+  void [effect, after, text, doubled, lc, BlockedError, ReviewRequiredError, PolicyError, ToolgateError]
+  await run.end('success', result.text)
+  await engine.shutdown()
+}
+void main
