@@ -56,7 +56,10 @@ pub use decide::call::{Enduser, RunContext, ToolCall, ToolOutcome};
 pub use decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
-pub use hitl::notify::{Notifier, NotifyConfig, NotifyFormat, NotifyKind};
+pub use hitl::notify::{
+    Notifier, NotifyConfig, NotifyFormat, NotifyKind, QUEUE as NOTIFY_QUEUE, SIGNATURE_HEADER,
+    sign as notify_signature,
+};
 #[cfg(feature = "redis")]
 pub(crate) use hitl::reviews::resolve as resolve_review;
 pub use hitl::reviews::{
@@ -570,12 +573,21 @@ impl GovernanceEngine {
         Reviews { engine: self }
     }
 
-    /// Flushes the audit sinks and shuts them down, bounded by the flush timeout.
+    /// Flushes the audit sinks and shuts them down, bounded by the flush timeout; then waits
+    /// (at most [`NOTIFY_DRAIN`]) for review notifications still on their way.
     pub async fn shutdown(&self) -> Result<(), AuditError> {
-        match &self.inner.audit {
+        let audit = match &self.inner.audit {
             Some(a) => a.drained_bus().shutdown(a.flush_timeout).await,
             None => Ok(()),
+        };
+        // Review notifications still on their way get a bounded moment to leave.
+        if let Some(n) = &self.inner.notifier {
+            let left = n.drain(NOTIFY_DRAIN).await;
+            if left > 0 {
+                tracing::warn!("{left} review notification(s) not delivered at shutdown");
+            }
         }
+        audit
     }
 
     /// Flushes the audit sinks, bounded by the flush timeout.
@@ -598,6 +610,9 @@ impl GovernanceEngine {
         self.inner.policies.load_full()
     }
 }
+
+/// How long [`GovernanceEngine::shutdown`] waits for review notifications still on their way.
+pub const NOTIFY_DRAIN: Duration = Duration::from_secs(5);
 
 /// Access to the engine's human reviews.
 #[derive(Debug)]

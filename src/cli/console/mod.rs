@@ -159,12 +159,16 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    axum::serve(listener, router(app))
+    let served = axum::serve(listener, router(Arc::clone(&app)))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    if let Some(n) = &app.effects.notifier {
+        n.drain(crate::engine::NOTIFY_DRAIN).await;
+    }
+    served
 }
 
 /// The routes, with the security headers on every answer.

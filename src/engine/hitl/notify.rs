@@ -157,10 +157,33 @@ struct Job {
     body: Arc<Vec<u8>>,
 }
 
+/// Notifications queued or being posted, and a signal each time that number drops.
+#[derive(Default)]
+struct Outstanding {
+    count: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl Outstanding {
+    fn add(&self, n: usize) {
+        self.count.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn finish(&self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.done.notify_waiters();
+    }
+
+    fn pending(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// Sends notifications from a worker thread of its own (see the module docs).
 pub struct Notifier {
     config: Arc<NotifyConfig>,
     tx: SyncSender<Job>,
+    outstanding: Arc<Outstanding>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -177,13 +200,38 @@ impl Notifier {
         let config = Arc::new(config);
         let (tx, rx) = sync_channel::<Job>(QUEUE);
         let worker_config = Arc::clone(&config);
+        let outstanding = Arc::new(Outstanding::default());
+        let worker_outstanding = Arc::clone(&outstanding);
         let spawned = std::thread::Builder::new()
             .name("toolgate-notify".into())
-            .spawn(move || worker(worker_config, rx));
+            .spawn(move || worker(worker_config, rx, worker_outstanding));
         if let Err(e) = spawned {
             tracing::warn!("review notifications are off: cannot start their worker: {e}");
         }
-        Notifier { config, tx }
+        Notifier {
+            config,
+            tx,
+            outstanding,
+        }
+    }
+
+    /// Waits until every notification queued so far was posted (or given up on), at most
+    /// `limit`: for a process about to exit (`GovernanceEngine::shutdown`). Returns how many
+    /// are still outstanding.
+    pub async fn drain(&self, limit: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let done = self.outstanding.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            let left = self.outstanding.pending();
+            if left == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return self.outstanding.pending();
+            }
+        }
     }
 
     /// The configuration.
@@ -203,9 +251,17 @@ impl Notifier {
                 return;
             }
         };
-        match self.tx.try_send(Job {
+        let posts = self.config.urls.len();
+        self.outstanding.add(posts);
+        let sent = self.tx.try_send(Job {
             body: Arc::new(body),
-        }) {
+        });
+        if sent.is_err() {
+            for _ in 0..posts {
+                self.outstanding.finish();
+            }
+        }
+        match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => tracing::warn!(
                 "review {}: {} notification dropped: {QUEUE} are waiting for the webhooks",
@@ -220,7 +276,7 @@ impl Notifier {
 }
 
 #[cfg(feature = "http")]
-fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>) {
+fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -244,13 +300,17 @@ fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>) {
         // dead webhook holds back neither the others nor later notifications.
         while let Some(job) = next_job(&rx).await {
             for url in &config.urls {
-                let (client, url, body, config) = (
+                let (client, url, body, config, outstanding) = (
                     client.clone(),
                     url.clone(),
                     Arc::clone(&job.body),
                     Arc::clone(&config),
+                    Arc::clone(&outstanding),
                 );
-                tasks.spawn(async move { post(&client, &url, &body, &config).await });
+                tasks.spawn(async move {
+                    post(&client, &url, &body, &config).await;
+                    outstanding.finish();
+                });
             }
             while tasks.try_join_next().is_some() {}
         }
@@ -322,8 +382,11 @@ fn redact(url: &str) -> String {
 }
 
 #[cfg(not(feature = "http"))]
-fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>) {
+fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
     while rx.recv().is_ok() {
+        for _ in 0..config.urls.len() {
+            outstanding.finish();
+        }
         tracing::warn!(
             "review notification to {} webhook(s) not sent: toolgate is built without the `http` feature",
             config.urls.len()
@@ -334,6 +397,35 @@ fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn review() -> Review {
+        serde_json::from_value(json!({
+            "id": "r1", "fingerprint": "fp", "status": "approved", "agentId": "support-bot",
+            "ruleId": "big-refund", "toolName": "refund", "args": {"amount": 500},
+            "runId": "run-1", "callId": "c1", "reason": "a lead must approve",
+            "createdAt": "2026-01-05T10:00:00Z", "decidedAt": "2026-01-05T10:05:00Z",
+            "decidedBy": "alice", "comment": "fine"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn json_and_slack_bodies() {
+        let mut config = NotifyConfig::new(vec!["http://x".into()]);
+        config.console_url = Some("https://console.example/".into());
+        let v = body(NotifyKind::Decided, &review(), &config);
+        assert_eq!(v["type"], "review.decided");
+        assert_eq!(v["review"]["decidedBy"], "alice");
+        assert_eq!(v["consoleUrl"], "https://console.example/");
+        config.format = NotifyFormat::Slack;
+        let v = body(NotifyKind::Decided, &review(), &config);
+        assert_eq!(
+            v,
+            json!({"text": "toolgate: agent `support-bot` calling `refund` was approved by alice (rule `big-refund`: a lead must approve) — “fine” <https://console.example/|Open the console>"})
+        );
+        let v = body(NotifyKind::Created, &review(), &config);
+        assert!(v["text"].as_str().unwrap().contains("waits for review"));
+    }
 
     #[test]
     fn hmac_sha256_matches_rfc_4231() {
