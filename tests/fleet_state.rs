@@ -209,6 +209,9 @@ fn review(i: usize) -> toolgate::engine::Review {
         created_at: chrono::Utc::now(),
         decided_at: None,
         expires_at: None,
+        on_expire: None,
+        decided_by: None,
+        comment: None,
     }
 }
 

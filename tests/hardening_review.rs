@@ -29,6 +29,9 @@ fn review(id: &str) -> Review {
         created_at: Utc::now(),
         decided_at: None,
         expires_at: None,
+        on_expire: None,
+        decided_by: None,
+        comment: None,
     }
 }
 

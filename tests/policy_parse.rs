@@ -1640,7 +1640,9 @@ fn rule_fields_and_defaults() {
             timezone: Some("Europe/London".into()),
             redact_detected: true,
             enabled: true,
-            agent_selector: None
+            agent_selector: None,
+            review_ttl_seconds: None,
+            on_expire: None,
         }
     );
     let r = &p.rules[0];

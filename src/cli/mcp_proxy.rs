@@ -47,6 +47,8 @@ pub struct McpProxyArgs {
     pub reviews: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
     /// Write the audit trail (hash-chained JSONL) into this folder.
     #[arg(long, value_name = "DIR")]
     pub audit: Option<PathBuf>,
@@ -189,6 +191,11 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         builder = super::otel::register(builder, &otel);
         if let Some(file) = &args.reviews {
             builder = builder.review_store(Arc::new(FileReviewStore::new(file)));
+        }
+        match args.notify.config() {
+            Ok(Some(n)) => builder = builder.notify(n),
+            Ok(None) => {}
+            Err(e) => return fail(e),
         }
         let engine = match builder.build() {
             Ok(e) => e,

@@ -10,12 +10,15 @@ pub(crate) mod out;
 
 pub mod check;
 pub mod collect;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod eval;
 pub mod keygen;
 #[cfg(feature = "mcp")]
 pub mod mcp_pins;
 #[cfg(feature = "mcp")]
 pub mod mcp_proxy;
+pub mod notify;
 mod otel;
 pub mod replay;
 pub mod review;
@@ -70,6 +73,10 @@ pub enum Command {
     /// MCP gateway helpers: `mcp pins list|accept` for pinned tool definitions.
     #[cfg(feature = "mcp")]
     Mcp(mcp_pins::McpArgs),
+    /// Serve the review console: a web page to approve or deny pending reviews.
+    #[cfg(feature = "console")]
+    #[command(long_about = console::LONG_ABOUT)]
+    Console(console::ConsoleArgs),
 }
 
 /// Entry point of the binary: parses arguments and runs the subcommand.
@@ -89,6 +96,8 @@ pub fn main() -> ExitCode {
         Command::McpProxy(a) => mcp_proxy::run(a),
         #[cfg(feature = "mcp")]
         Command::Mcp(a) => mcp_pins::run(a),
+        #[cfg(feature = "console")]
+        Command::Console(a) => console::run(a),
     }
 }
 

@@ -88,6 +88,8 @@ pub struct ReplayArgs {
     /// headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
     #[arg(long)]
     pub otel: bool,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
 }
 
 /// Runs `toolgate replay`.
@@ -179,6 +181,14 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             builder = builder.review_store(std::sync::Arc::new(
                 crate::engine::FileReviewStore::new(file),
             ));
+        }
+        match args.notify.config() {
+            Ok(Some(n)) => builder = builder.notify(n),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
         }
         let mut replayer = match Replayer::with_builder(builder, org_tz) {
             Ok(r) => r,

@@ -2,7 +2,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::engine::{FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore};
+use crate::engine::{
+    FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore, ReviewVerdict, status_word,
+};
 
 /// A review store that can say why it could not list its reviews, and lists them page by
 /// page (`each` is given each page in turn, and stops the listing by answering `false`).
@@ -116,17 +118,32 @@ pub enum ReviewAction {
     Approve {
         /// Review id.
         id: String,
+        #[command(flatten)]
+        who: Reviewer,
     },
     /// Deny a pending review.
     Deny {
         /// Review id.
         id: String,
+        #[command(flatten)]
+        who: Reviewer,
     },
     /// Expire a review: the next identical call asks again.
     Expire {
         /// Review id.
         id: String,
     },
+}
+
+/// Who decides, and why.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Reviewer {
+    /// The reviewer's name, recorded in the review (default: $USER).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+    /// A comment recorded with the decision.
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
 }
 
 /// One line of `toolgate review list`.
@@ -145,6 +162,15 @@ fn print_review(r: &Review) {
             .map(|x| format!("  ({x})"))
             .unwrap_or_default()
     );
+    if let Some(by) = &r.decided_by {
+        outln!(
+            "    decided by {by}{}",
+            r.comment
+                .as_deref()
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default()
+        );
+    }
 }
 
 /// Runs `toolgate review`.
@@ -157,7 +183,7 @@ pub fn run(args: ReviewArgs) -> ExitCode {
         }
     };
     let now = chrono::Utc::now();
-    let (id, status) = match args.action {
+    let (id, status, who) = match args.action {
         ReviewAction::List { all, json } => {
             let mut collected: Vec<Review> = Vec::new();
             let mut printed = 0usize;
@@ -191,13 +217,24 @@ pub fn run(args: ReviewArgs) -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
-        ReviewAction::Approve { id } => (id, ReviewStatus::Approved),
-        ReviewAction::Deny { id } => (id, ReviewStatus::Denied),
-        ReviewAction::Expire { id } => (id, ReviewStatus::Expired),
+        ReviewAction::Approve { id, who } => (id, ReviewStatus::Approved, Some(who)),
+        ReviewAction::Deny { id, who } => (id, ReviewStatus::Denied, Some(who)),
+        ReviewAction::Expire { id } => (id, ReviewStatus::Expired, None),
     };
-    match store.decide(&id, status, now) {
+    let mut verdict = ReviewVerdict::new(status, now);
+    if let Some(who) = who {
+        if let Some(by) = who
+            .by
+            .or_else(|| std::env::var("USER").ok())
+            .filter(|b| !b.is_empty())
+        {
+            verdict = verdict.by(by);
+        }
+        verdict = verdict.comment(who.comment);
+    }
+    match store.decide_with(&id, &verdict) {
         Ok(r) => {
-            outln!("{}: {}", r.id, format!("{:?}", r.status).to_lowercase());
+            outln!("{}: {}", r.id, status_word(r.status));
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -56,10 +56,15 @@ pub use decide::call::{Enduser, RunContext, ToolCall, ToolOutcome};
 pub use decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
+pub use hitl::notify::{
+    Notifier, NotifyConfig, NotifyFormat, NotifyKind, QUEUE as NOTIFY_QUEUE, SIGNATURE_HEADER,
+    sign as notify_signature,
+};
 #[cfg(feature = "redis")]
 pub(crate) use hitl::reviews::resolve as resolve_review;
 pub use hitl::reviews::{
-    FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead, ReviewStore, fingerprint,
+    EXPIRY_REVIEWER, FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead,
+    ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict, fingerprint, status_word,
 };
 pub use run::guard::{Guarded, Refusal};
 pub use run::handle::Run;
@@ -140,6 +145,24 @@ pub(crate) struct EngineInner {
     pub(crate) audit: Option<AuditState>,
     pub(crate) evals: EngineEvals,
     pub(crate) observers: run::observe::Observers,
+    /// Webhooks told of reviews raised and decided (see `hitl/notify.rs`).
+    pub(crate) notifier: Option<Arc<Notifier>>,
+}
+
+impl EngineInner {
+    /// Tells the webhooks a review was raised (never waits).
+    pub(crate) fn notify_created(&self, review: &Review) {
+        if let Some(n) = &self.notifier {
+            n.send(NotifyKind::Created, review);
+        }
+    }
+
+    /// Tells the webhooks a review was decided (never waits).
+    pub(crate) fn notify_decided(&self, review: &Review) {
+        if let Some(n) = &self.notifier {
+            n.send(NotifyKind::Decided, review);
+        }
+    }
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.
@@ -179,6 +202,7 @@ pub struct EngineBuilder {
     run_eval: Option<EvaluationRunConfig>,
     observers: Vec<Arc<dyn DecisionObserver>>,
     customs: decide::custom::CustomRegistry,
+    notify: Option<NotifyConfig>,
 }
 
 impl Default for EngineBuilder {
@@ -205,6 +229,7 @@ impl Default for EngineBuilder {
             run_eval: None,
             observers: Vec::new(),
             customs: decide::custom::CustomRegistry::new(),
+            notify: None,
         }
     }
 }
@@ -273,6 +298,14 @@ impl EngineBuilder {
     #[cfg(feature = "redis")]
     pub fn redis_state(self, config: crate::state::redis::RedisConfig) -> Self {
         self.shared_state_store(Arc::new(crate::state::redis::LazyRedisStore::new(config)))
+    }
+
+    /// Posts each review raised and decided by this engine to webhooks (signed JSON or Slack
+    /// messages, see [`NotifyConfig`]), from a worker thread: retried with backoff, never on
+    /// the decision path.
+    pub fn notify(mut self, config: NotifyConfig) -> Self {
+        self.notify = Some(config);
+        self
     }
 
     /// Sets the review store (default: in memory).
@@ -450,6 +483,10 @@ impl EngineBuilder {
                 audit,
                 evals,
                 observers: self.observers.into(),
+                notifier: self
+                    .notify
+                    .filter(|c| !c.urls.is_empty())
+                    .map(|c| Arc::new(Notifier::start(c))),
             }),
         })
     }
@@ -536,12 +573,21 @@ impl GovernanceEngine {
         Reviews { engine: self }
     }
 
-    /// Flushes the audit sinks and shuts them down, bounded by the flush timeout.
+    /// Flushes the audit sinks and shuts them down, bounded by the flush timeout; then waits
+    /// (at most [`NOTIFY_DRAIN`]) for review notifications still on their way.
     pub async fn shutdown(&self) -> Result<(), AuditError> {
-        match &self.inner.audit {
+        let audit = match &self.inner.audit {
             Some(a) => a.drained_bus().shutdown(a.flush_timeout).await,
             None => Ok(()),
+        };
+        // Review notifications still on their way get a bounded moment to leave.
+        if let Some(n) = &self.inner.notifier {
+            let left = n.drain(NOTIFY_DRAIN).await;
+            if left > 0 {
+                tracing::warn!("{left} review notification(s) not delivered at shutdown");
+            }
         }
+        audit
     }
 
     /// Flushes the audit sinks, bounded by the flush timeout.
@@ -565,6 +611,9 @@ impl GovernanceEngine {
     }
 }
 
+/// How long [`GovernanceEngine::shutdown`] waits for review notifications still on their way.
+pub const NOTIFY_DRAIN: Duration = Duration::from_secs(5);
+
 /// Access to the engine's human reviews.
 #[derive(Debug)]
 pub struct Reviews<'a> {
@@ -585,22 +634,24 @@ impl Reviews<'_> {
             .collect()
     }
 
+    /// Records a verdict (with reviewer and comment) on a pending review. Of two verdicts on
+    /// one review, one wins and the other gets [`ReviewError::AlreadyDecided`].
+    pub fn decide(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
+        let r = self.engine.inner.reviews.decide_with(id, verdict)?;
+        self.engine.inner.notify_decided(&r);
+        Ok(r)
+    }
+
     /// Approves a pending review: identical calls (same fingerprint) are allowed from now on.
     pub fn approve(&self, id: &str) -> Result<Review, ReviewError> {
         let now = self.engine.inner.clock.now();
-        self.engine
-            .inner
-            .reviews
-            .decide(id, ReviewStatus::Approved, now)
+        self.decide(id, &ReviewVerdict::new(ReviewStatus::Approved, now))
     }
 
     /// Denies a pending review: identical calls are blocked from now on.
     pub fn deny(&self, id: &str) -> Result<Review, ReviewError> {
         let now = self.engine.inner.clock.now();
-        self.engine
-            .inner
-            .reviews
-            .decide(id, ReviewStatus::Denied, now)
+        self.decide(id, &ReviewVerdict::new(ReviewStatus::Denied, now))
     }
 
     /// Expires a review: the next identical call asks for review again.

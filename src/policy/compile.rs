@@ -122,6 +122,10 @@ pub(crate) struct CompiledRule {
     pub(crate) needs_subjects: bool,
     /// The condition asks a signal provider: it is evaluated by the async evaluator.
     pub(crate) has_signal: bool,
+    /// The rule's `reviewTtlSeconds`, else its policy's.
+    pub(crate) review_ttl_seconds: Option<u64>,
+    /// The rule's `onExpire`, else its policy's, else deny (used only with a ttl).
+    pub(crate) on_expire: crate::policy::OnExpire,
 }
 
 /// A compiled string test.
@@ -864,6 +868,8 @@ impl CompiledPolicies {
                 shadow: mode == Mode::Shadow,
                 needs_subjects,
                 has_signal,
+                review_ttl_seconds: rule.review_ttl_seconds.or(policy.meta.review_ttl_seconds),
+                on_expire: rule.on_expire.or(policy.meta.on_expire).unwrap_or_default(),
             });
         }
         let mut phases: [PhaseIndex; 2] = Default::default();

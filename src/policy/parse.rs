@@ -200,6 +200,8 @@ impl Parser {
                 "redactDetected",
                 "enabled",
                 "agentSelector",
+                "reviewTtlSeconds",
+                "onExpire",
             ],
         )?;
         let name = match o.map.get("name") {
@@ -224,6 +226,7 @@ impl Parser {
             None => Some(None),
             Some(v) => self.agent_selector(v, "policy.agentSelector").map(Some),
         };
+        let (review_ttl_seconds, on_expire) = self.expiry(&o);
         if let Some(Some(tz)) = &timezone {
             self.timezone(tz, "policy.timezone");
         }
@@ -242,7 +245,26 @@ impl Parser {
             redact_detected: redact_detected?.unwrap_or(true),
             enabled: enabled?.unwrap_or(true),
             agent_selector: agent_selector?,
+            review_ttl_seconds: review_ttl_seconds?,
+            on_expire: on_expire?,
         })
+    }
+
+    /// `reviewTtlSeconds` (a whole number of seconds, at least 1) and `onExpire` (`deny` |
+    /// `allow`) of a policy or a rule.
+    fn expiry(&mut self, o: &Obj<'_>) -> (Option<Option<u64>>, Option<Option<OnExpire>>) {
+        let ttl = match o.map.get("reviewTtlSeconds") {
+            None => Some(None),
+            Some(v) => self
+                .count_value(v, &join(&o.path, "reviewTtlSeconds"), 1)
+                .map(Some),
+        };
+        let on_expire = self.opt_enum(
+            o,
+            "onExpire",
+            &[("deny", OnExpire::Deny), ("allow", OnExpire::Allow)],
+        );
+        (ttl, on_expire)
     }
 
     fn agent_selector(&mut self, v: &Value, path: &str) -> Option<AgentSelector> {
@@ -327,6 +349,8 @@ impl Parser {
                 "policyId",
                 "createdAt",
                 "updatedAt",
+                "reviewTtlSeconds",
+                "onExpire",
             ],
         )?;
         let name = self.non_empty_str(&o, "name");
@@ -374,6 +398,7 @@ impl Parser {
             .and_then(|e| self.effect(e, &join(path, "effect")));
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let mode = self.opt_enum(&o, "mode", MODES);
+        let (review_ttl_seconds, on_expire) = self.expiry(&o);
         Some(Rule {
             policy_id: policy_id?,
             id: id?,
@@ -386,6 +411,8 @@ impl Parser {
             effect: effect?,
             on_missing: on_missing?,
             mode: mode?,
+            review_ttl_seconds: review_ttl_seconds?,
+            on_expire: on_expire?,
         })
     }
 

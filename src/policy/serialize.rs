@@ -65,6 +65,8 @@ impl Policy {
             put_opt(&mut s, "allOfTags", a.all_of_tags.as_deref().map(strs));
             meta.insert("agentSelector".into(), Value::Object(s));
         }
+        put_opt(&mut meta, "reviewTtlSeconds", m.review_ttl_seconds);
+        put_opt(&mut meta, "onExpire", m.on_expire.map(OnExpire::as_str));
         json!({
             "policy": meta,
             "rules": self.rules.iter().map(Rule::to_json).collect::<Vec<_>>(),
@@ -99,6 +101,8 @@ impl Rule {
         m.insert("effect".into(), eff.into());
         put_opt(&mut m, "onMissing", self.on_missing.map(EffectType::as_str));
         put_opt(&mut m, "mode", self.mode.map(mode_str));
+        put_opt(&mut m, "reviewTtlSeconds", self.review_ttl_seconds);
+        put_opt(&mut m, "onExpire", self.on_expire.map(OnExpire::as_str));
         m.into()
     }
 }

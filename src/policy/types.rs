@@ -45,6 +45,36 @@ pub struct PolicyMeta {
     pub enabled: bool,
     /// The runs the policy applies to (all when absent).
     pub agent_selector: Option<AgentSelector>,
+    /// `reviewTtlSeconds`: a review its hitl rules raise is decided by
+    /// [`on_expire`](Self::on_expire) when nobody decides it within this many seconds (a rule's
+    /// own `reviewTtlSeconds` wins; default: reviews wait).
+    pub review_ttl_seconds: Option<u64>,
+    /// `onExpire`: how an expired review is decided (a rule's own `onExpire` wins; default
+    /// deny).
+    pub on_expire: Option<OnExpire>,
+}
+
+/// `onExpire`: how a review nobody decided within its `reviewTtlSeconds` is decided.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExpire {
+    /// Denied: identical calls are blocked (`BLOCKED_HITL_DENIED`).
+    #[default]
+    Deny,
+    /// Approved: identical calls are allowed (`ALLOWED_HITL_APPROVED`).
+    Allow,
+}
+
+impl OnExpire {
+    /// The JSON spelling: `deny` or `allow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpire::Deny => "deny",
+            OnExpire::Allow => "allow",
+        }
+    }
 }
 
 /// `agentSelector`: the parts present must all hold.
@@ -70,6 +100,8 @@ impl Default for PolicyMeta {
             redact_detected: true,
             enabled: true,
             agent_selector: None,
+            review_ttl_seconds: None,
+            on_expire: None,
         }
     }
 }
@@ -176,6 +208,10 @@ pub struct Rule {
     /// audit events of the decisions this rule decides. (Handlebar's `createdAt`/`updatedAt`
     /// are accepted and ignored.)
     pub policy_id: Option<String>,
+    /// `reviewTtlSeconds`: overrides the policy's (see [`PolicyMeta::review_ttl_seconds`]).
+    pub review_ttl_seconds: Option<u64>,
+    /// `onExpire`: overrides the policy's (see [`PolicyMeta::on_expire`]).
+    pub on_expire: Option<OnExpire>,
 }
 
 /// Which calls a rule is in play for.

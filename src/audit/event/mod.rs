@@ -81,11 +81,15 @@ pub enum EventKind {
     /// `tool.changed`: an MCP tool's definition differs from its pinned one.
     #[serde(rename = "tool.changed")]
     ToolChanged,
+    /// `review.decided`: a human review was approved or denied (by a reviewer, or by its
+    /// `onExpire`).
+    #[serde(rename = "review.decided")]
+    ReviewDecided,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -95,6 +99,7 @@ impl EventKind {
         EventKind::EvaluationResult,
         EventKind::Checkpoint,
         EventKind::ToolChanged,
+        EventKind::ReviewDecided,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -109,6 +114,7 @@ impl EventKind {
             EventKind::EvaluationResult => "evaluation.result",
             EventKind::Checkpoint => "checkpoint",
             EventKind::ToolChanged => "tool.changed",
+            EventKind::ReviewDecided => "review.decided",
         }
     }
 }

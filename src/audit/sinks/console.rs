@@ -128,6 +128,12 @@ impl ConsoleSink {
             ),
             EventKind::Checkpoint => format!("signed by {}", s(b.get("keyId"))),
             EventKind::ToolChanged => format!("{tool} call={call} {}", s(b.get("sha256"))),
+            EventKind::ReviewDecided => format!(
+                "review={} {} by {}",
+                s(b.get("reviewId")),
+                s(b.get("status")),
+                s(b.get("decidedBy"))
+            ),
         };
         format!(
             "{} {}#{} {:<17} {}",

@@ -27,6 +27,8 @@ pub(crate) struct AuditState {
     pub(crate) signer: Option<Arc<RunSigner>>,
     /// Chain heads of runs left open, without a shared store (see `chain_head.rs`).
     pub(crate) heads: super::chain_head::MemoryHeads,
+    /// The redaction rules (also applied to the arguments a review shows).
+    pub(crate) redactor: Redactor,
 }
 
 impl AuditState {
@@ -38,6 +40,7 @@ impl AuditState {
         signer: Option<Arc<RunSigner>>,
     ) -> AuditState {
         AuditState {
+            redactor: redactor.clone(),
             sealer: Sealer::start(bus, redactor, flush_timeout, sealers),
             flush_timeout,
             signer,

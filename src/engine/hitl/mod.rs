@@ -5,4 +5,5 @@
 //! How a run asks for a review is in `run/run_hitl.rs`.
 
 pub(super) mod fp_cache;
+pub(super) mod notify;
 pub(super) mod reviews;

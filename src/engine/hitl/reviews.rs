@@ -10,6 +10,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::engine::decide::decision::ReviewStatus;
+use crate::policy::OnExpire;
+
+/// The reviewer recorded on a review decided by its `onExpire` (see [`Review::expiry_verdict`]).
+pub const EXPIRY_REVIEWER: &str = "toolgate:expiry";
 
 /// A review request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,26 +51,148 @@ pub struct Review {
     /// When a pending review expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// How the review is decided at [`expires_at`](Self::expires_at) (a policy's `onExpire`).
+    /// `None`: the review is marked `expired` and the next identical call asks again (the
+    /// library's [`EngineBuilder::review_ttl`](crate::engine::EngineBuilder::review_ttl)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
+    /// Who decided it: the reviewer's name (a console login, `toolgate review --by`), or
+    /// [`EXPIRY_REVIEWER`] for a review decided by its `onExpire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// The reviewer's comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// A decision on a review: its new status, when, by whom and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewVerdict {
+    /// Approved, denied or expired.
+    pub status: ReviewStatus,
+    /// When it was decided.
+    pub at: DateTime<Utc>,
+    /// The reviewer, if known.
+    pub by: Option<String>,
+    /// The reviewer's comment.
+    pub comment: Option<String>,
+}
+
+impl ReviewVerdict {
+    /// A verdict without reviewer or comment.
+    pub fn new(status: ReviewStatus, at: DateTime<Utc>) -> Self {
+        ReviewVerdict {
+            status,
+            at,
+            by: None,
+            comment: None,
+        }
+    }
+
+    /// The verdict with a reviewer.
+    pub fn by(mut self, reviewer: impl Into<String>) -> Self {
+        self.by = Some(reviewer.into());
+        self
+    }
+
+    /// The verdict with a comment (an empty one is none).
+    pub fn comment(mut self, comment: Option<String>) -> Self {
+        self.comment = comment.filter(|c| !c.trim().is_empty());
+        self
+    }
+}
+
+/// The verdict of a pending review's `onExpire` once `now` reaches its expiry (decided at the
+/// expiry, by [`EXPIRY_REVIEWER`]); `None` while it is not due, or when it has no `onExpire`.
+pub fn expiry_verdict(
+    status: ReviewStatus,
+    expires_at: Option<DateTime<Utc>>,
+    on_expire: Option<OnExpire>,
+    now: DateTime<Utc>,
+) -> Option<ReviewVerdict> {
+    if status != ReviewStatus::Pending {
+        return None;
+    }
+    let at = expires_at.filter(|e| *e <= now)?;
+    let status = match on_expire? {
+        OnExpire::Deny => ReviewStatus::Denied,
+        OnExpire::Allow => ReviewStatus::Approved,
+    };
+    Some(ReviewVerdict {
+        status,
+        at,
+        by: Some(EXPIRY_REVIEWER.to_string()),
+        comment: Some("nobody decided before the review expired (onExpire)".to_string()),
+    })
 }
 
 impl Review {
-    /// Records a human's decision (or an expiry) on this review: only a pending review can be
-    /// approved or denied; any review can be expired (the next identical call asks again).
-    pub(crate) fn set_decision(
-        &mut self,
-        status: ReviewStatus,
-        at: DateTime<Utc>,
-    ) -> Result<(), ReviewError> {
-        if self.status != ReviewStatus::Pending && status != ReviewStatus::Expired {
+    /// The verdict of this review's `onExpire`, if it is due at `now` (see [`expiry_verdict`]).
+    pub fn expiry_verdict(&self, now: DateTime<Utc>) -> Option<ReviewVerdict> {
+        expiry_verdict(self.status, self.expires_at, self.on_expire, now)
+    }
+
+    /// Records a decision on this review: only a pending review can be approved or denied;
+    /// any review can be expired (the next identical call asks again). A pending review whose
+    /// `onExpire` is due at the verdict's time is decided by it first, and the verdict then
+    /// conflicts with that decision (the caller writes the review back when it changed, even
+    /// on `Err`).
+    pub(crate) fn set_decision(&mut self, v: &ReviewVerdict) -> Result<(), ReviewError> {
+        if v.status != ReviewStatus::Expired
+            && v.by.as_deref() != Some(EXPIRY_REVIEWER)
+            && let Some(exp) = self.expiry_verdict(v.at)
+        {
+            self.apply(&exp);
+        }
+        if self.status != ReviewStatus::Pending && v.status != ReviewStatus::Expired {
             return Err(ReviewError::AlreadyDecided {
                 id: self.id.clone(),
                 status: self.status,
+                by: self.decided_by.clone(),
+                at: self.decided_at,
             });
         }
-        self.status = status;
-        self.decided_at = Some(at);
+        self.apply(v);
         Ok(())
     }
+
+    fn apply(&mut self, v: &ReviewVerdict) {
+        self.status = v.status;
+        self.decided_at = Some(v.at);
+        self.decided_by = v.by.clone();
+        self.comment = v.comment.clone();
+    }
+}
+
+/// The body of the `review.decided` audit event of a decided review: its id, status, reviewer,
+/// comment and the call it is about (not its arguments: the `tool.decision` event of the call
+/// has them, redacted).
+pub fn decided_event_body(review: &Review) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_string(), v);
+    };
+    put("reviewId", review.id.clone().into());
+    put("status", status_word(review.status).into());
+    if let Some(by) = &review.decided_by {
+        put("decidedBy", by.clone().into());
+    }
+    if let Some(c) = &review.comment {
+        put("comment", c.clone().into());
+    }
+    if let Some(at) = review.decided_at {
+        put(
+            "decidedAt",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                .into(),
+        );
+    }
+    put("fingerprint", review.fingerprint.clone().into());
+    put("ruleId", review.rule_id.clone().into());
+    put("tool", serde_json::json!({"name": review.tool_name}));
+    put("reviewRunId", review.run_id.clone().into());
+    put("callId", review.call_id.clone().into());
+    m
 }
 
 /// The fingerprint of a call: SHA-256 hex of agent id, rule id, tool name, canonical JSON of
@@ -99,6 +225,8 @@ pub struct ReviewHead {
     pub status: ReviewStatus,
     /// When a pending review expires.
     pub expires_at: Option<DateTime<Utc>>,
+    /// How it is decided when it expires.
+    pub on_expire: Option<OnExpire>,
 }
 
 impl ReviewHead {
@@ -108,6 +236,7 @@ impl ReviewHead {
             id: review.id.clone(),
             status: review.status,
             expires_at: review.expires_at,
+            on_expire: review.on_expire,
         }
     }
 }
@@ -118,13 +247,18 @@ pub enum ReviewError {
     /// No review has this id.
     #[error("no review with id {0}")]
     NotFound(String),
-    /// The review was already decided.
-    #[error("review {id} is already {status:?}")]
+    /// The review was already decided (by someone else, or by its expiry): the verdict was
+    /// not applied.
+    #[error("{}", already_decided(id, *status, by.as_deref(), *at))]
     AlreadyDecided {
         /// Review id.
         id: String,
         /// Its status.
         status: ReviewStatus,
+        /// Who decided it, if recorded.
+        by: Option<String>,
+        /// When, if recorded.
+        at: Option<DateTime<Utc>>,
     },
     /// An id prefix matches more than one review.
     #[error("review id prefix {prefix} is ambiguous; it matches {}", candidates.join(", "))]
@@ -149,6 +283,35 @@ pub enum ReviewError {
     },
 }
 
+fn already_decided(
+    id: &str,
+    status: ReviewStatus,
+    by: Option<&str>,
+    at: Option<DateTime<Utc>>,
+) -> String {
+    let mut s = format!("conflict: review {id} was already {}", status_word(status));
+    if let Some(by) = by {
+        s.push_str(&format!(" by {by}"));
+    }
+    if let Some(at) = at {
+        s.push_str(&format!(
+            " at {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
+    }
+    s
+}
+
+/// `pending`, `approved`, `denied` or `expired`.
+pub fn status_word(status: ReviewStatus) -> &'static str {
+    match status {
+        ReviewStatus::Pending => "pending",
+        ReviewStatus::Approved => "approved",
+        ReviewStatus::Denied => "denied",
+        ReviewStatus::Expired => "expired",
+    }
+}
+
 /// The shortest id prefix [`FileReviewStore::decide`] accepts in place of a whole id.
 pub const MIN_ID_PREFIX: usize = 8;
 
@@ -166,13 +329,19 @@ pub trait ReviewStore: Send + Sync + 'static {
     fn insert_if_absent(&self, review: Review) -> Review;
     /// All reviews.
     fn list(&self) -> Vec<Review>;
-    /// Sets a pending review's status.
+    /// Records a verdict on a review (by id, or a unique prefix of at least
+    /// [`MIN_ID_PREFIX`] characters where the store supports it) atomically: of two verdicts on
+    /// one pending review, one is applied and the other gets [`ReviewError::AlreadyDecided`].
+    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError>;
+    /// Sets a pending review's status (no reviewer, no comment).
     fn decide(
         &self,
         id: &str,
         status: ReviewStatus,
         at: DateTime<Utc>,
-    ) -> Result<Review, ReviewError>;
+    ) -> Result<Review, ReviewError> {
+        self.decide_with(id, &ReviewVerdict::new(status, at))
+    }
 }
 
 /// Reviews in memory.
@@ -223,15 +392,10 @@ impl ReviewStore for MemoryReviewStore {
         v
     }
 
-    fn decide(
-        &self,
-        id: &str,
-        status: ReviewStatus,
-        at: DateTime<Utc>,
-    ) -> Result<Review, ReviewError> {
+    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
         for mut r in self.by_fp.iter_mut() {
             if r.id == id {
-                r.set_decision(status, at)?;
+                r.set_decision(verdict)?;
                 return Ok(Review::clone(r.value()));
             }
         }
@@ -406,16 +570,14 @@ impl ReviewStore for FileReviewStore {
         }
     }
 
-    fn decide(
-        &self,
-        id: &str,
-        status: ReviewStatus,
-        at: DateTime<Utc>,
-    ) -> Result<Review, ReviewError> {
+    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
+        // A verdict that loses to a due expiry still writes the expiry's decision.
         self.modify(|all| {
             let i = resolve(all, id)?;
-            all[i].set_decision(status, at)?;
-            Ok((all[i].clone(), true))
-        })
+            let before = all[i].clone();
+            let outcome = all[i].set_decision(verdict).map(|()| all[i].clone());
+            let changed = all[i] != before;
+            Ok((outcome, changed))
+        })?
     }
 }

@@ -2,8 +2,9 @@
 //! existing one decides; else a new one is requested and the run aborts).
 
 use super::handle::{Run, ToolCall};
+use crate::audit::EventKind;
 use crate::engine::decide::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
-use crate::engine::hitl::reviews::{Review, ReviewHead};
+use crate::engine::hitl::reviews::{Review, ReviewError, ReviewHead, decided_event_body};
 use crate::policy::EffectType;
 
 impl Run {
@@ -22,9 +23,28 @@ impl Run {
                 .fingerprints
                 .get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
         let store = &self.engine.reviews;
-        let head = store.head(&fp);
+        let mut head = store.head(&fp);
+        // A pending review past its expiry with an `onExpire` is decided by it, as a reviewer
+        // would decide it (recorded by `toolgate:expiry`, with a `review.decided` event).
+        if let Some(h) = &head
+            && let Some(v) = crate::engine::expiry_verdict(h.status, h.expires_at, h.on_expire, now)
+        {
+            match store.decide_with(&h.id, &v) {
+                Ok(r) => {
+                    self.emit(EventKind::ReviewDecided, decided_event_body(&r), now);
+                    self.engine.notify_decided(&r);
+                    head = Some(ReviewHead::of(&r));
+                }
+                // Decided meanwhile by someone else: read what they decided.
+                Err(ReviewError::AlreadyDecided { .. }) => head = store.head(&fp),
+                // Unreadable or unwritable: stays pending (the call stays held).
+                Err(e) => tracing::warn!("review {}: expiry not recorded: {e}", h.id),
+            }
+        }
         let live = |r: &ReviewHead| {
-            !(r.status == ReviewStatus::Pending && r.expires_at.is_some_and(|e| e <= now))
+            !(r.status == ReviewStatus::Pending
+                && r.on_expire.is_none()
+                && r.expires_at.is_some_and(|e| e <= now))
                 && r.status != ReviewStatus::Expired
         };
         let review = match head {
@@ -34,6 +54,7 @@ impl Run {
                 if let Some(old) = old.filter(|r| r.status == ReviewStatus::Pending) {
                     let _ = store.decide(&old.id, ReviewStatus::Expired, now);
                 }
+                let (expires_at, on_expire) = self.review_expiry(rule_id, now);
                 let review = Review {
                     id: uuid::Uuid::now_v7().to_string(),
                     fingerprint: fp.clone(),
@@ -41,21 +62,21 @@ impl Run {
                     agent_id: ctx.agent_id.clone(),
                     rule_id: rule_id.to_string(),
                     tool_name: call.name.clone(),
-                    args: call.args.clone(),
+                    args: self.review_args(call, d),
                     enduser_id: enduser.map(str::to_string),
                     run_id: ctx.run_id.clone(),
                     call_id: call.id.clone(),
                     reason: d.reason.as_deref().map(str::to_string),
                     created_at: now,
                     decided_at: None,
-                    expires_at: self
-                        .engine
-                        .review_ttl
-                        .and_then(|t| chrono::Duration::from_std(t).ok())
-                        .map(|t| now + t),
+                    expires_at,
+                    on_expire,
+                    decided_by: None,
+                    comment: None,
                 };
                 let stored = store.insert_if_absent(review.clone());
                 if stored.id == review.id {
+                    self.engine.notify_created(&stored);
                     d.code = DecisionCode::BlockedHitlRequested;
                     d.hitl = Some(HitlInfo {
                         review_id: stored.id,
@@ -85,5 +106,60 @@ impl Run {
             status: review.status,
             fingerprint: fp,
         });
+    }
+
+    /// The arguments a review shows: redacted as the call's `tool.decision` audit event
+    /// redacts them (detected sensitive data, then the audit trail's redaction rules), so the
+    /// review store and the console hold no more than the audit trail does. (The fingerprint
+    /// is of the real arguments.)
+    fn review_args(&self, call: &ToolCall, d: &Decision) -> serde_json::Value {
+        let args = crate::engine::decide::conditions::redaction(&call.args, None, &d.evaluated)
+            .map_or_else(|| call.args.clone(), |r| r.args);
+        let Some(audit) = &self.engine.audit else {
+            return args;
+        };
+        if !audit.redactor.applies_to(EventKind::ToolDecision) {
+            return args;
+        }
+        let mut body = serde_json::Map::new();
+        body.insert("tool".into(), serde_json::json!({"name": call.name}));
+        body.insert("args".into(), args);
+        audit.redactor.redact(EventKind::ToolDecision, &mut body);
+        body.remove("args").unwrap_or(serde_json::Value::Null)
+    }
+
+    /// When a review the rule `rule_id` raises now expires, and how it is then decided: the
+    /// rule's (or its policy's) `reviewTtlSeconds` and `onExpire`, else the engine's
+    /// `review_ttl` (then the review is marked expired and the next call asks again).
+    fn review_expiry(
+        &self,
+        rule_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> (
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<crate::policy::OnExpire>,
+    ) {
+        let policies = self.engine.policies.load();
+        let rule = policies
+            .rules
+            .iter()
+            .find(|r| &*r.id == rule_id)
+            .and_then(|r| r.review_ttl_seconds.map(|t| (t, r.on_expire)));
+        match rule {
+            Some((ttl, on)) => {
+                let at = i64::try_from(ttl)
+                    .ok()
+                    .and_then(chrono::TimeDelta::try_seconds)
+                    .and_then(|t| now.checked_add_signed(t));
+                (at, Some(on))
+            }
+            None => (
+                self.engine
+                    .review_ttl
+                    .and_then(|t| chrono::Duration::from_std(t).ok())
+                    .and_then(|t| now.checked_add_signed(t)),
+                None,
+            ),
+        }
     }
 }

@@ -30,12 +30,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 
 use super::RedisConfig;
 use super::url::{redact_url, scrub};
-use crate::engine::{Review, ReviewError, ReviewStatus, ReviewStore};
+use crate::engine::{Review, ReviewError, ReviewStatus, ReviewStore, ReviewVerdict};
 
 /// How long a pending review is kept after its creation (30 days).
 pub const PENDING_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -104,6 +103,22 @@ end
 return out
 "#;
 
+/// KEYS: ids, pending; ARGV: review key prefix, limit. The newest `limit` ids with their JSON
+/// (ids whose review expired are dropped from the indexes and answered with an empty text).
+const RECENT_SCRIPT: &str = r#"
+local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i, id in ipairs(ids) do
+  local text = redis.call('GET', ARGV[1] .. id)
+  if not text then
+    redis.call('ZREM', KEYS[1], id); redis.call('ZREM', KEYS[2], id)
+    text = ''
+  end
+  out[i] = {id, text}
+end
+return out
+"#;
+
 /// One page of reviews (see [`RedisReviewStore::page`]).
 #[derive(Debug, Clone, Default)]
 pub struct ReviewPage {
@@ -128,6 +143,7 @@ pub struct RedisReviewStore {
     get_by_fp: redis::Script,
     cas: redis::Script,
     page: redis::Script,
+    recent: redis::Script,
     con: Mutex<Option<redis::Connection>>,
     /// Whether a connection was tried: the first may take one connect (the timeout, at least
     /// 1 s), later ones the timeout.
@@ -162,6 +178,7 @@ impl RedisReviewStore {
             get_by_fp: redis::Script::new(GET_BY_FP),
             cas: redis::Script::new(COMPARE_AND_SET),
             page: redis::Script::new(PAGE_SCRIPT),
+            recent: redis::Script::new(RECENT_SCRIPT),
             con: Mutex::new(None),
             connecting: Mutex::new(None),
             tried: std::sync::atomic::AtomicBool::new(false),
@@ -280,6 +297,23 @@ impl RedisReviewStore {
                 .collect(),
             next,
         })
+    }
+
+    /// The newest `limit` reviews (any status), newest first: one round trip.
+    pub fn recent(&self, limit: usize) -> Result<Vec<Review>, ReviewError> {
+        let raw: Vec<(String, String)> = self.with(|con| {
+            self.recent
+                .key(self.key("ids", ""))
+                .key(self.key("pending", ""))
+                .arg(self.key("r:", ""))
+                .arg(limit.max(1))
+                .invoke::<Vec<(String, String)>>(con)
+        })?;
+        Ok(raw
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .filter_map(|(_, text)| serde_json::from_str::<Review>(&text).ok())
+            .collect())
     }
 
     /// The ids of the index from `min` to `max` (lex), at most `limit`.
@@ -426,16 +460,15 @@ impl ReviewStore for RedisReviewStore {
         })
     }
 
-    fn decide(
-        &self,
-        id: &str,
-        status: ReviewStatus,
-        at: DateTime<Utc>,
-    ) -> Result<Review, ReviewError> {
+    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
         for _ in 0..DECIDE_ATTEMPTS {
             let (old, current) = self.find(id)?;
-            let mut next = current;
-            next.set_decision(status, at)?;
+            let mut next = current.clone();
+            // A verdict that loses to a due expiry still writes the expiry's decision.
+            let outcome = next.set_decision(verdict);
+            if next == current {
+                return outcome.map(|()| next);
+            }
             let new = to_json(&next)?;
             let ttl = if next.status == ReviewStatus::Pending {
                 PENDING_TTL_SECS
@@ -454,7 +487,7 @@ impl ReviewStore for RedisReviewStore {
                     .invoke::<i64>(con)
             })?;
             if swapped == 1 {
-                return Ok(next);
+                return outcome.map(|()| next);
             }
         }
         Err(self.error(format!(

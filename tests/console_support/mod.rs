@@ -1,0 +1,4 @@
+//! Support for the console tests.
+#![allow(dead_code)]
+
+pub mod cdp;
