@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::engine::{Enduser, FileReviewStore, GovernanceEngine};
-use crate::mcp::{PinFile, ProxyConfig, ToolsFile, Upstream, run_proxy};
+use crate::mcp::{PinFile, ProxyConfig, SealKey, TokenFile, ToolsFile, Upstream, run_proxy};
 
 /// The long help of `toolgate mcp-proxy`.
 pub const LONG_ABOUT: &str = "Govern an MCP server: toolgate sits between an MCP client (which starts it as its \
@@ -92,6 +92,25 @@ pub struct McpProxyArgs {
     /// Connect to an upstream server over streamable HTTP instead, e.g. http://127.0.0.1:3001/mcp.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub upstream: Option<String>,
+    /// Serve MCP over streamable HTTP at http://ADDR/mcp to any number of clients (instead of
+    /// one client on stdin/stdout); needs --token-file. Port 0 picks a free port (printed).
+    #[arg(long, value_name = "ADDR", requires = "token_file")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// With --listen: who may call. JSON {"tokens":[{"sha256","agentId","enduser"?,"agentTags"?}]};
+    /// the agent and end user of a call come from its bearer token.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub token_file: Option<PathBuf>,
+    /// With --listen: an allowed `Origin` (repeat for several); other origins get 403.
+    #[arg(long, value_name = "ORIGIN", requires = "listen")]
+    pub allow_origin: Vec<String>,
+    /// With --listen: a 2026-07-28 run (or 2025-11-25 session) without requests for this long
+    /// ends.
+    #[arg(long, value_name = "SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub run_idle_secs: u64,
+    /// The key sealing `requestState` of approvals asked of 2026-07-28 clients (at least 32
+    /// bytes; share it between replicas). Default: random per process.
+    #[arg(long, value_name = "FILE")]
+    pub request_state_key: Option<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -201,6 +220,13 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             Ok(e) => e,
             Err(e) => return fail(e),
         };
+        let request_state_key = match &args.request_state_key {
+            Some(p) => match SealKey::load(p) {
+                Ok(k) => k,
+                Err(e) => return fail(e),
+            },
+            None => SealKey::random(),
+        };
         let config = ProxyConfig {
             engine,
             agent_id: args.agent_id,
@@ -211,8 +237,30 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             state_url: args.state.shown(),
             max_message_bytes: usize::try_from(args.max_message_bytes).unwrap_or(usize::MAX),
             approval_timeout: std::time::Duration::from_secs(args.approval_timeout),
+            agent_tags: Vec::new(),
+            run_id: None,
+            request_state_key,
         };
-        let result = run_proxy(config, upstream, tokio::io::stdin(), tokio::io::stdout()).await;
+        let result = match (args.listen, &args.token_file) {
+            #[cfg(feature = "http")]
+            (Some(addr), Some(file)) => {
+                let tokens = match TokenFile::load(file) {
+                    Ok(t) => t,
+                    Err(e) => return fail(e),
+                };
+                let listen = crate::mcp::ListenConfig {
+                    addr,
+                    tokens,
+                    allow_origins: args.allow_origin.clone(),
+                    run_idle: std::time::Duration::from_secs(args.run_idle_secs),
+                    max_body_bytes: crate::mcp::DEFAULT_MAX_BODY_BYTES,
+                };
+                crate::mcp::serve(config, upstream, listen).await
+            }
+            #[cfg(not(feature = "http"))]
+            (Some(_), _) => return fail("--listen needs toolgate built with the `http` feature"),
+            _ => run_proxy(config, upstream, tokio::io::stdin(), tokio::io::stdout()).await,
+        };
         super::otel::finish(otel, "mcp-proxy").await;
         match result {
             Ok(exit) => ExitCode::from(exit.code()),

@@ -68,6 +68,14 @@ impl Gateway {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
+        let modern = super::mrtr::is_modern(&msg);
+        let ours = params
+            .and_then(|p| p.get("inputResponses"))
+            .and_then(|r| r.get(super::mrtr::APPROVAL_KEY))
+            .is_some();
+        if modern && ours {
+            return self.retry_with_state(&run, req, call, msg, cancel).await;
+        }
         let d = decide(&run, call.clone(), meta("traceparent"), meta("tracestate")).await;
         match d.effect {
             EffectType::Allow => {
@@ -83,7 +91,10 @@ impl Gateway {
                 let review = d.hitl.as_ref().map(|h| h.review_id.clone());
                 *self.paused.lock() = review.clone();
                 match review {
-                    Some(review) if self.elicitation.load(Ordering::Acquire) => {
+                    Some(review) if modern && super::mrtr::can_elicit(&msg) => {
+                        self.input_required(&run, &req, &call, &d, &review).await;
+                    }
+                    Some(review) if !modern && self.elicitation.load(Ordering::Acquire) => {
                         let asked = Asked {
                             call: &call,
                             decision: &d,
@@ -112,7 +123,7 @@ impl Gateway {
     }
 
     /// Forwards an allowed call; one cancelled while it was decided is recorded as cancelled.
-    async fn forward_or_cancel(
+    pub(crate) async fn forward_or_cancel(
         &self,
         run: &Run,
         req: ClientReq,
@@ -220,29 +231,11 @@ impl Gateway {
         if cancel.cancelled.load(Ordering::Acquire) {
             return;
         }
-        let message = format!(
-            "toolgate: approve the call of tool \"{}\" with arguments {}?\nRule {}: {}",
-            call.name,
-            serde_json::to_string(&call.args).unwrap_or_default(),
-            d.rule_id.as_deref().unwrap_or("-"),
-            d.reason.as_deref().unwrap_or("needs human approval"),
-        );
         let (ask_id, rx) = self
             .ask(json!({
                 "jsonrpc": "2.0",
                 "method": "elicitation/create",
-                "params": {
-                    "message": message,
-                    "requestedSchema": {
-                        "type": "object",
-                        "properties": {"approve": {
-                            "type": "boolean",
-                            "title": "Approve",
-                            "description": format!("Let tool \"{}\" run with these arguments", call.name),
-                        }},
-                        "required": ["approve"],
-                    },
-                },
+                "params": {"message": question(call, d), "requestedSchema": approve_schema(call)},
             }))
             .await;
         enum Got {
@@ -313,6 +306,30 @@ impl Gateway {
             self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
         }
     }
+}
+
+/// The question asking a human to approve a call.
+pub(crate) fn question(call: &ToolCall, d: &Decision) -> String {
+    format!(
+        "toolgate: approve the call of tool \"{}\" with arguments {}?\nRule {}: {}",
+        call.name,
+        serde_json::to_string(&call.args).unwrap_or_default(),
+        d.rule_id.as_deref().unwrap_or("-"),
+        d.reason.as_deref().unwrap_or("needs human approval"),
+    )
+}
+
+/// The schema of the answer: one boolean `approve`.
+pub(crate) fn approve_schema(call: &ToolCall) -> Value {
+    json!({
+        "type": "object",
+        "properties": {"approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": format!("Let tool \"{}\" run with these arguments", call.name),
+        }},
+        "required": ["approve"],
+    })
 }
 
 /// Decides a call; with OpenTelemetry on, a W3C `traceparent` from the request's `_meta` is the

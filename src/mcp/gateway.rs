@@ -235,8 +235,14 @@ impl Gateway {
             .agent_id
             .clone()
             .unwrap_or_else(|| format!("mcp:{}", server_name.unwrap_or("unknown")));
-        let mut ctx = RunContext::new(uuid::Uuid::now_v7().to_string(), agent);
+        let run_id = self
+            .cfg
+            .run_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let mut ctx = RunContext::new(run_id, agent);
         ctx.enduser = self.cfg.enduser.clone();
+        ctx.agent_tags = self.cfg.agent_tags.clone();
         let run = self.cfg.engine.start_run(ctx);
         *g = Some(run.clone());
         run

@@ -123,6 +123,55 @@ pub(crate) async fn connect(url: String, max: usize) -> Result<Link, ProxyError>
     })
 }
 
+/// The headers of a 2026-07-28 request (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`),
+/// from its body; none for older revisions (their version header comes from `initialize`).
+fn modern_headers(msg: &Frame) -> Vec<(&'static str, String)> {
+    let version = msg
+        .pointer("/params/_meta")
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str);
+    let (Some(v), Some(method)) = (version, msg.get("method").and_then(Value::as_str)) else {
+        return Vec::new();
+    };
+    let mut h = vec![(VERSION, v.to_string()), ("mcp-method", method.to_string())];
+    let name = match method {
+        "tools/call" | "prompts/get" => msg.pointer("/params/name"),
+        "resources/read" => msg.pointer("/params/uri"),
+        _ => None,
+    };
+    if let Some(n) = name.and_then(Value::as_str) {
+        let plain = !n.is_empty()
+            && n.bytes().all(|b| (0x20..0x7f).contains(&b))
+            && n.trim() == n
+            && !(n.starts_with("=?base64?") && n.ends_with("?="));
+        let value = if plain {
+            n.to_string()
+        } else {
+            format!("=?base64?{}?=", base64(n.as_bytes()))
+        };
+        h.push(("mcp-name", value));
+    }
+    h
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 impl Http {
     fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
         let mut req = self.client.request(method, &self.url);
@@ -177,16 +226,17 @@ impl Http {
 
     async fn post(&self, msg: Frame) {
         let body = msg.to_bytes();
-        let sent = self
+        let mut req = self
             .request(reqwest::Method::POST)
             .header(
                 reqwest::header::ACCEPT,
                 "application/json, text/event-stream",
             )
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await;
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        for (k, v) in modern_headers(&msg) {
+            req = req.header(k, v);
+        }
+        let sent = req.body(body).send().await;
         let resp = match sent {
             Ok(r) => r,
             Err(e) => {

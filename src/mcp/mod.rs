@@ -14,9 +14,16 @@ mod frame;
 mod gateway;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod hub;
 mod jsonrpc;
+#[cfg(feature = "http")]
+mod listen;
+mod mrtr;
 mod pins;
 mod relay;
+mod seal;
+mod tokens;
 mod tools;
 mod transport;
 
@@ -27,7 +34,11 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, blocked_result};
+#[cfg(feature = "http")]
+pub use listen::{DEFAULT_MAX_BODY_BYTES, DEFAULT_RUN_IDLE, HEADER_MISMATCH, ListenConfig, serve};
 pub use pins::{Pin, PinCheck, PinError, PinFile, definition_hash};
+pub use seal::SealKey;
+pub use tokens::{Identity, TokenFile, TokenFileError, token_sha256};
 pub use tools::{ToolsFile, ToolsFileError};
 
 use crate::engine::{Enduser, GovernanceEngine};
@@ -42,7 +53,7 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long the upstream child may take to exit once its stdin is closed, before it is killed.
-const CHILD_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const CHILD_GRACE: Duration = Duration::from_secs(3);
 
 /// Where the upstream server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +74,7 @@ pub enum Upstream {
 }
 
 /// The gateway's configuration.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ProxyConfig {
     /// The engine deciding the calls (with its review store and audit trail).
     pub engine: GovernanceEngine,
@@ -83,8 +94,15 @@ pub struct ProxyConfig {
     /// The largest message accepted from either side (a larger one is answered with −32603
     /// naming the limit).
     pub max_message_bytes: usize,
-    /// How long an approval question (`elicitation/create`) waits before the call is denied.
+    /// How long an approval question (`elicitation/create`) waits before the call is denied;
+    /// also how long a sealed `requestState` (2026-07-28) stays valid.
     pub approval_timeout: Duration,
+    /// The agent's tags.
+    pub agent_tags: Vec<String>,
+    /// The run id (default: a fresh UUID v7 per session).
+    pub run_id: Option<String>,
+    /// The key sealing `requestState` of `input_required` results (2026-07-28 clients).
+    pub request_state_key: SealKey,
 }
 
 /// How a gateway session ended.
@@ -154,16 +172,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let max = config.max_message_bytes;
-    let mut link = match &upstream {
-        Upstream::Command { program, args } => {
-            transport::spawn_child(program, args, max).map_err(|e| ProxyError::Spawn {
-                program: program.clone(),
-                message: e.to_string(),
-            })?
-        }
-        #[cfg(feature = "http")]
-        Upstream::Http { url } => http::connect(url.clone(), max).await?,
-    };
+    let mut link = connect_upstream(&upstream, max).await?;
     let engine = config.engine.clone();
     let (client_tx, client_out_rx) = transport::queue();
     let client_writer = transport::spawn_writer(client_out, client_out_rx, "client");
@@ -231,9 +240,26 @@ where
     Ok(exit)
 }
 
+/// Starts (stdio) or connects to (HTTP) the upstream server.
+pub(crate) async fn connect_upstream(
+    upstream: &Upstream,
+    max: usize,
+) -> Result<transport::Link, ProxyError> {
+    Ok(match upstream {
+        Upstream::Command { program, args } => {
+            transport::spawn_child(program, args, max).map_err(|e| ProxyError::Spawn {
+                program: program.clone(),
+                message: e.to_string(),
+            })?
+        }
+        #[cfg(feature = "http")]
+        Upstream::Http { url } => http::connect(url.clone(), max).await?,
+    })
+}
+
 /// The first SIGINT or SIGTERM (its number); never on other platforms, or when the handlers
 /// cannot be installed.
-async fn signal() -> i32 {
+pub(crate) async fn signal() -> i32 {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -51,7 +51,7 @@ struct RawEntry {
     ignore_hints: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     glob: GlobMatcher,
     tags: Vec<String>,
@@ -60,7 +60,7 @@ struct Entry {
 
 /// A compiled tools file: `{"tools": {"<glob>": {"tags": [...], "ignoreHints"?: bool}},
 /// "hide": ["<glob>"]}`. Globs match tool names case-insensitively.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ToolsFile {
     entries: Vec<Entry>,
     hide: Vec<GlobMatcher>,

@@ -1,0 +1,300 @@
+//! One client of the shared gateway: a [`Gateway`] (the §7 relay, its run, its decisions), and
+//! the routing of what that gateway sends the client onto HTTP responses — each answer to the
+//! POST that asked (with the client's own id again), anything else onto an open stream.
+//!
+//! Client ids are replaced by the session's own numbers before the gateway sees them: many
+//! HTTP clients may share one session (2026-07-28 clients of one token or run id), and their ids
+//! may coincide.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::task::AbortHandle;
+
+use super::super::ProxyConfig;
+use super::super::frame::Frame;
+use super::super::gateway::Gateway;
+use super::super::hub::Hub;
+use super::super::jsonrpc::{self, Kind};
+use super::super::transport::{self, Incoming, Receiver};
+
+/// An answer waited for by a POST.
+struct Waiter {
+    tx: UnboundedSender<Frame>,
+    /// The client's id (JSON text).
+    id: Box<str>,
+    /// A 2026-07-28 request (results carry `resultType`).
+    modern: bool,
+}
+
+/// A `subscriptions/listen` stream.
+struct Listener {
+    tx: UnboundedSender<Frame>,
+    /// The listen request's id (JSON value), the subscription id.
+    id: Value,
+    /// Notification methods the client opted in to.
+    methods: Vec<&'static str>,
+}
+
+#[derive(Default)]
+struct Routes {
+    waiters: Mutex<HashMap<u64, Waiter>>,
+    /// Streams that may carry messages not answering a request (2025-11-25): open POST streams
+    /// by their request's number, the GET stream as 0. The latest is used.
+    side: Mutex<Vec<(u64, UnboundedSender<Frame>)>>,
+    listeners: Mutex<Vec<Listener>>,
+}
+
+/// A client session (2025-11-25: one `MCP-Session-Id`; 2026-07-28: one run id or token).
+pub(crate) struct Session {
+    /// The token (index in the token file) that opened it.
+    pub(crate) token: usize,
+    pub(crate) gw: Arc<Gateway>,
+    sid: u64,
+    hub: Arc<Hub>,
+    next: AtomicU64,
+    routes: Arc<Routes>,
+    started: Instant,
+    /// Milliseconds since `started` of the last request.
+    last_used: AtomicU64,
+    tasks: Vec<AbortHandle>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// A POST waiting for its answer; dropped before the answer came (the client went away), it
+/// cancels the request.
+pub(crate) struct Pending {
+    session: Arc<Session>,
+    n: u64,
+    pub(crate) rx: UnboundedReceiver<Frame>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let s = &self.session;
+        s.routes.side.lock().retain(|(k, _)| *k != self.n);
+        if s.routes.waiters.lock().remove(&self.n).is_some() && !s.is_closed() {
+            let gw = s.gw.clone();
+            let n = self.n;
+            tokio::spawn(async move {
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": n, "reason": "the client closed the response stream"}});
+                gw.on_client(Incoming::Frame(note.into())).await;
+            });
+        }
+    }
+}
+
+impl Session {
+    /// Opens a session with its own gateway (configured for its token) on the shared upstream.
+    pub(crate) fn open(cfg: ProxyConfig, hub: &Arc<Hub>, token: usize) -> Arc<Session> {
+        let (client_tx, client_rx) = transport::queue();
+        let (up_tx, up_rx) = transport::queue();
+        let gw = Arc::new(Gateway::new(cfg, client_tx, up_tx));
+        let (sid, mut inbound) = hub.attach(up_rx);
+        let g = gw.clone();
+        let up = tokio::spawn(async move {
+            while let Some(m) = inbound.recv().await {
+                g.on_upstream(m.value).await;
+            }
+        });
+        let routes = Arc::new(Routes::default());
+        let pump = tokio::spawn(pump(client_rx, routes.clone()));
+        Arc::new(Session {
+            token,
+            gw,
+            sid,
+            hub: hub.clone(),
+            next: AtomicU64::new(1),
+            routes,
+            started: Instant::now(),
+            last_used: AtomicU64::new(0),
+            tasks: vec![up.abort_handle(), pump.abort_handle()],
+            closed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_used.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long since the last request, when none is in flight.
+    pub(crate) fn idle_for(&self) -> Option<std::time::Duration> {
+        if !self.routes.waiters.lock().is_empty() {
+            return None;
+        }
+        let last = std::time::Duration::from_millis(self.last_used.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(last))
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends a client request to the gateway under a fresh number; its answer (and, with
+    /// `side`, other messages for the client) arrive on the returned [`Pending`].
+    pub(crate) async fn request(self: &Arc<Self>, msg: Frame, modern: bool, side: bool) -> Pending {
+        self.touch();
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = unbounded_channel();
+        let id: Box<str> = msg
+            .id_text()
+            .map(|t| t.as_ref().into())
+            .unwrap_or("null".into());
+        if side {
+            self.routes.side.lock().push((n, tx.clone()));
+        }
+        self.routes
+            .waiters
+            .lock()
+            .insert(n, Waiter { tx, id, modern });
+        let pending = Pending {
+            session: self.clone(),
+            n,
+            rx,
+        };
+        self.gw
+            .on_client(Incoming::Frame(msg.with_id(&n.to_string())))
+            .await;
+        pending
+    }
+
+    /// A message that is not a request (a notification, or an answer to the gateway's
+    /// question).
+    pub(crate) async fn message(&self, msg: Frame) {
+        self.touch();
+        self.gw.on_client(Incoming::Frame(msg)).await;
+    }
+
+    /// A GET stream (2025-11-25): messages the gateway starts on its own.
+    pub(crate) fn get_stream(&self) -> UnboundedReceiver<Frame> {
+        let (tx, rx) = unbounded_channel();
+        let mut side = self.routes.side.lock();
+        side.retain(|(k, _)| *k != 0);
+        side.insert(0, (0, tx));
+        rx
+    }
+
+    /// A `subscriptions/listen` stream: the acknowledgment first, then the notifications the
+    /// client opted in to (of those the upstream sends).
+    pub(crate) fn listen(&self, id: Value, params: Option<&Value>) -> UnboundedReceiver<Frame> {
+        let (tx, rx) = unbounded_channel();
+        let want = params.and_then(|p| p.get("notifications"));
+        let on = |k: &str| want.and_then(|w| w.get(k)).and_then(Value::as_bool) == Some(true);
+        let mut methods = Vec::new();
+        let mut acked = serde_json::Map::new();
+        for (k, m) in [
+            ("toolsListChanged", "notifications/tools/list_changed"),
+            ("promptsListChanged", "notifications/prompts/list_changed"),
+            (
+                "resourcesListChanged",
+                "notifications/resources/list_changed",
+            ),
+        ] {
+            if on(k) {
+                methods.push(m);
+                acked.insert(k.into(), Value::Bool(true));
+            }
+        }
+        let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}, "notifications": acked}});
+        let _ = tx.send(ack.into());
+        self.routes
+            .listeners
+            .lock()
+            .push(Listener { tx, id, methods });
+        rx
+    }
+
+    /// Ends the session: requests in flight are recorded as "client gone", the run ends with
+    /// `status`, the gateway and its tasks stop.
+    pub(crate) async fn close(&self, status: &str) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.gw.client_gone().await;
+        self.gw.end_run(status).await;
+        self.gw.close();
+        self.hub.detach(self.sid);
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.routes.waiters.lock().clear();
+        self.routes.side.lock().clear();
+        self.routes.listeners.lock().clear();
+    }
+}
+
+/// Routes what the gateway sends the client.
+async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
+    while let Some(item) = rx.recv().await {
+        let f = item.value;
+        match jsonrpc::kind(&f) {
+            Kind::Response => {
+                let n = f.get("id").and_then(Value::as_u64);
+                let w = n.and_then(|n| routes.waiters.lock().remove(&n));
+                let Some(w) = w else {
+                    tracing::debug!("client: dropped an answer no request waits for");
+                    continue;
+                };
+                if let Some(n) = n {
+                    routes.side.lock().retain(|(k, _)| *k != n);
+                }
+                let mut f = f.with_id(&w.id);
+                if w.modern {
+                    complete(&mut f);
+                }
+                let _ = w.tx.send(f);
+            }
+            Kind::Notification(m) if m.ends_with("/list_changed") => {
+                let mut sent = false;
+                for l in routes.listeners.lock().iter() {
+                    if l.methods.contains(&m) {
+                        let mut n = f.clone();
+                        if let Some(p) = n.msg_mut().as_object_mut() {
+                            let params = p.entry("params").or_insert_with(|| json!({}));
+                            if let Some(params) = params.as_object_mut() {
+                                let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                                meta["io.modelcontextprotocol/subscriptionId"] = l.id.clone();
+                            }
+                        }
+                        sent |= l.tx.send(n).is_ok();
+                    }
+                }
+                routes.listeners.lock().retain(|l| !l.tx.is_closed());
+                if !sent {
+                    side(&routes, f);
+                }
+            }
+            _ => side(&routes, f),
+        }
+    }
+}
+
+/// A message for the client that answers no request: onto its latest open stream.
+fn side(routes: &Routes, f: Frame) {
+    let mut s = routes.side.lock();
+    s.retain(|(_, tx)| !tx.is_closed());
+    match s.last() {
+        Some((_, tx)) => {
+            let _ = tx.send(f);
+        }
+        None => tracing::debug!("client: no open stream for a message of the gateway's"),
+    }
+}
+
+/// A 2026-07-28 result carries `resultType` (`complete` unless it says otherwise).
+fn complete(f: &mut Frame) {
+    if f.get("result")
+        .is_some_and(|r| r.is_object() && r.get("resultType").is_none())
+        && let Some(r) = f.msg_mut().get_mut("result").and_then(Value::as_object_mut)
+    {
+        r.insert("resultType".into(), Value::String("complete".into()));
+    }
+}

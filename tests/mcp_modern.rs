@@ -1,0 +1,227 @@
+//! Protocol 2026-07-28 downstream of `toolgate mcp-proxy --listen` (in front of the fixture
+//! server, which speaks 2025-11-25 and is initialized once by the gateway): stateless requests,
+//! `server/discover`, `resultType`, the `Mcp-Method`/`Mcp-Name` header checks, runs per
+//! `_meta` run id, and approvals through `input_required` with a sealed `requestState`.
+#![cfg(all(feature = "mcp", feature = "http"))]
+
+mod mcp_client;
+mod mcp_http_client;
+
+use mcp_client::{Setup, fixture, read_events};
+use mcp_http_client::{Client, Gateway, code, text, token_file};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-test-key";
+
+fn start(setup: &Setup) -> Gateway {
+    let key = setup.path("state.key");
+    std::fs::write(&key, KEY).unwrap();
+    let mut args = setup.args();
+    args.extend(
+        [
+            "--token-file",
+            &token_file(setup.dir.path()).display().to_string(),
+            "--request-state-key",
+            &key.display().to_string(),
+        ]
+        .map(String::from),
+    );
+    Gateway::start(&args, &[fixture()], &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_requests_discover_and_header_checks() {
+    let setup = Setup::new();
+    let gw = start(&setup);
+    let c = Client::new(&gw.url, "tok-alice", true);
+    let d = c.request("server/discover", json!({})).await;
+    assert_eq!(d.status, 200);
+    let r = &d.answer()["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert!(
+        r["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "fixture"
+    );
+    // No initialize, no session: a call right away, its result `complete`.
+    let a = c.call("echo", json!({"text": "hi"})).await;
+    assert_eq!(a["result"]["resultType"], "complete");
+    assert_eq!(a["result"]["structuredContent"]["echo"], "hi");
+    let tools = c.request("tools/list", json!({})).await;
+    assert_eq!(tools.answer()["result"]["resultType"], "complete");
+    // Headers that do not match the body: −32020, HTTP 400.
+    let body = c
+        .body(
+            9,
+            "tools/call",
+            json!({"name": "delete_note", "arguments": {"id": "x"}}),
+        )
+        .to_string();
+    for extra in [
+        [("mcp-name", "echo")],
+        [("mcp-method", "tools/list")],
+        [("mcp-protocol-version", "2025-11-25")],
+    ] {
+        let r = c.post(&body, &extra).await;
+        assert_eq!(r.status, 400, "{extra:?}");
+        assert_eq!(r.answer()["error"]["code"], -32020, "{extra:?}");
+    }
+    // Base64-encoded names are decoded before the comparison.
+    let r = c
+        .post(
+            &c.body(
+                10,
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "b"}}),
+            )
+            .to_string(),
+            &[("mcp-name", "=?base64?ZWNobw==?=")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    gw.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_id_in_meta_names_the_run() {
+    let setup = Setup::new();
+    let gw = start(&setup);
+    let mut c = Client::new(&gw.url, "tok-bob", true);
+    c.run = Some("run-from-client-1".into());
+    c.call("echo", json!({"text": "1"})).await;
+    c.call("echo", json!({"text": "2"})).await;
+    let other = Client::new(&gw.url, "tok-bob", true);
+    other.call("echo", json!({"text": "3"})).await;
+    assert!(gw.stop().success());
+    let events = read_events(&setup.path("audit"));
+    let runs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "run.started")
+        .map(|e| &e["runId"])
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.contains(&&json!("run-from-client-1")));
+    let calls_in_run = events
+        .iter()
+        .filter(|e| e["runId"] == "run-from-client-1" && e["kind"] == "tool.decision")
+        .count();
+    assert!(calls_in_run >= 2, "{calls_in_run}");
+}
+
+fn seal(payload: &Value) -> String {
+    // The gateway's format: v1.<hex payload>.<hex HMAC-SHA256 over "v1.<hex payload>">.
+    let signed = format!("v1.{}", hex::encode(payload.to_string()));
+    let mut k = [0u8; 64];
+    k[..KEY.len()].copy_from_slice(KEY);
+    let (mut ipad, mut opad) = ([0x36u8; 64], [0x5cu8; 64]);
+    for i in 0..64 {
+        ipad[i] ^= k[i];
+        opad[i] ^= k[i];
+    }
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(signed.as_bytes())
+        .finalize();
+    let mac = Sha256::new()
+        .chain_update(opad)
+        .chain_update(inner)
+        .finalize();
+    format!("{signed}.{}", hex::encode(mac))
+}
+
+/// Sends a call and its retry with `state` and an answer; the retry's answer.
+async fn retry(c: &Client, args: &Value, state: &str, approve: bool) -> Value {
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "publish", "arguments": args, "requestState": state,
+                   "inputResponses": {"dev.toolgate/approval": {"action": "accept", "content": {"approve": approve}}}}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    r.answer().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_through_input_required_and_bad_states_rejected() {
+    let setup = Setup::new();
+    let gw = start(&setup);
+    let mut c = Client::new(&gw.url, "tok-alice", true);
+    c.elicitation = true;
+    c.run = Some("hitl-run".into());
+    let args = json!({"id": "n1"});
+    let first = c.call("publish", args.clone()).await;
+    let r = &first["result"];
+    assert_eq!(r["resultType"], "input_required", "{first}");
+    let ask = &r["inputRequests"]["dev.toolgate/approval"];
+    assert_eq!(ask["method"], "elicitation/create");
+    assert!(
+        ask["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("publish")
+    );
+    let state = r["requestState"].as_str().unwrap().to_string();
+    // Tampered: one character of the payload changed.
+    let mut t = state.clone().into_bytes();
+    t[4] = if t[4] == b'7' { b'6' } else { b'7' };
+    let tampered = retry(&c, &args, &String::from_utf8(t).unwrap(), true).await;
+    assert_eq!(code(&tampered), "BLOCKED_REQUEST_STATE", "{tampered}");
+    // For another call: mismatched.
+    let other = retry(&c, &json!({"id": "n2"}), &state, true).await;
+    assert_eq!(code(&other), "BLOCKED_REQUEST_STATE", "{other}");
+    // Another principal (bob's token, the same agent, run and call): mismatched.
+    let mut bob = Client::new(&gw.url, "tok-bob", true);
+    bob.elicitation = true;
+    bob.run = Some("hitl-run".into());
+    let stolen = retry(&bob, &args, &state, true).await;
+    assert_eq!(code(&stolen), "BLOCKED_REQUEST_STATE", "{stolen}");
+    // Expired: a correctly sealed state whose time is past.
+    let payload: Value =
+        serde_json::from_slice(&hex::decode(state.split('.').nth(1).unwrap()).unwrap()).unwrap();
+    let mut old = payload.clone();
+    old["e"] = json!(1_000);
+    let expired = retry(&c, &args, &seal(&old), true).await;
+    assert_eq!(code(&expired), "BLOCKED_REQUEST_STATE", "{expired}");
+    assert!(text(&expired).contains("expired"), "{expired}");
+    // The real state, approved: the call runs.
+    let ok = retry(&c, &args, &state, true).await;
+    assert_eq!(text(&ok), "published \"n1\"", "{ok}");
+    assert_eq!(ok["result"]["resultType"], "complete");
+    // Replayed: the review is resolved already.
+    let replay = retry(&c, &args, &state, true).await;
+    assert_eq!(code(&replay), "BLOCKED_REQUEST_STATE", "{replay}");
+    assert!(text(&replay).contains("replayed"), "{replay}");
+    // Denied through input_required.
+    let args2 = json!({"id": "n3"});
+    let again = c.call("publish", args2.clone()).await;
+    let state2 = again["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let denied = retry(&c, &args2, &state2, false).await;
+    assert_eq!(code(&denied), "BLOCKED_HITL_DENIED", "{denied}");
+    assert!(gw.stop().success());
+    let events = read_events(&setup.path("audit"));
+    let errors: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "error")
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.len() >= 5, "{errors:?}");
+    for why in [
+        "forged",
+        "another call",
+        "another agent",
+        "expired",
+        "replayed",
+    ] {
+        assert!(errors.iter().any(|m| m.contains(why)), "{why}: {errors:?}");
+    }
+}
