@@ -177,20 +177,11 @@ pub(super) const MIN_PREFIXED: usize = 15;
 /// and hex strings never reach that (≤ 4 bits per character).
 pub(crate) fn secret_key(s: &[u8]) -> bool {
     // Only tokens of MIN_PREFIXED or more bytes can match. Invariant: `i` is 0 or follows a
-    // byte that is not a token byte. A token that long starting in i..=i+14 covers the
-    // window's last eight bytes: when `not_token_mask` marks one of them, none starts at or
-    // before the last marked one, and the search resumes after it (in ordinary text, a
-    // window's last eight bytes hold a space or a line break: two thirds of a window are
-    // passed over with one look).
+    // byte that is not a token byte. A token that long starting in i..=i+14 covers i+14: when
+    // that byte is not a token byte the whole window is skipped with one look.
     let mut i = 0;
     while i + MIN_PREFIXED <= s.len() {
         let probe = i + MIN_PREFIXED - 1;
-        let marked = not_token_mask(word_at(s, probe - 7));
-        if marked != 0 {
-            // The highest marked byte is byte 7 - lz / 8 of the word, which ends at `probe`.
-            i = probe + 1 - (marked.leading_zeros() / 8) as usize;
-            continue;
-        }
         if !token_char(s[probe]) {
             i = probe + 1;
             continue;
@@ -206,25 +197,6 @@ pub(crate) fn secret_key(s: &[u8]) -> bool {
         i = end + 1;
     }
     false
-}
-
-/// The eight bytes from `at` (the caller checks `at + 8 <= s.len()`), little-endian.
-#[inline(always)]
-fn word_at(s: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&s[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-/// The bytes of `x` that are certainly not token bytes, as the high bit of each: those below
-/// `+` (controls, space, `!"#$%&'()*`) and non-ASCII ones. Exact per byte (no carries).
-#[inline(always)]
-pub(super) fn not_token_mask(x: u64) -> u64 {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = LO * 0x80;
-    // Per byte, (b & 0x7f) + (0x80 - 0x2B) has its high bit set iff (b & 0x7f) >= 0x2B.
-    let at_least_plus = (x & !HI) + LO * (0x80 - 0x2B);
-    (!at_least_plus | x) & HI
 }
 
 pub(super) fn secret_token(t: &[u8]) -> bool {

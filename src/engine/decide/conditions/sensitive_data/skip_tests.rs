@@ -255,27 +255,3 @@ fn exact_cases() {
     assert!(!secrets::secret_key(b"an ordinary sentence with words"));
     assert!(!secrets::secret_key(b"abcdefghijklmn 0123456789abcd")); // 14 + 14
 }
-
-/// The word-at-a-time mask marks exactly the bytes below `+` and the non-ASCII ones, at any
-/// position, whatever their neighbours (no carries between bytes), and never a token byte.
-#[test]
-fn the_not_token_mask_is_exact_per_byte() {
-    for b in 0..=255u8 {
-        for pos in 0..8 {
-            for fill in [b'a', 0x00, 0x2A, 0x2B, 0x7F, 0x80, 0xFF] {
-                let mut w = [fill; 8];
-                w[pos] = b;
-                let m = secrets::not_token_mask(u64::from_le_bytes(w));
-                for (k, &x) in w.iter().enumerate() {
-                    let marked = m >> (8 * k + 7) & 1 == 1;
-                    assert_eq!(marked, !(0x2B..0x80).contains(&x), "byte {x:#x} at {k}");
-                    assert!(
-                        !(marked && secrets::token_char(x)),
-                        "token byte {x:#x} marked"
-                    );
-                }
-                assert_eq!(m & !0x8080_8080_8080_8080, 0);
-            }
-        }
-    }
-}
