@@ -198,7 +198,8 @@ class Decision {
   }
   /** The decision as the Rust `Decision` serialises it: `evaluated`, `signals`, `hitl`, …. */
   toJSON() {
-    const text = this[kFull] ?? this[kRun].decisionJson(this[kSeq])
+    if (this[kFull] !== undefined) return this[kFull]
+    const text = this[kRun].decisionJson(this[kSeq])
     return text == null ? { ...this } : JSON.parse(text)
   }
 }
@@ -275,7 +276,9 @@ class Run {
       return Promise.reject(translate(e))
     }
     // Not an async function: a decision made at once is one resolved promise, no more.
-    return r instanceof Promise ? r.then((d) => new Decision(d, n)) : Promise.resolve(new Decision(r, n))
+    return r instanceof Promise
+      ? r.then((d) => new Decision(JSON.parse(d), n))
+      : Promise.resolve(new Decision(JSON.parse(r), n))
   }
 
   /**
@@ -294,7 +297,7 @@ class Run {
       ),
     )
     const d = r instanceof Promise ? await r : r
-    return d == null ? null : new Decision(d, this[kNative])
+    return d == null ? null : new Decision(JSON.parse(d), this[kNative])
   }
 
   /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */

@@ -69,8 +69,8 @@ pub(crate) fn now_or_later<T>(fut: impl Future<Output = T> + Send + 'static) -> 
     }
 }
 
-/// One decision of the engine, as `index.js` receives it (it builds its `Decision` from it).
-#[napi(object, object_from_js = false)]
+/// One decision of the engine, as `index.js` receives it: as JSON text (`to_json_text`), one
+/// string for Node-API to create instead of an object of 14 properties.
 pub struct NativeDecision {
     /// The id of the call decided.
     pub call_id: String,
@@ -102,6 +102,58 @@ pub struct NativeDecision {
     /// The whole decision as JSON text, for a decision that had to be awaited (its callbacks'
     /// errors are what one reads it for; next to a thread hop its serialisation costs nothing).
     pub full: Option<String>,
+}
+
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing JSON into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn push_opt(out: &mut Vec<u8>, key: &str, v: &Option<String>) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    match v {
+        Some(s) => push_json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+impl NativeDecision {
+    /// `{callId, phase, effect, code, reason, ruleId, allowed, reviewId, abortRun, shadowEffect,
+    /// error, latencyNs, seq, full?}` as JSON text (`full`: the whole decision, an object).
+    pub(crate) fn to_json_text(&self) -> String {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"callId\":");
+        push_json_str(&mut out, &self.call_id);
+        for (k, v) in [
+            ("phase", &self.phase),
+            ("effect", &self.effect),
+            ("code", &self.code),
+        ] {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b"\":");
+            push_json_str(&mut out, v);
+        }
+        push_opt(&mut out, "reason", &self.reason);
+        push_opt(&mut out, "ruleId", &self.rule_id);
+        push_opt(&mut out, "reviewId", &self.review_id);
+        push_opt(&mut out, "shadowEffect", &self.shadow_effect);
+        push_opt(&mut out, "error", &self.error);
+        let tail = format!(
+            ",\"allowed\":{},\"abortRun\":{},\"latencyNs\":{},\"seq\":{}",
+            self.allowed, self.abort_run, self.latency_ns, self.seq
+        );
+        out.extend_from_slice(tail.as_bytes());
+        if let Some(full) = &self.full {
+            out.extend_from_slice(b",\"full\":");
+            out.extend_from_slice(full.as_bytes());
+        }
+        out.push(b'}');
+        // Built from `&str`s and ASCII: valid UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
 }
 
 /// The last decisions of a run, whole, for `Decision.toJSON()`. Kept here rather than handed

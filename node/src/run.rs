@@ -69,9 +69,9 @@ fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
 }
 
 /// A decision now, or a promise of it.
-type Decided<'env> = Either<NativeDecision, PromiseRaw<'env, NativeDecision>>;
+type Decided<'env> = Either<String, PromiseRaw<'env, String>>;
 /// An after-phase decision (or `null`) now, or a promise of it.
-type AfterDecided<'env> = Either<Option<NativeDecision>, PromiseRaw<'env, Option<NativeDecision>>>;
+type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
 
 #[napi]
 impl NativeRun {
@@ -110,9 +110,13 @@ impl NativeRun {
         let call = ToolCall::new(id.clone(), name, args).with_tags(tags.unwrap_or_default());
         let run = self.run.clone();
         match now_or_later(async move { run.before_tool(call).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(NativeDecision::new(id, d, &self.recent))),
+            NowOrLater::Now(d) => Ok(Either::A(
+                NativeDecision::new(id, d, &self.recent).to_json_text(),
+            )),
             NowOrLater::Later(fut) => env
-                .spawn_future(async move { NativeDecision::awaited(id, fut.await) })
+                .spawn_future(async move {
+                    NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
+                })
                 .map(Either::B),
         }
     }
@@ -151,16 +155,18 @@ impl NativeRun {
         let run = self.run.clone();
         let id = call_id.clone();
         match now_or_later(async move { run.after_tool(&id, outcome).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(
-                d.map(|d| NativeDecision::new(call_id, d, &self.recent)),
-            )),
-            NowOrLater::Later(fut) => {
-                let recent = self.recent.clone();
-                env.spawn_future(async move {
-                    Ok(fut.await.map(|d| NativeDecision::new(call_id, d, &recent)))
-                })
-                .map(Either::B)
+            NowOrLater::Now(d) => {
+                Ok(Either::A(d.map(|d| {
+                    NativeDecision::new(call_id, d, &self.recent).to_json_text()
+                })))
             }
+            NowOrLater::Later(fut) => env
+                .spawn_future(async move {
+                    fut.await
+                        .map(|d| NativeDecision::awaited(call_id, d).map(|d| d.to_json_text()))
+                        .transpose()
+                })
+                .map(Either::B),
         }
     }
 
