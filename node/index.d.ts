@@ -103,7 +103,11 @@ export declare class Decision {
   readonly error: string | null
   /** How long the engine took. */
   readonly latencyNs: number
-  /** The whole Rust `Decision` (camelCase keys: `evaluated`, `signals`, `hitl`, …). */
+  /**
+   * The whole Rust `Decision` (camelCase keys: `evaluated`, `signals`, `hitl`, …): always for a
+   * decision that waited for a callback or Redis, else while its run keeps it (its last 256
+   * decisions); older ones give these fields.
+   */
   toJSON(): Record<string, any>
 }
 

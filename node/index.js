@@ -29,7 +29,9 @@ function loadNative() {
 const native = loadNative()
 
 const kNative = Symbol('toolgate.native')
-const kFull = Symbol('toolgate.decision')
+const kRun = Symbol('toolgate.run')
+const kSeq = Symbol('toolgate.seq')
+const kFull = Symbol('toolgate.full')
 
 function guarded(f) {
   try {
@@ -171,9 +173,13 @@ class ManualClock {
   }
 }
 
-/** One decision of the engine. `toJSON()` is the whole Rust `Decision` (camelCase keys). */
+/**
+ * One decision of the engine. `toJSON()` is the whole Rust `Decision` (camelCase keys): always
+ * for a decision that waited for a callback or Redis; for one made at once, while its run keeps
+ * it (the run's last 256 decisions), else these fields.
+ */
 class Decision {
-  constructor(n) {
+  constructor(n, run) {
     this.callId = n.callId
     this.phase = n.phase
     this.effect = n.effect
@@ -186,17 +192,18 @@ class Decision {
     this.shadowEffect = n.shadowEffect ?? null
     this.error = n.error ?? null
     this.latencyNs = n.latencyNs
-    Object.defineProperty(this, kFull, { value: n.full })
+    this[kRun] = run
+    this[kSeq] = n.seq
+    this[kFull] = n.full
   }
   /** The decision as the Rust `Decision` serialises it: `evaluated`, `signals`, `hitl`, …. */
   toJSON() {
-    return JSON.parse(native.decisionJson(this[kFull]))
+    if (this[kFull] !== undefined) return this[kFull]
+    const text = this[kRun].decisionJson(this[kSeq])
+    return text == null ? { ...this } : JSON.parse(text)
   }
 }
 
-function decision(n) {
-  return n == null ? null : new Decision(n)
-}
 
 function refuse(d) {
   if (d.allowed) return
@@ -258,18 +265,20 @@ class Run {
    * Decides a tool call (phase `tool.before`). `callId` defaults to `call-1`, `call-2`, … in
    * the run. Resolves at once when no callback is in play; never blocks the event loop on one.
    */
-  async beforeTool(call, args) {
-    const c = typeof call === 'string' ? { name: call, args } : call ?? {}
-    if (typeof c.name !== 'string') throw new TypeError('beforeTool: expected {name: string, args?, tags?, callId?}')
-    const r = guarded(() =>
-      this[kNative].beforeTool(
-        c.name,
-        json(c.args, 'args'),
-        tagsOf(c.tags, 'tags'),
-        c.callId == null ? undefined : String(c.callId),
-      ),
-    )
-    return new Decision(r instanceof Promise ? await r : r)
+  beforeTool(call, args) {
+    const n = this[kNative]
+    let r
+    try {
+      const c = typeof call === 'string' ? { name: call, args } : call ?? {}
+      if (typeof c.name !== 'string') throw new TypeError('beforeTool: expected {name: string, args?, tags?, callId?}')
+      r = n.beforeTool(c.name, json(c.args, 'args'), tagsOf(c.tags, 'tags'), c.callId == null ? undefined : String(c.callId))
+    } catch (e) {
+      return Promise.reject(translate(e))
+    }
+    // Not an async function: a decision made at once is one resolved promise, no more.
+    return r instanceof Promise
+      ? r.then((d) => new Decision(JSON.parse(d), n))
+      : Promise.resolve(new Decision(JSON.parse(r), n))
   }
 
   /**
@@ -287,7 +296,8 @@ class Run {
         error == null ? undefined : typeof error === 'string' ? error : errorText(error),
       ),
     )
-    return decision(r instanceof Promise ? await r : r)
+    const d = r instanceof Promise ? await r : r
+    return d == null ? null : new Decision(JSON.parse(d), this[kNative])
   }
 
   /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */

@@ -69,8 +69,8 @@ pub(crate) fn now_or_later<T>(fut: impl Future<Output = T> + Send + 'static) -> 
     }
 }
 
-/// One decision of the engine, as `index.js` receives it (it builds its `Decision` from it).
-#[napi(object, object_from_js = false)]
+/// One decision of the engine, as `index.js` receives it: as JSON text (`to_json_text`), one
+/// string for Node-API to create instead of an object of 14 properties.
 pub struct NativeDecision {
     /// The id of the call decided.
     pub call_id: String,
@@ -96,13 +96,104 @@ pub struct NativeDecision {
     pub error: Option<String>,
     /// How long the engine took, in nanoseconds.
     pub latency_ns: f64,
-    /// The whole Rust `Decision` (for `decisionJson`).
-    pub full: External<toolgate::engine::Decision>,
+    /// Its number in the run: `NativeRun.decisionJson(seq)` gives the whole decision while the
+    /// run keeps it (0 when `full` is set).
+    pub seq: f64,
+    /// The whole decision as JSON text, for a decision that had to be awaited (its callbacks'
+    /// errors are what one reads it for; next to a thread hop its serialisation costs nothing).
+    pub full: Option<String>,
+}
+
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing JSON into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn push_opt(out: &mut Vec<u8>, key: &str, v: &Option<String>) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    match v {
+        Some(s) => push_json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 impl NativeDecision {
-    pub(crate) fn new(call_id: String, d: toolgate::engine::Decision) -> Self {
-        NativeDecision {
+    /// `{callId, phase, effect, code, reason, ruleId, allowed, reviewId, abortRun, shadowEffect,
+    /// error, latencyNs, seq, full?}` as JSON text (`full`: the whole decision, an object).
+    pub(crate) fn to_json_text(&self) -> String {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"callId\":");
+        push_json_str(&mut out, &self.call_id);
+        for (k, v) in [
+            ("phase", &self.phase),
+            ("effect", &self.effect),
+            ("code", &self.code),
+        ] {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b"\":");
+            push_json_str(&mut out, v);
+        }
+        push_opt(&mut out, "reason", &self.reason);
+        push_opt(&mut out, "ruleId", &self.rule_id);
+        push_opt(&mut out, "reviewId", &self.review_id);
+        push_opt(&mut out, "shadowEffect", &self.shadow_effect);
+        push_opt(&mut out, "error", &self.error);
+        let tail = format!(
+            ",\"allowed\":{},\"abortRun\":{},\"latencyNs\":{},\"seq\":{}",
+            self.allowed, self.abort_run, self.latency_ns, self.seq
+        );
+        out.extend_from_slice(tail.as_bytes());
+        if let Some(full) = &self.full {
+            out.extend_from_slice(b",\"full\":");
+            out.extend_from_slice(full.as_bytes());
+        }
+        out.push(b'}');
+        // Built from `&str`s and ASCII: valid UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The last decisions of a run, whole, for `Decision.toJSON()`. Kept here rather than handed
+/// to JavaScript as an external: a Node-API external carries a finalizer (a weak handle V8 has
+/// to track and collect), which cost more than the rest of the decision's crossing.
+#[derive(Default)]
+pub(crate) struct Recent {
+    seq: std::sync::atomic::AtomicU64,
+    kept: std::sync::Mutex<std::collections::VecDeque<(u64, toolgate::engine::Decision)>>,
+}
+
+/// How many decisions of a run `toJSON()` can read back.
+pub(crate) const KEEP: usize = 256;
+
+impl Recent {
+    fn keep(&self, d: toolgate::engine::Decision) -> u64 {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() == KEEP {
+            kept.pop_front();
+        }
+        kept.push_back((n, d));
+        n
+    }
+
+    /// Decision `seq` as JSON text, if still kept.
+    pub(crate) fn json(&self, seq: u64) -> Result<Option<String>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.iter().rev().find(|(n, _)| *n == seq) {
+            Some((_, d)) => serde_json::to_string(d)
+                .map(Some)
+                .map_err(|e| invalid(format!("decision: {e}"))),
+            None => Ok(None),
+        }
+    }
+}
+
+impl NativeDecision {
+    pub(crate) fn new(call_id: String, d: toolgate::engine::Decision, recent: &Recent) -> Self {
+        let mut out = NativeDecision {
             call_id,
             phase: d.phase.as_str().to_string(),
             effect: d.effect.as_str().to_string(),
@@ -115,16 +206,21 @@ impl NativeDecision {
             shadow_effect: d.shadow_effect.map(|e| e.as_str().to_string()),
             error: d.error.clone(),
             latency_ns: d.latency_ns as f64,
-            full: External::new(d),
-        }
+            seq: 0.0,
+            full: None,
+        };
+        out.seq = recent.keep(d) as f64;
+        out
     }
-}
 
-/// The whole decision as the Rust `Decision` serialises it (camelCase keys), as JSON text.
-#[napi]
-pub fn decision_json(full: &External<toolgate::engine::Decision>) -> Result<String> {
-    let d: &toolgate::engine::Decision = full;
-    serde_json::to_string(d).map_err(|e| invalid(format!("decision: {e}")))
+    /// A decision that was awaited: its whole JSON goes with it.
+    pub(crate) fn awaited(call_id: String, d: toolgate::engine::Decision) -> Result<Self> {
+        let full = serde_json::to_string(&d).map_err(|e| invalid(format!("decision: {e}")))?;
+        let mut out = NativeDecision::new(call_id, d, &Recent::default());
+        out.seq = 0.0;
+        out.full = Some(full);
+        Ok(out)
+    }
 }
 
 /// A clock that moves only when told to (tests, replays). Times are milliseconds since the

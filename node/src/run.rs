@@ -11,13 +11,14 @@ use napi_derive::napi;
 use serde_json::Value;
 use toolgate::engine::{Enduser, Run, ToolCall, ToolOutcome};
 
-use crate::{NativeDecision, NowOrLater, invalid, now_or_later};
+use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later};
 
 /// A run of an agent.
 #[napi]
 pub struct NativeRun {
     run: Arc<Run>,
     calls: AtomicU64,
+    recent: Arc<Recent>,
 }
 
 impl NativeRun {
@@ -25,6 +26,7 @@ impl NativeRun {
         NativeRun {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
+            recent: Arc::default(),
         }
     }
 }
@@ -67,9 +69,9 @@ fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
 }
 
 /// A decision now, or a promise of it.
-type Decided<'env> = Either<NativeDecision, PromiseRaw<'env, NativeDecision>>;
+type Decided<'env> = Either<String, PromiseRaw<'env, String>>;
 /// An after-phase decision (or `null`) now, or a promise of it.
-type AfterDecided<'env> = Either<Option<NativeDecision>, PromiseRaw<'env, Option<NativeDecision>>>;
+type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
 
 #[napi]
 impl NativeRun {
@@ -108,9 +110,13 @@ impl NativeRun {
         let call = ToolCall::new(id.clone(), name, args).with_tags(tags.unwrap_or_default());
         let run = self.run.clone();
         match now_or_later(async move { run.before_tool(call).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(NativeDecision::new(id, d))),
+            NowOrLater::Now(d) => Ok(Either::A(
+                NativeDecision::new(id, d, &self.recent).to_json_text(),
+            )),
             NowOrLater::Later(fut) => env
-                .spawn_future(async move { Ok(NativeDecision::new(id, fut.await)) })
+                .spawn_future(async move {
+                    NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
+                })
                 .map(Either::B),
         }
     }
@@ -149,9 +155,17 @@ impl NativeRun {
         let run = self.run.clone();
         let id = call_id.clone();
         match now_or_later(async move { run.after_tool(&id, outcome).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(d.map(|d| NativeDecision::new(call_id, d)))),
+            NowOrLater::Now(d) => {
+                Ok(Either::A(d.map(|d| {
+                    NativeDecision::new(call_id, d, &self.recent).to_json_text()
+                })))
+            }
             NowOrLater::Later(fut) => env
-                .spawn_future(async move { Ok(fut.await.map(|d| NativeDecision::new(call_id, d))) })
+                .spawn_future(async move {
+                    fut.await
+                        .map(|d| NativeDecision::awaited(call_id, d).map(|d| d.to_json_text()))
+                        .transpose()
+                })
                 .map(Either::B),
         }
     }
@@ -187,6 +201,17 @@ impl NativeRun {
             cost_usd,
         );
         Ok(())
+    }
+
+    /// Decision `seq` of this run (`NativeDecision.seq`) as the Rust `Decision` serialises it
+    /// (camelCase keys), as JSON text; `null` once the run no longer keeps it (it keeps its
+    /// last 256).
+    #[napi]
+    pub fn decision_json(&self, seq: f64) -> Result<Option<String>> {
+        if !(seq.is_finite() && seq >= 1.0) {
+            return Err(invalid("seq: expected a decision's number"));
+        }
+        self.recent.json(seq as u64)
     }
 
     /// Lifts the pause a hitl decision put on the run (once its review is resolved): later

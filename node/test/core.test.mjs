@@ -191,3 +191,14 @@ test('agentTags and enduser reach the engine (agentSelector)', async () => {
   assert.equal((await run.beforeTool('x')).effect, 'allow')
   assert.throws(() => engine.startRun({ agentId: 'a', enduser: { tags: {} } }), TypeError)
 })
+
+test('toJSON: whole for the run\'s last 256 decisions, the fields for older fast ones', async () => {
+  const run = new Engine(GATE).startRun('bot')
+  const first = await run.beforeTool('deleteUser', { id: 0 })
+  assert.ok(Array.isArray(first.toJSON().evaluated))
+  for (let i = 0; i < 300; i++) await run.beforeTool('search', { i })
+  const old = first.toJSON()
+  assert.equal(old.evaluated, undefined)
+  assert.deepEqual([old.effect, old.ruleId, old.callId], ['block', 'no-delete', first.callId])
+  assert.equal(JSON.parse(JSON.stringify(first)).code, 'BLOCKED_RULE')
+})
