@@ -365,3 +365,72 @@ fn a_review_decided_twice_at_once_gets_one_decision_on_redis() {
     let b = toolgate::state::redis::RedisReviewStore::new(&cfg).unwrap();
     race(Arc::new(a), Arc::new(b), 40);
 }
+
+/// The arguments a review holds (and the console shows) are redacted as the call's
+/// `tool.decision` audit event redacts them; the fingerprint is still of the real arguments.
+#[tokio::test]
+async fn review_arguments_are_redacted_as_the_audit_trail_redacts_them() {
+    let sink = Arc::new(MemorySink::new());
+    let redaction: toolgate::audit::RedactionConfig =
+        serde_json::from_value(json!({"rules": [{"path": "args.card", "action": "drop"}]}))
+            .unwrap();
+    let clock = clock();
+    let engine = builder(&refund_policy("", ""), &clock)
+        .audit_sink(sink.clone())
+        .redaction(redaction)
+        .build()
+        .unwrap();
+    let args = json!({"amount": 500, "card": "4111 1111 1111 1111"});
+    let d = engine
+        .start_run(ctx_user("r1", "support", "u1", &[]))
+        .before_tool(call("c1", "refund", args.clone()))
+        .await;
+    let hitl = d.hitl.unwrap();
+    assert_eq!(
+        hitl.fingerprint,
+        toolgate::engine::fingerprint("support", "big-refund", "refund", &args, Some("u1"))
+    );
+    let review = engine.reviews().list().remove(0);
+    assert_eq!(review.args, json!({"amount": 500}));
+    engine.flush().await.unwrap();
+    let decision = sink
+        .events()
+        .iter()
+        .find(|e| e.kind() == EventKind::ToolDecision)
+        .map(|e| e.to_json())
+        .unwrap();
+    assert_eq!(decision["args"], review.args);
+}
+
+/// `toolgate review approve --by NAME --comment TEXT` records both; a second decision is a
+/// conflict naming the first.
+#[test]
+fn review_cli_records_reviewer_and_comment_and_reports_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reviews.json");
+    let id = FileReviewStore::new(&path).insert_if_absent(pending(1)).id;
+    let run = |args: &[&str]| {
+        assert_cmd::Command::cargo_bin("toolgate")
+            .unwrap()
+            .arg("review")
+            .arg("--store")
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["approve", &id, "--by", "carol", "--comment", "looks right"]);
+    assert!(out.status.success(), "{out:?}");
+    let r = FileReviewStore::new(&path).try_list().unwrap().remove(0);
+    assert_eq!(
+        (r.status, r.decided_by.as_deref(), r.comment.as_deref()),
+        (ReviewStatus::Approved, Some("carol"), Some("looks right"))
+    );
+    let out = run(&["deny", &id, "--by", "dave"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("conflict") && err.contains("approved by carol"),
+        "{err}"
+    );
+}

@@ -383,12 +383,13 @@ fn redact(url: &str) -> String {
 
 #[cfg(not(feature = "http"))]
 fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
-    while rx.recv().is_ok() {
+    while let Ok(job) = rx.recv() {
         for _ in 0..config.urls.len() {
             outstanding.finish();
         }
         tracing::warn!(
-            "review notification to {} webhook(s) not sent: toolgate is built without the `http` feature",
+            "review notification ({} bytes) to {} webhook(s) not sent: toolgate is built without the `http` feature",
+            job.body.len(),
             config.urls.len()
         );
     }

@@ -330,7 +330,7 @@ pub trait ReviewStore: Send + Sync + 'static {
     /// All reviews.
     fn list(&self) -> Vec<Review>;
     /// Records a verdict on a review (by id, or a unique prefix of at least
-    /// [`MIN_ID_PREFIX`] characters where the store supports it) atomically: of two verdicts on
+    /// 8 characters where the store supports it) atomically: of two verdicts on
     /// one pending review, one is applied and the other gets [`ReviewError::AlreadyDecided`].
     fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError>;
     /// Sets a pending review's status (no reviewer, no comment).
