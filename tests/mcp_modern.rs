@@ -54,7 +54,12 @@ async fn stateless_requests_discover_and_header_checks() {
     assert_eq!(a["result"]["resultType"], "complete");
     assert_eq!(a["result"]["structuredContent"]["echo"], "hi");
     let tools = c.request("tools/list", json!({})).await;
-    assert_eq!(tools.answer()["result"]["resultType"], "complete");
+    let t = &tools.answer()["result"];
+    assert_eq!(t["resultType"], "complete");
+    assert_eq!(
+        (t["ttlMs"].clone(), t["cacheScope"].clone()),
+        (json!(0), json!("private"))
+    );
     // Headers that do not match the body: −32020, HTTP 400.
     let body = c
         .body(

@@ -388,44 +388,38 @@ impl Hub {
     /// `_meta` (added when the client, of an older revision, sent none); an older one gets no
     /// 2026-07-28 `_meta` keys nor the fields of toolgate's own approvals.
     fn in_upstream_revision(&self, msg: &mut Frame) {
-        let meta = msg.pointer("/params/_meta");
-        let has_modern = meta
-            .and_then(Value::as_object)
-            .is_some_and(|m| m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")));
-        if self.modern_upstream() {
-            if has_modern {
-                return;
-            }
-            if let Some(p) = msg.msg_mut().as_object_mut() {
-                let params = p.entry("params").or_insert_with(|| json!({}));
-                if let Some(params) = params.as_object_mut() {
-                    let m = params.entry("_meta").or_insert_with(|| json!({}));
-                    if let (Some(m), Value::Object(own)) = (m.as_object_mut(), own_meta()) {
-                        m.extend(own);
-                    }
-                }
-            }
-            return;
-        }
         let ours = msg
             .pointer("/params/inputResponses")
             .and_then(|r| r.get(super::mrtr::APPROVAL_KEY))
             .is_some();
-        if !has_modern && !ours {
+        let has_modern = msg
+            .pointer("/params/_meta")
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")));
+        let modern_up = self.modern_upstream();
+        if !ours && has_modern == modern_up {
             return;
         }
-        if let Some(params) = msg
-            .msg_mut()
-            .get_mut("params")
-            .and_then(Value::as_object_mut)
+        let Some(p) = msg.msg_mut().as_object_mut() else {
+            return;
+        };
+        let params = p.entry("params").or_insert_with(|| json!({}));
+        let Some(params) = params.as_object_mut() else {
+            return;
+        };
+        if ours {
+            // toolgate's own approval: the upstream never sees it.
+            params.remove("inputResponses");
+            params.remove("requestState");
+        }
+        if modern_up && !has_modern {
+            let m = params.entry("_meta").or_insert_with(|| json!({}));
+            if let (Some(m), Value::Object(own)) = (m.as_object_mut(), own_meta()) {
+                m.extend(own);
+            }
+        } else if !modern_up && let Some(m) = params.get_mut("_meta").and_then(Value::as_object_mut)
         {
-            if ours {
-                params.remove("inputResponses");
-                params.remove("requestState");
-            }
-            if let Some(m) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-                m.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-            }
+            m.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
         }
     }
 

@@ -30,6 +30,8 @@ struct Waiter {
     id: Box<str>,
     /// A 2026-07-28 request (results carry `resultType`).
     modern: bool,
+    /// A 2026-07-28 cacheable request (results carry `ttlMs` and `cacheScope`).
+    cacheable: bool,
 }
 
 /// A `subscriptions/listen` stream.
@@ -147,13 +149,29 @@ impl Session {
             .id_text()
             .map(|t| t.as_ref().into())
             .unwrap_or("null".into());
+        let cacheable = modern
+            && matches!(
+                msg.get("method").and_then(Value::as_str),
+                Some(
+                    "tools/list"
+                        | "prompts/list"
+                        | "resources/list"
+                        | "resources/read"
+                        | "resources/templates/list"
+                )
+            );
         if side {
             self.routes.side.lock().push((n, tx.clone()));
         }
-        self.routes
-            .waiters
-            .lock()
-            .insert(n, Waiter { tx, id, modern });
+        self.routes.waiters.lock().insert(
+            n,
+            Waiter {
+                tx,
+                id,
+                modern,
+                cacheable,
+            },
+        );
         let pending = Pending {
             session: self.clone(),
             n,
@@ -248,7 +266,7 @@ async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
                 }
                 let mut f = f.with_id(&w.id);
                 if w.modern {
-                    complete(&mut f);
+                    complete(&mut f, w.cacheable);
                 }
                 let _ = w.tx.send(f);
             }
@@ -289,12 +307,21 @@ fn side(routes: &Routes, f: Frame) {
     }
 }
 
-/// A 2026-07-28 result carries `resultType` (`complete` unless it says otherwise).
-fn complete(f: &mut Frame) {
-    if f.get("result")
-        .is_some_and(|r| r.is_object() && r.get("resultType").is_none())
+/// A 2026-07-28 result carries `resultType` (`complete` unless it says otherwise), and a
+/// cacheable one `ttlMs` and `cacheScope` (an older upstream gives neither: not cached, private —
+/// what a client may see depends on its token).
+fn complete(f: &mut Frame, cacheable: bool) {
+    let needs = |r: &Value| {
+        r.get("resultType").is_none()
+            || (cacheable && (r.get("ttlMs").is_none() || r.get("cacheScope").is_none()))
+    };
+    if f.get("result").is_some_and(|r| r.is_object() && needs(r))
         && let Some(r) = f.msg_mut().get_mut("result").and_then(Value::as_object_mut)
     {
-        r.insert("resultType".into(), Value::String("complete".into()));
+        r.entry("resultType").or_insert_with(|| json!("complete"));
+        if cacheable {
+            r.entry("ttlMs").or_insert_with(|| json!(0));
+            r.entry("cacheScope").or_insert_with(|| json!("private"));
+        }
     }
 }
