@@ -356,15 +356,11 @@ mod pg {
     use toolgate::audit::store::postgres::PgStore;
     use toolgate::audit::store::{EventStore, Incoming};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn what_if_reads_a_postgres_store_like_a_folder() {
-        let Some(url) = fresh_schema("whatif_store").await else {
-            return;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let audit = recorded(dir.path());
-        let policy = refunds_over_40(dir.path());
-        let store = PgStore::connect(&url).await.unwrap();
+    /// The example trail recorded and stored at `url`; returns the store and the new policy.
+    async fn stored(url: &str, dir: &Path) -> (PgStore, PathBuf) {
+        let audit = recorded(dir);
+        let policy = refunds_over_40(dir);
+        let store = PgStore::connect(url).await.unwrap();
         let text = std::fs::read_to_string(audit.join("2026-01-05.jsonl")).unwrap();
         let batch: Vec<Incoming> = text
             .lines()
@@ -372,8 +368,12 @@ mod pg {
             .collect();
         let outcome = store.ingest(batch).await.unwrap();
         assert_eq!(outcome.accepted, 23, "{outcome:?}");
+        (store, policy)
+    }
 
-        let (code, stdout) = tokio::task::spawn_blocking(move || {
+    /// `toolgate replay --policy POLICY --from-audit URL`: exit code, stdout, stderr.
+    async fn what_if_from(policy: PathBuf, url: String) -> (Option<i32>, String, String) {
+        tokio::task::spawn_blocking(move || {
             let out = toolgate()
                 .arg("replay")
                 .arg("--policy")
@@ -385,10 +385,21 @@ mod pg {
             (
                 out.status.code(),
                 String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
             )
         })
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_if_reads_a_postgres_store_like_a_folder() {
+        let Some(url) = fresh_schema("whatif_store").await else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, policy) = stored(&url, dir.path()).await;
+        let (code, stdout, _) = what_if_from(policy, url).await;
         assert_eq!(code, Some(0), "{stdout}");
         assert_eq!(
             stdout.lines().last(),
@@ -407,15 +418,7 @@ mod pg {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
-        let audit = recorded(dir.path());
-        let policy = refunds_over_40(dir.path());
-        let store = PgStore::connect(&url).await.unwrap();
-        let text = std::fs::read_to_string(audit.join("2026-01-05.jsonl")).unwrap();
-        let batch: Vec<Incoming> = text
-            .lines()
-            .map(|l| Incoming::from_line(l).unwrap())
-            .collect();
-        store.ingest(batch).await.unwrap();
+        let (store, policy) = stored(&url, dir.path()).await;
 
         let all = store
             .run_heads(&RunHeadQuery {
@@ -475,22 +478,7 @@ mod pg {
             .await
             .unwrap();
         assert_eq!(changed, 1);
-        let (code, stderr) = tokio::task::spawn_blocking(move || {
-            let out = toolgate()
-                .arg("replay")
-                .arg("--policy")
-                .arg(&policy)
-                .arg("--from-audit")
-                .arg(&url)
-                .output()
-                .unwrap();
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr).to_string(),
-            )
-        })
-        .await
-        .unwrap();
+        let (code, _, stderr) = what_if_from(policy, url).await;
         assert_eq!(code, Some(1), "{stderr}");
         assert!(
             stderr.contains(&format!("run {victim} ")) && stderr.contains("not replayed"),

@@ -134,6 +134,39 @@ fn what_if_peak(audit: impl AsRef<OsStr>) -> (u64, String, String) {
     (peak * 1024, out, err)
 }
 
+/// Checks the what-if of 40 runs (`small`: 400 calls) and of 400 (`big`: 4,000 calls) of
+/// `small_size` and `size` bytes: ten times the runs, the peak grows by far less than a tenth
+/// of the trail (it does not hold the runs) and stays below `size / fraction`.
+fn bounded_by_the_largest_run(
+    small: (u64, String, String),
+    big: (u64, String, String),
+    small_size: u64,
+    size: u64,
+    fraction: u64,
+) {
+    let (small_peak, out, err) = small;
+    assert_eq!(
+        out.lines().count(),
+        400,
+        "every call is decided again: {err}"
+    );
+    let (peak, out, err) = big;
+    assert_eq!(
+        out.lines().count(),
+        4000,
+        "every call is decided again: {err}"
+    );
+    assert!(err.contains("4,000 calls"), "{err}");
+    eprintln!(
+        "{small_size} bytes: peak RSS {small_peak} bytes; {size} bytes: peak RSS {peak} bytes"
+    );
+    assert!(
+        peak < small_peak + size / 10 && peak < size / fraction,
+        "peak RSS {peak} bytes for {size} bytes of events ({small_peak} bytes for \
+         {small_size}): the events are held in memory"
+    );
+}
+
 #[test]
 fn a_trail_of_many_runs_is_rebuilt_in_memory_bounded_by_the_largest_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,29 +177,12 @@ fn a_trail_of_many_runs_is_rebuilt_in_memory_bounded_by_the_largest_run() {
     let big = dir.path().join("big");
     let size = write_trail(&big, 400, 10, 40_000);
     assert!(size > 150_000_000, "trail is {size} bytes");
-    let (small_peak, out, err) = what_if_peak(&small);
-    assert_eq!(
-        out.lines().count(),
-        400,
-        "every call is decided again: {err}"
-    );
-    let (peak, out, err) = what_if_peak(&big);
-    assert_eq!(
-        out.lines().count(),
-        4000,
-        "every call is decided again: {err}"
-    );
-    assert!(err.contains("4,000 calls"), "{err}");
-    eprintln!(
-        "trail {small_size} bytes: peak RSS {small_peak} bytes; trail {size} bytes: peak RSS \
-         {peak} bytes"
-    );
-    // Ten times the runs: the peak grows by far less than a tenth of the trail (it does not
-    // hold the runs), and stays far below the trail's size.
-    assert!(
-        peak < small_peak + size / 10 && peak < size / 3,
-        "peak RSS {peak} bytes for a {size}-byte trail ({small_peak} bytes for a \
-         {small_size}-byte one): the trail is held in memory"
+    bounded_by_the_largest_run(
+        what_if_peak(&small),
+        what_if_peak(&big),
+        small_size,
+        size,
+        3,
     );
 }
 
@@ -207,32 +223,13 @@ async fn a_postgres_store_of_many_runs_is_rebuilt_in_memory_bounded_by_the_large
     let small_size = store_trail(&small, 40, 10, 40_000).await;
     let size = store_trail(&big, 400, 10, 40_000).await;
     assert!(size > 150_000_000, "trail is {size} bytes");
-    let (small_peak, out, err) = tokio::task::spawn_blocking(move || what_if_peak(small))
+    let small = tokio::task::spawn_blocking(move || what_if_peak(small))
         .await
         .unwrap();
-    assert_eq!(
-        out.lines().count(),
-        400,
-        "every call is decided again: {err}"
-    );
-    let (peak, out, err) = tokio::task::spawn_blocking(move || what_if_peak(big))
+    let big = tokio::task::spawn_blocking(move || what_if_peak(big))
         .await
         .unwrap();
-    assert_eq!(
-        out.lines().count(),
-        4000,
-        "every call is decided again: {err}"
-    );
-    assert!(err.contains("4,000 calls"), "{err}");
-    eprintln!(
-        "stored {small_size} bytes: peak RSS {small_peak} bytes; stored {size} bytes: peak RSS \
-         {peak} bytes"
-    );
     // As for folders; the floor is higher (a page of each run under way, the pool), so the
     // bound is half the store.
-    assert!(
-        peak < small_peak + size / 10 && peak < size / 2,
-        "peak RSS {peak} bytes for a {size}-byte store ({small_peak} bytes for a \
-         {small_size}-byte one): the store's events are held in memory"
-    );
+    bounded_by_the_largest_run(small, big, small_size, size, 2);
 }
