@@ -1,7 +1,7 @@
 //! Protocol 2026-07-28 downstream of `toolgate mcp-proxy --listen` (in front of the fixture
 //! server, which speaks 2025-11-25 and is initialized once by the gateway): stateless requests,
 //! `server/discover`, `resultType`, the `Mcp-Method`/`Mcp-Name` header checks, runs per
-//! `_meta` run id, and approvals through `input_required` with a sealed `requestState`.
+//! `_meta` run id, the per-token run that ends when idle, `subscriptions/listen`, and approvals through `input_required` with a sealed `requestState`.
 #![cfg(all(feature = "mcp", feature = "http"))]
 
 mod mcp_client;
@@ -15,6 +15,10 @@ use sha2::{Digest, Sha256};
 const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-test-key";
 
 fn start(setup: &Setup) -> Gateway {
+    start_with(setup, &[])
+}
+
+fn start_with(setup: &Setup, extra: &[&str]) -> Gateway {
     let key = setup.path("state.key");
     std::fs::write(&key, KEY).unwrap();
     let mut args = setup.args();
@@ -27,6 +31,7 @@ fn start(setup: &Setup) -> Gateway {
         ]
         .map(String::from),
     );
+    args.extend(extra.iter().map(|a| a.to_string()));
     Gateway::start(&args, &[fixture()], &[])
 }
 
@@ -229,4 +234,107 @@ async fn approvals_through_input_required_and_bad_states_rejected() {
     ] {
         assert!(errors.iter().any(|m| m.contains(why)), "{why}: {errors:?}");
     }
+}
+
+/// The audit events written so far (a line still being written is skipped).
+fn events_so_far(dir: &std::path::Path) -> Vec<Value> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_per_token_ends_when_idle_and_a_later_call_starts_another() {
+    let setup = Setup::new();
+    let gw = start_with(&setup, &["--run-idle-secs", "1"]);
+    let c = Client::new(&gw.url, "tok-alice", true);
+    assert_eq!(c.run, None);
+    let a = c.call("echo", json!({"text": "1"})).await;
+    assert_eq!(a["result"]["structuredContent"]["echo"], "1", "{a}");
+    // The idle end is time-based: poll the trail (every 50 ms, at most 15 s) for it.
+    let audit = setup.path("audit");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let ended = loop {
+        let events = events_so_far(&audit);
+        if let Some(e) = events.iter().find(|e| e["kind"] == "run.ended") {
+            break e.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run.ended within 15 s: {events:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(ended["status"], "idle", "{ended}");
+    let first = ended["runId"].clone();
+    assert!(first.is_string(), "{ended}");
+    let b = c.call("echo", json!({"text": "2"})).await;
+    assert_eq!(b["result"]["structuredContent"]["echo"], "2", "{b}");
+    assert!(gw.stop().success());
+    let events = read_events(&audit);
+    let runs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "run.started")
+        .map(|e| &e["runId"])
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.contains(&&first), "{runs:?}");
+    assert_ne!(runs[0], runs[1], "{runs:?}");
+    // One call in each run: the first before the idle end, the second after.
+    for r in &runs {
+        let calls = events
+            .iter()
+            .filter(|e| e["kind"] == "tool.decision" && &&e["runId"] == r)
+            .count();
+        assert_eq!(calls, 1, "{r}: {events:?}");
+    }
+    let (ok, out) = setup.toolgate(&["verify", &audit.display().to_string()]);
+    assert!(ok, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_listen_acknowledges_and_streams_tools_list_changed() {
+    let setup = Setup::new();
+    let gw = start(&setup);
+    let c = Client::new(&gw.url, "tok-alice", true);
+    let mut listen = c
+        .stream(
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        )
+        .await;
+    // The acknowledgment first: the opted-in notifications, the subscription id = the request id.
+    let ack = listen.next().await.expect("the acknowledgment");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "{ack}"
+    );
+    let sub = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone();
+    assert_eq!(sub, json!(1), "{ack}");
+    // The fixture's `mutable` changes its definition and sends tools/list_changed upstream.
+    let m = c.call("mutable", json!({})).await;
+    assert_eq!(text(&m), "mutated", "{m}");
+    let note = listen.next().await.expect("the list change");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    assert!(note.get("id").is_none(), "{note}");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], sub,
+        "{note}"
+    );
+    drop(listen);
+    assert!(gw.stop().success());
 }
