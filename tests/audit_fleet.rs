@@ -414,6 +414,60 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// A peer session holding, in an open transaction, the advisory lock the store takes for the
+/// run `agent`/`run_id` (its bucket, see RUN_LOCK_BUCKETS) in the schema of `pg`.
+async fn hold_run_lock(pg: &str, agent: &str, run_id: &str) -> tokio_postgres::Client {
+    let (holder, conn) = tokio_postgres::connect(pg, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            &format!(
+                "SELECT pg_advisory_xact_lock({}, (hashtextextended($1, 0) & $3)::int)",
+                toolgate::audit::store::postgres::RUN_LOCK_CLASS_SQL
+            ),
+            &[
+                &format!("{agent}\u{1f}{run_id}"),
+                &toolgate::audit::store::postgres::RUN_LOCK_CLASS,
+                &(toolgate::audit::store::postgres::RUN_LOCK_BUCKETS - 1),
+            ],
+        )
+        .await
+        .unwrap();
+    holder
+}
+
+/// Advisory locks belong to the database: stores in two schemas of one database (tenants,
+/// parallel tests) must not wait on each other's runs. A run held in one schema is stored at
+/// once in another (CI once failed when a 60,000-run batch in one schema held every bucket
+/// while another schema's writer timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_in_two_schemas_do_not_share_run_locks() {
+    let Some(held) = pg_support::fresh_schema("lock_a").await else {
+        return;
+    };
+    let Some(free) = pg_support::fresh_schema("lock_b").await else {
+        return;
+    };
+    // The first collector migrates its schema; its run is then held by a peer.
+    let a = Collect::start(&held);
+    let (status, answer) = post(&a.url(), body_of(&run("r-warm", "support", 1))).await;
+    assert_eq!(status, 200, "{answer}");
+    let holder = hold_run_lock(&held, "support", "r-shared").await;
+    let b = Collect::start(&free);
+    let (status, answer) = post(&b.url(), body_of(&run("r-shared", "support", 2))).await;
+    assert_eq!(
+        status, 200,
+        "the other schema's writer waited on the lock: {answer}"
+    );
+    // The holder does hold the run in its own schema.
+    let (status, answer) = post(&a.url(), body_of(&run("r-shared", "support", 2))).await;
+    assert_eq!(status, 503, "{answer}");
+    holder.batch_execute("ROLLBACK").await.unwrap();
+}
+
 /// Point 6: a peer that holds a run's lock inside an open transaction (here a raw session;
 /// a frozen collector is the same to the server) costs a writer of that run a bounded wait
 /// answered 503 with `Retry-After`, never a hang; other runs and `/healthz` are served.
@@ -423,22 +477,7 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
         return;
     };
     let c = Collect::start(&pg);
-    let (mut holder, conn) = tokio_postgres::connect(&pg, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let tx = holder.transaction().await.unwrap();
-    // The lock the store takes for the run (its bucket, see RUN_LOCK_BUCKETS).
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($2, (hashtextextended($1, 0) & $3)::int)",
-        &[
-            &"support\u{1f}r-stalled",
-            &toolgate::audit::store::postgres::RUN_LOCK_CLASS,
-            &(toolgate::audit::store::postgres::RUN_LOCK_BUCKETS - 1),
-        ],
-    )
-    .await
-    .unwrap();
+    let holder = hold_run_lock(&pg, "support", "r-stalled").await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -480,7 +519,7 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
         assert!((1..=60).contains(&after), "{after}");
     }
     // Once the peer lets go, the run is stored.
-    tx.rollback().await.unwrap();
+    holder.batch_execute("ROLLBACK").await.unwrap();
     let (status, answer) = post(&c.url(), body_of(&stalled)).await;
     assert_eq!(status, 200, "{answer}");
 }

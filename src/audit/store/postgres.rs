@@ -57,9 +57,16 @@ const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465;
 /// Attempts of one batch when a concurrent writer got in first.
 const ATTEMPTS: usize = 5;
 
-/// The first key of the two-key advisory locks a batch takes (`pg_advisory_xact_lock(
-/// RUN_LOCK_CLASS, bucket)`); the second is the run's bucket (see [`RUN_LOCK_BUCKETS`]).
+/// The first key of the two-key advisory locks a batch takes is `RUN_LOCK_CLASS #
+/// hashtext(current_schema())` (see [`RUN_LOCK_CLASS_SQL`]); the second is the run's bucket
+/// (see [`RUN_LOCK_BUCKETS`]). Advisory locks belong to the database, not the schema: the
+/// schema's hash keeps stores in different schemas of one database (tenants, tests) from
+/// waiting on each other's runs.
 pub const RUN_LOCK_CLASS: i32 = 0x746f_6f6c;
+/// The SQL expression of a run lock's first key, with `RUN_LOCK_CLASS` as `$2`: a peer that
+/// must exclude the store's writers of a run (a migration tool, a test) takes
+/// `pg_advisory_xact_lock(<this>, bucket)` on a connection to the same schema.
+pub const RUN_LOCK_CLASS_SQL: &str = "($2::int # hashtext(coalesce(current_schema(), '')))";
 /// Runs are locked by bucket: `hashtextextended(agentId || U+001F || runId, 0) & 63`, so a
 /// batch takes at most 64 advisory locks however many runs it touches (one lock per run
 /// exhausted the server's lock table with many-run batches).
@@ -291,9 +298,11 @@ impl PgStore {
         // One lock per bucket of runs, in bucket order (no deadlock between batches), at most
         // RUN_LOCK_BUCKETS of them.
         tx.execute(
-            "SELECT count(pg_advisory_xact_lock($2, b)) FROM \
-             (SELECT DISTINCT (hashtextextended(k, 0) & $3)::int AS b \
-              FROM unnest($1::text[]) AS t(k) ORDER BY b) AS buckets",
+            &format!(
+                "SELECT count(pg_advisory_xact_lock({RUN_LOCK_CLASS_SQL}, b)) FROM \
+                 (SELECT DISTINCT (hashtextextended(k, 0) & $3)::int AS b \
+                  FROM unnest($1::text[]) AS t(k) ORDER BY b) AS buckets"
+            ),
             &[&keys, &RUN_LOCK_CLASS, &(RUN_LOCK_BUCKETS - 1)],
         )
         .await?;

@@ -86,11 +86,16 @@ redis.call('ZREM', KEYS[3], ARGV[4])
 return 1
 "#;
 
-/// KEYS: index, ids, pending; ARGV: review key prefix, min (lex), max (lex), limit. Up to
-/// `limit` ids of the index from `min`, each with its JSON; ids whose review expired are
-/// dropped from the indexes (and answered with an empty text).
+/// KEYS: index, ids, pending; ARGV: review key prefix, min (lex), max (lex), limit, range
+/// command (`ZRANGEBYLEX` for oldest first, `ZREVRANGEBYLEX` newest first, where min and max
+/// swap places). Up to `limit` ids of the index, each with its JSON; ids whose review expired
+/// are dropped from the indexes (and answered with an empty text).
 const PAGE_SCRIPT: &str = r#"
-local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+local range = ARGV[5]
+if range ~= 'ZRANGEBYLEX' and range ~= 'ZREVRANGEBYLEX' then
+  return redis.error_reply('range must be ZRANGEBYLEX or ZREVRANGEBYLEX')
+end
+local ids = redis.call(range, KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 local out = {}
 for i, id in ipairs(ids) do
   local text = redis.call('GET', ARGV[1] .. id)
@@ -103,21 +108,21 @@ end
 return out
 "#;
 
-/// KEYS: ids, pending; ARGV: review key prefix, limit. The newest `limit` ids with their JSON
-/// (ids whose review expired are dropped from the indexes and answered with an empty text).
-const RECENT_SCRIPT: &str = r#"
-local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for i, id in ipairs(ids) do
-  local text = redis.call('GET', ARGV[1] .. id)
-  if not text then
-    redis.call('ZREM', KEYS[1], id); redis.call('ZREM', KEYS[2], id)
-    text = ''
-  end
-  out[i] = {id, text}
-end
-return out
-"#;
+/// The order a page of an index is read in.
+#[derive(Debug, Clone, Copy)]
+enum Range {
+    OldestFirst,
+    NewestFirst,
+}
+
+impl Range {
+    fn command(self) -> &'static str {
+        match self {
+            Range::OldestFirst => "ZRANGEBYLEX",
+            Range::NewestFirst => "ZREVRANGEBYLEX",
+        }
+    }
+}
 
 /// One page of reviews (see [`RedisReviewStore::page`]).
 #[derive(Debug, Clone, Default)]
@@ -143,7 +148,6 @@ pub struct RedisReviewStore {
     get_by_fp: redis::Script,
     cas: redis::Script,
     page: redis::Script,
-    recent: redis::Script,
     con: Mutex<Option<redis::Connection>>,
     /// Whether a connection was tried: the first may take one connect (the timeout, at least
     /// 1 s), later ones the timeout.
@@ -178,7 +182,6 @@ impl RedisReviewStore {
             get_by_fp: redis::Script::new(GET_BY_FP),
             cas: redis::Script::new(COMPARE_AND_SET),
             page: redis::Script::new(PAGE_SCRIPT),
-            recent: redis::Script::new(RECENT_SCRIPT),
             con: Mutex::new(None),
             connecting: Mutex::new(None),
             tried: std::sync::atomic::AtomicBool::new(false),
@@ -279,7 +282,7 @@ impl RedisReviewStore {
         // still being made is taken up by the next attempt).
         let mut attempt = 1;
         let page = loop {
-            match self.page_raw(pending, &min, "+", limit) {
+            match self.page_raw(pending, &min, "+", limit, Range::OldestFirst) {
                 Ok(p) => break p,
                 Err(e) if attempt >= PAGE_ATTEMPTS => return Err(e),
                 Err(_) => attempt += 1,
@@ -301,28 +304,22 @@ impl RedisReviewStore {
 
     /// The newest `limit` reviews (any status), newest first: one round trip.
     pub fn recent(&self, limit: usize) -> Result<Vec<Review>, ReviewError> {
-        let raw: Vec<(String, String)> = self.with(|con| {
-            self.recent
-                .key(self.key("ids", ""))
-                .key(self.key("pending", ""))
-                .arg(self.key("r:", ""))
-                .arg(limit.max(1))
-                .invoke::<Vec<(String, String)>>(con)
-        })?;
-        Ok(raw
+        let page = self.page_raw(false, "+", "-", limit.max(1), Range::NewestFirst)?;
+        Ok(page
             .into_iter()
-            .filter(|(_, text)| !text.is_empty())
-            .filter_map(|(_, text)| serde_json::from_str::<Review>(&text).ok())
+            .filter_map(|(_, r)| r.map(|(_, r)| r))
             .collect())
     }
 
-    /// The ids of the index from `min` to `max` (lex), at most `limit`.
+    /// The ids of the index from `from` to `to` (lex; `to` ≤ `from` when newest first), at
+    /// most `limit`, each with its review.
     fn page_raw(
         &self,
         pending: bool,
-        min: &str,
-        max: &str,
+        from: &str,
+        to: &str,
         limit: usize,
+        range: Range,
     ) -> Result<RawPage, ReviewError> {
         let index = self.key(if pending { "pending" } else { "ids" }, "");
         let raw: Vec<(String, String)> = self.with(|con| {
@@ -331,9 +328,10 @@ impl RedisReviewStore {
                 .key(self.key("ids", ""))
                 .key(self.key("pending", ""))
                 .arg(self.key("r:", ""))
-                .arg(min)
-                .arg(max)
+                .arg(from)
+                .arg(to)
                 .arg(limit)
+                .arg(range.command())
                 .invoke::<Vec<(String, String)>>(con)
         })?;
         Ok(raw
@@ -392,7 +390,13 @@ impl RedisReviewStore {
             return Err(ReviewError::NotFound(id.to_string()));
         }
         // Ids starting with `id` (ids are ASCII: U+10FFFF sorts after every one of them).
-        let found = self.page_raw(false, &format!("[{id}"), &format!("[{id}\u{10ffff}"), 8)?;
+        let found = self.page_raw(
+            false,
+            &format!("[{id}"),
+            &format!("[{id}\u{10ffff}"),
+            8,
+            Range::OldestFirst,
+        )?;
         let mut candidates: Vec<(String, Review)> =
             found.into_iter().filter_map(|(_, r)| r).collect();
         let reviews: Vec<Review> = candidates.iter().map(|(_, r)| r.clone()).collect();
