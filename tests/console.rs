@@ -7,293 +7,22 @@
 //! where it fails. The Redis cases need `TOOLGATE_TEST_REDIS_URL`.
 
 mod console_support;
+use console_support::harness::*;
 #[cfg(feature = "mcp")]
 mod mcp_client;
 mod redis_support;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::HeaderMap;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 use toolgate::engine::{
     DecisionCode, EXPIRY_REVIEWER, FileReviewStore, GovernanceEngine, Notifier, NotifyConfig,
-    NotifyKind, Review, ReviewStatus, ReviewStore, ReviewVerdict, SIGNATURE_HEADER,
-    notify_signature,
+    NotifyKind, Review, ReviewStatus, ReviewStore, ReviewVerdict,
 };
 
-const TOKEN: &str = "alice-s3cret-token-0123456789";
-const SECRET: &str = "webhook-key-42";
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-
-const POLICY: &str = r#"[{"id": "big-refund", "name": "big refund",
-    "selector": {"phase": "tool.before", "tool": {"name": "refund"}},
-    "condition": {"kind": "toolArg", "type": "number", "op": "gt", "path": "amount", "value": 100},
-    "effect": {"type": "hitl", "reason": "a lead must approve refunds over 100"}}]"#;
-
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("toolgate")
-}
-
-/// A folder with the tokens, the policy, a webhook secret and room for reviews and audit.
-struct Fixture {
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let digest = hex::encode(Sha256::digest(TOKEN.as_bytes()));
-        std::fs::write(
-            dir.path().join("tokens.json"),
-            json!({"tokens": [{"sha256": digest, "name": "alice"}]}).to_string(),
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("policy.json"), POLICY).unwrap();
-        std::fs::write(dir.path().join("secret"), format!("{SECRET}\n")).unwrap();
-        Fixture { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn s(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-
-    /// A trace of one run calling `refund` for `amount`.
-    fn trace(&self, name: &str, run: &str, amount: u64) -> String {
-        // Times of now (replay decides by the trace's clock): the page shows true ages.
-        let at = |s: i64| {
-            (chrono::Utc::now() + chrono::Duration::seconds(s))
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-        };
-        let lines = [
-            json!({"type": "run.start", "runId": run, "agentId": "support-bot",
-                   "enduser": {"id": "cust-1001", "tags": {"tier": "gold"}}, "at": at(-3)}),
-            json!({"type": "tool.call", "runId": run, "id": "c1", "tool": {"name": "refund", "tags": ["payments"]},
-                   "args": {"amount": amount, "order": {"id": "A-77", "lines": [1, 2]}, "note": "parcel arrived damaged"},
-                   "at": at(-2)}),
-            json!({"type": "run.end", "runId": run, "status": "success", "at": at(-1)}),
-        ];
-        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        std::fs::write(self.path(name), text).unwrap();
-        self.s(name)
-    }
-
-    /// `toolgate replay` of `trace` on the review file, auditing into `audit/`; its stdout.
-    fn replay(&self, trace: &str, extra: &[String]) -> String {
-        let out = Command::new(bin())
-            .args(["replay", "-p", &self.s("policy.json"), "-t", trace])
-            .args([
-                "--reviews",
-                &self.s("reviews.json"),
-                "--audit",
-                &self.s("audit"),
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "replay failed: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
-    }
-}
-
-/// A running `toolgate console`, stopped when dropped.
-struct Console {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Console {
-    fn start(fx: &Fixture, store: &[String], extra: &[String]) -> Console {
-        let mut child = Command::new(bin())
-            .args(["console", "--listen", "127.0.0.1:0", "--token-file"])
-            .arg(fx.path("tokens.json"))
-            .args(store)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("toolgate console listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        Console { child, base }
-    }
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// The value of cookie `name` set by `res`, with its attributes.
-fn set_cookie(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with(&format!("{name}=")))
-        .map(str::to_string)
-}
-
-fn cookie_value(set_cookie: &str) -> String {
-    set_cookie
-        .split(';')
-        .next()
-        .and_then(|kv| kv.split_once('='))
-        .map(|(_, v)| v.to_string())
-        .unwrap_or_default()
-}
-
-fn csrf_in(html: &str) -> String {
-    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-    html[at..].split('"').next().unwrap().to_string()
-}
-
-/// Logs in with `token`: the session cookie and the session's CSRF token, or the status.
-async fn login(base: &str, token: &str) -> Result<(String, String), (u16, String)> {
-    let c = http();
-    let page = c.get(format!("{base}/login")).send().await.unwrap();
-    let login_cookie = cookie_value(&set_cookie(page.headers(), "toolgate_login").unwrap());
-    let csrf = csrf_in(&page.text().await.unwrap());
-    let res = c
-        .post(format!("{base}/login"))
-        .header("cookie", format!("toolgate_login={login_cookie}"))
-        .form(&[("csrf", csrf.as_str()), ("token", token)])
-        .send()
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let Some(session) = set_cookie(res.headers(), "toolgate_session") else {
-        return Err((status, res.text().await.unwrap_or_default()));
-    };
-    assert_eq!(status, 303);
-    assert!(
-        session.contains("HttpOnly") && session.contains("SameSite=Strict"),
-        "{session}"
-    );
-    let cookie = cookie_value(&session);
-    let home = c
-        .get(format!("{base}/"))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Ok((cookie, csrf_in(&home)))
-}
-
-/// Reads `/events` until an event's HTML satisfies `want`; returns that HTML.
-async fn await_event(base: &str, cookie: &str, want: impl Fn(&str) -> bool) -> String {
-    let mut res = http()
-        .get(format!("{base}/events"))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status().as_u16(), 200);
-    let mut buf = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let chunk = tokio::time::timeout_at(deadline, res.chunk())
-            .await
-            .expect("an event in time")
-            .unwrap()
-            .expect("stream open");
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf[..end].to_string();
-            buf.drain(..end + 2);
-            let data: String = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: ").or(l.strip_prefix("data:")))
-                .collect::<Vec<_>>()
-                .join("\n");
-            if want(&data) {
-                return data;
-            }
-        }
-    }
-}
-
-/// A webhook receiver on loopback: every POST's headers and body.
-async fn receiver() -> (String, mpsc::UnboundedReceiver<(HeaderMap, Bytes)>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send((headers, body));
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/hook"), rx)
-}
-
-/// The next notification of `kind`, checked for its signature.
-async fn next_signed(rx: &mut mpsc::UnboundedReceiver<(HeaderMap, Bytes)>, kind: &str) -> Value {
-    loop {
-        let (headers, body) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-            .await
-            .expect("a notification in time")
-            .expect("receiver open");
-        let sig = headers
-            .get(SIGNATURE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .expect("signed")
-            .to_string();
-        assert_eq!(
-            sig,
-            format!("sha256={}", notify_signature(SECRET.as_bytes(), &body))
-        );
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        if v["type"] == kind {
-            return v;
-        }
-    }
-}
-
-fn reviews_in(fx: &Fixture) -> Vec<Review> {
-    FileReviewStore::new(fx.path("reviews.json"))
-        .try_list()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
@@ -376,34 +105,27 @@ async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
     assert_eq!(created["review"]["id"], json!(id));
 
     // POSTs without or with a wrong CSRF token are refused.
-    let decide = format!("{base}/reviews/{id}/decide");
     for form in [
         vec![("verdict", "approve")],
         vec![("verdict", "approve"), ("csrf", "0000")],
     ] {
-        let res = http()
-            .post(&decide)
-            .header("cookie", format!("toolgate_session={cookie}"))
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
+        let res = decide(&base, &id, &cookie, &form).await;
         assert_eq!(res.status().as_u16(), 403);
     }
     assert_eq!(reviews_in(&fx)[0].status, ReviewStatus::Pending);
 
     // Approve with a comment; a second decision is a conflict.
-    let res = http()
-        .post(&decide)
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .form(&[
+    let res = decide(
+        &base,
+        &id,
+        &cookie,
+        &[
             ("verdict", "approve"),
             ("csrf", csrf.as_str()),
             ("comment", "customer is gold"),
-        ])
-        .send()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(res.status().as_u16(), 303);
     let r = reviews_in(&fx).remove(0);
     assert_eq!(
@@ -414,13 +136,13 @@ async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
             Some("customer is gold")
         )
     );
-    let res = http()
-        .post(&decide)
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .form(&[("verdict", "deny"), ("csrf", csrf.as_str())])
-        .send()
-        .await
-        .unwrap();
+    let res = decide(
+        &base,
+        &id,
+        &cookie,
+        &[("verdict", "deny"), ("csrf", csrf.as_str())],
+    )
+    .await;
     assert_eq!(res.status().as_u16(), 409);
     let text = res.text().await.unwrap();
     assert!(
@@ -474,41 +196,6 @@ async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
     assert!(run.contains("Chain verified"), "{run}");
     assert!(run.contains("BLOCKED_HITL_REQUESTED"), "{run}");
     drop(console);
-}
-
-fn walk_jsonl(dir: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in walkdir::WalkDir::new(dir).into_iter().flatten() {
-        if e.path().extension().is_some_and(|x| x == "jsonl") {
-            for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-                out.push(serde_json::from_str(line).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn overdue(i: u32, on_expire: toolgate::policy::OnExpire) -> Review {
-    let now = chrono::Utc::now();
-    Review {
-        id: uuid::Uuid::now_v7().to_string(),
-        fingerprint: format!("fp-expiry-{i}-{}", uuid::Uuid::now_v7().simple()),
-        status: ReviewStatus::Pending,
-        agent_id: "support-bot".into(),
-        rule_id: "big-refund".into(),
-        tool_name: "refund".into(),
-        args: json!({"amount": 900}),
-        enduser_id: None,
-        run_id: "run-x".into(),
-        call_id: "c1".into(),
-        reason: None,
-        created_at: now - chrono::Duration::seconds(120),
-        decided_at: None,
-        expires_at: Some(now - chrono::Duration::seconds(60)),
-        on_expire: Some(on_expire),
-        decided_by: None,
-        comment: None,
-    }
 }
 
 /// A console over `store_args` decides the overdue review `r` (already in the store) by its
@@ -859,13 +546,7 @@ async fn a_real_browser_logs_in_sees_a_review_live_and_approves_it_with_and_with
     );
 
     // A POST without the CSRF token, with the browser's session, is refused.
-    let res = http()
-        .post(format!("{base}/reviews/{id2}/decide"))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .form(&[("verdict", "deny")])
-        .send()
-        .await
-        .unwrap();
+    let res = decide(&base, &id2, &cookie, &[("verdict", "deny")]).await;
     assert_eq!(res.status().as_u16(), 403);
     drop(tx);
     driver.join().unwrap();
@@ -915,13 +596,13 @@ async fn a_review_approved_in_the_console_is_seen_by_a_running_mcp_proxy_on_redi
     let (cookie, csrf) = login(&console.base, TOKEN).await.unwrap();
     let needle = review.clone();
     await_event(&console.base, &cookie, move |h| h.contains(&needle)).await;
-    let res = http()
-        .post(format!("{}/reviews/{review}/decide", console.base))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .form(&[("verdict", "approve"), ("csrf", csrf.as_str())])
-        .send()
-        .await
-        .unwrap();
+    let res = decide(
+        &console.base,
+        &review,
+        &cookie,
+        &[("verdict", "approve"), ("csrf", csrf.as_str())],
+    )
+    .await;
     assert_eq!(res.status().as_u16(), 303);
 
     // The same gateway process, still running, lets the retried call through.
