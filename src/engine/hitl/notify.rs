@@ -7,8 +7,10 @@
 //! webhook that never answers delays no decision: nothing on the decision path waits for it.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
+
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{Receiver, Sender, channel};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -44,6 +46,8 @@ pub struct NotifyConfig {
     pub console_url: Option<String>,
     /// Attempts per URL (default 6: backoff 0.5 s, 1 s, 2 s, 4 s, 8 s).
     pub attempts: u32,
+    /// The wait before the first retry (default 0.5 s); each next wait doubles, up to 60 s.
+    pub backoff: Duration,
     /// How long one POST may take (default 10 s).
     pub timeout: Duration,
 }
@@ -65,6 +69,7 @@ impl NotifyConfig {
         NotifyConfig {
             urls,
             attempts: 6,
+            backoff: Duration::from_millis(500),
             timeout: Duration::from_secs(10),
             ..Default::default()
         }
@@ -182,7 +187,7 @@ impl Outstanding {
 /// Sends notifications from a worker thread of its own (see the module docs).
 pub struct Notifier {
     config: Arc<NotifyConfig>,
-    tx: SyncSender<Job>,
+    tx: Sender<Job>,
     outstanding: Arc<Outstanding>,
 }
 
@@ -198,7 +203,9 @@ impl Notifier {
     /// Starts the worker. Without the `http` feature, notifications are logged and dropped.
     pub fn start(config: NotifyConfig) -> Notifier {
         let config = Arc::new(config);
-        let (tx, rx) = sync_channel::<Job>(QUEUE);
+        // A tokio channel: `try_send` needs no runtime, so callers on any thread queue freely,
+        // and the worker awaits jobs instead of polling for them.
+        let (tx, rx) = channel::<Job>(QUEUE);
         let worker_config = Arc::clone(&config);
         let outstanding = Arc::new(Outstanding::default());
         let worker_outstanding = Arc::clone(&outstanding);
@@ -268,7 +275,7 @@ impl Notifier {
                 review.id,
                 kind.as_str()
             ),
-            Err(TrySendError::Disconnected(_)) => {
+            Err(TrySendError::Closed(_)) => {
                 tracing::warn!("review {}: notification worker is gone", review.id)
             }
         }
@@ -276,7 +283,7 @@ impl Notifier {
 }
 
 #[cfg(feature = "http")]
-fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
+fn worker(config: Arc<NotifyConfig>, mut rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -298,7 +305,7 @@ fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstan
         let mut tasks = tokio::task::JoinSet::new();
         // Each URL of each notification is posted (and retried) by a task of its own, so a
         // dead webhook holds back neither the others nor later notifications.
-        while let Some(job) = next_job(&rx).await {
+        while let Some(job) = rx.recv().await {
             for url in &config.urls {
                 let (client, url, body, config, outstanding) = (
                     client.clone(),
@@ -319,25 +326,9 @@ fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstan
     });
 }
 
-/// The next job, received off the runtime's thread (the queue is a std channel, so senders
-/// never need a runtime).
-#[cfg(feature = "http")]
-async fn next_job(rx: &Receiver<Job>) -> Option<Job> {
-    loop {
-        match rx.try_recv() {
-            Ok(j) => return Some(j),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
-                // Waits cheaply without blocking the tasks posting meanwhile.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
-}
-
 #[cfg(feature = "http")]
 async fn post(client: &reqwest::Client, url: &str, body: &[u8], config: &NotifyConfig) {
-    let mut delay = Duration::from_millis(500);
+    let mut delay = config.backoff;
     let attempts = config.attempts.max(1);
     for attempt in 1..=attempts {
         let mut req = client
@@ -382,8 +373,8 @@ fn redact(url: &str) -> String {
 }
 
 #[cfg(not(feature = "http"))]
-fn worker(config: Arc<NotifyConfig>, rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
-    while let Ok(job) = rx.recv() {
+fn worker(config: Arc<NotifyConfig>, mut rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
+    while let Some(job) = rx.blocking_recv() {
         for _ in 0..config.urls.len() {
             outstanding.finish();
         }
@@ -443,5 +434,104 @@ mod tests {
             ),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
+    }
+
+    /// Statuses by webhook name.
+    #[cfg(feature = "http")]
+    type Statuses = Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u16>>>>;
+
+    /// A loopback webhook answering each POST to `/<name>` with the next status of that
+    /// name's script (200 once the script is used up); every POST is counted.
+    #[cfg(feature = "http")]
+    async fn scripted(scripts: Vec<(&'static str, Vec<u16>)>) -> (String, Statuses) {
+        use axum::extract::{Path, State};
+        let answered: Statuses = Arc::default();
+        let scripts: Statuses = Arc::new(std::sync::Mutex::new(
+            scripts
+                .into_iter()
+                .map(|(k, mut v)| {
+                    v.reverse();
+                    (k.to_string(), v)
+                })
+                .collect(),
+        ));
+        let state = (Arc::clone(&scripts), Arc::clone(&answered));
+        let app = axum::Router::new()
+            .route(
+                "/{name}",
+                axum::routing::post(
+                    |State((scripts, answered)): State<(Statuses, Statuses)>,
+                     Path(name): Path<String>| async move {
+                        let status = scripts
+                            .lock()
+                            .unwrap()
+                            .get_mut(&name)
+                            .and_then(Vec::pop)
+                            .unwrap_or(200);
+                        answered
+                            .lock()
+                            .unwrap()
+                            .entry(name)
+                            .or_default()
+                            .push(status);
+                        axum::http::StatusCode::from_u16(status).unwrap()
+                    },
+                ),
+            )
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), answered)
+    }
+
+    /// 5xx and 429 are retried with backoff until a success or the last attempt; other 4xx
+    /// are not retried; `drain` returns once every post is done.
+    #[cfg(feature = "http")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retries_server_errors_with_backoff_and_gives_up_on_client_errors() {
+        let (base, answered) = scripted(vec![
+            ("flaky", vec![503, 502, 200]),
+            ("limited", vec![429, 200]),
+            ("refusing", vec![400]),
+            ("dead", vec![500; 10]),
+        ])
+        .await;
+        let mut config = NotifyConfig::new(
+            ["flaky", "limited", "refusing", "dead"]
+                .iter()
+                .map(|n| format!("{base}/{n}"))
+                .collect(),
+        );
+        config.attempts = 4;
+        config.backoff = Duration::from_millis(5);
+        let notifier = Notifier::start(config);
+        notifier.send(NotifyKind::Created, &review());
+        assert_eq!(notifier.drain(Duration::from_secs(30)).await, 0);
+        let answered = answered.lock().unwrap().clone();
+        assert_eq!(answered["flaky"], vec![503, 502, 200]);
+        assert_eq!(answered["limited"], vec![429, 200]);
+        assert_eq!(answered["refusing"], vec![400]);
+        // Gave up after its 4 attempts.
+        assert_eq!(answered["dead"], vec![500; 4]);
+    }
+
+    /// Queued from a thread without a runtime (the engine's callers need none).
+    #[cfg(feature = "http")]
+    #[test]
+    fn send_needs_no_runtime() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (base, answered) = rt.block_on(scripted(vec![]));
+        let notifier = Notifier::start(NotifyConfig::new(vec![format!("{base}/plain")]));
+        std::thread::spawn(move || {
+            notifier.send(NotifyKind::Decided, &review());
+            notifier
+        })
+        .join()
+        .map(|notifier| {
+            assert_eq!(rt.block_on(notifier.drain(Duration::from_secs(30))), 0);
+        })
+        .unwrap();
+        assert_eq!(answered.lock().unwrap()["plain"], vec![200]);
     }
 }
