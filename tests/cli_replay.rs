@@ -149,6 +149,89 @@ fn reviews_persist_between_replays_through_the_review_command() {
         ));
 }
 
+/// A pending review of the shipped support trace, in a review file under `dir`: its id.
+fn pending_review(dir: &std::path::Path) -> String {
+    let store = dir.join("reviews.json");
+    toolgate()
+        .args(["replay", "-p", POLICY, "-t", TRACE, "--reviews"])
+        .arg(&store)
+        .assert()
+        .success();
+    let list = toolgate()
+        .args(["review", "list", "--json", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap()
+        .stdout;
+    let reviews: Vec<Value> = serde_json::from_slice(&list).unwrap();
+    reviews[0]["id"].as_str().unwrap().to_string()
+}
+
+/// `toolgate review approve|deny --audit` records the human decision in the audit trail as
+/// the console does: a `review.decided` event, in a run of its own that `verify` checks. A
+/// wrong `--audit` decides nothing.
+#[test]
+fn a_decision_on_the_command_line_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = pending_review(dir.path());
+    let store = dir.path().join("reviews.json");
+    // An audit folder that cannot be one (a file): refused before deciding.
+    let not_a_dir = dir.path().join("file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    toolgate()
+        .args(["review", "approve", &id, "--store"])
+        .arg(&store)
+        .arg("--audit")
+        .arg(&not_a_dir)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--audit"));
+    let audit = dir.path().join("audit");
+    toolgate()
+        .args([
+            "review",
+            "approve",
+            &id,
+            "--by",
+            "lead",
+            "--comment",
+            "gold customer",
+        ])
+        .arg("--store")
+        .arg(&store)
+        .arg("--audit")
+        .arg(&audit)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("approved"));
+    let day = std::fs::read_dir(audit.join("toolgate-console"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let lines: Vec<Value> = std::fs::read_to_string(day)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let e = &lines[0];
+    assert_eq!(e["kind"], "review.decided");
+    assert_eq!(e["runId"], format!("review-{id}"));
+    let text = e.to_string();
+    assert!(
+        text.contains(&id) && text.contains("\"lead\"") && text.contains("approved"),
+        "{text}"
+    );
+    toolgate()
+        .arg("verify")
+        .arg(&audit)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ok: 1 events, 1 runs"));
+}
+
 #[test]
 fn policy_tests_pass_and_a_wrong_expectation_shows_a_diff() {
     toolgate()

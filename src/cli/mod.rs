@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 #[macro_use]
 pub(crate) mod out;
 
+pub mod audit_out;
 pub mod check;
 pub mod collect;
 #[cfg(feature = "console")]

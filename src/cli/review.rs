@@ -2,6 +2,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::audit_out::AuditOut;
 use crate::engine::{
     FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore, ReviewVerdict, status_word,
 };
@@ -98,6 +99,11 @@ pub struct ReviewArgs {
     /// `mcp-proxy`): a decision here is seen by every process sharing that Redis.
     #[command(flatten)]
     pub state: super::state::StateArgs,
+    /// Also write each decision (approve, deny, expire) as a `review.decided` audit event, as
+    /// the console does: to a folder (`DIR/toolgate-console/<date>.jsonl`, verified by
+    /// `toolgate verify DIR`) or to a collector's `postgres://…` store.
+    #[arg(long, value_name = "DIR|postgres://…", global = true)]
+    pub audit: Option<String>,
     #[command(subcommand)]
     pub action: ReviewAction,
 }
@@ -232,9 +238,28 @@ pub fn run(args: ReviewArgs) -> ExitCode {
         }
         verdict = verdict.comment(who.comment);
     }
+    // The audit store is opened before deciding: a wrong `--audit` decides nothing.
+    let audit = match args.audit.as_deref().map(open_audit).transpose() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: --audit: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match store.decide_with(&id, &verdict) {
         Ok(r) => {
             outln!("{}: {}", r.id, status_word(r.status));
+            if let Some((runtime, out)) = audit
+                && let Err(e) = runtime.block_on(out.decided(&r, now))
+            {
+                eprintln!(
+                    "error: review {} is {}, but its review.decided audit event was not written to {}: {e}",
+                    r.id,
+                    status_word(r.status),
+                    out.place()
+                );
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -242,4 +267,18 @@ pub fn run(args: ReviewArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The audit store `spec` names, with the runtime that writes to it.
+fn open_audit(spec: &str) -> Result<(tokio::runtime::Runtime, AuditOut), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let out = runtime.block_on(AuditOut::open(spec))?;
+    if let AuditOut::Dir(dir) = &out {
+        let dir = dir.join("toolgate-console");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    Ok((runtime, out))
 }

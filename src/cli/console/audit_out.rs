@@ -1,112 +1,17 @@
 //! The audit store of the console (`--store DIR|postgres://…`, else `--audit DIR` for writing
-//! only): `review.decided` events of the console's decisions, and run pages.
-//!
-//! Each console decision is a run of its own, `review-<reviewId>`: one `review.decided` event,
-//! its own chain (seq 0), so writing it never races an agent's chain, and `toolgate verify`
-//! checks it like any run. In a folder it is appended to
-//! `DIR/toolgate-console/<YYYY-MM-DD>.jsonl`; in PostgreSQL it is ingested as a collector would.
+//! only): run pages read from it; the console's decisions are written by
+//! [`crate::cli::audit_out::AuditOut::decided`].
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::pages::RunRow;
 use crate::audit::store::RunCheck;
-use crate::audit::{EventKind, RunChain};
-use crate::engine::{Review, decided_event_body};
+pub use crate::cli::audit_out::AuditOut;
 
 /// Events of one run shown at most.
 pub const RUN_EVENTS_SHOWN: usize = 5_000;
 
-/// Where events are read and written.
-#[derive(Clone)]
-pub enum AuditOut {
-    /// A folder of JSONL files (searched recursively, as `toolgate verify DIR` does).
-    Dir(PathBuf),
-    /// A collector's PostgreSQL store.
-    #[cfg(feature = "postgres")]
-    Postgres(Arc<crate::audit::store::postgres::PgStore>, String),
-}
-
 impl AuditOut {
-    /// For messages (a database URL without its password).
-    pub fn place(&self) -> String {
-        match self {
-            AuditOut::Dir(d) => d.display().to_string(),
-            #[cfg(feature = "postgres")]
-            AuditOut::Postgres(_, shown) => shown.clone(),
-        }
-    }
-
-    /// Opens `spec`: `postgres://…` (tables created when missing) or a folder.
-    pub async fn open(spec: &str) -> Result<AuditOut, String> {
-        if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-            #[cfg(feature = "postgres")]
-            {
-                let shown = crate::audit::collector::redact_url(spec);
-                let store = crate::audit::store::postgres::PgStore::connect(spec)
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "--store {shown}: {}",
-                            crate::audit::collector::redact_in(spec, &e.to_string())
-                        )
-                    })?;
-                return Ok(AuditOut::Postgres(Arc::new(store), shown));
-            }
-            #[cfg(not(feature = "postgres"))]
-            return Err("--store postgres://… needs the `postgres` feature".into());
-        }
-        Ok(AuditOut::Dir(PathBuf::from(spec)))
-    }
-
-    /// Writes the `review.decided` event of a review decided in the console.
-    pub async fn decided(&self, review: &Review, at: DateTime<Utc>) -> Result<(), String> {
-        let mut chain = RunChain::new(
-            format!("review-{}", review.id),
-            review.agent_id.clone(),
-            review.enduser_id.clone(),
-        );
-        let event = chain.seal(EventKind::ReviewDecided, at, decided_event_body(review));
-        match self {
-            AuditOut::Dir(dir) => {
-                let dir = dir.join("toolgate-console");
-                let line = format!("{}\n", event.canonical_line());
-                let file = dir.join(format!("{}.jsonl", at.format("%Y-%m-%d")));
-                tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                    std::fs::create_dir_all(&dir)?;
-                    let mut f = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&file)?;
-                    // One write of a whole line to a file opened for appending.
-                    f.write_all(line.as_bytes())?;
-                    f.sync_data()
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("{}: {e}", self.place()))
-            }
-            #[cfg(feature = "postgres")]
-            AuditOut::Postgres(store, shown) => {
-                use crate::audit::store::EventStore;
-                let incoming = crate::audit::store::Incoming::from_value(event.to_json())
-                    .map_err(|e| e.to_string())?;
-                let outcome = store
-                    .ingest(vec![incoming])
-                    .await
-                    .map_err(|e| format!("{shown}: {e}"))?;
-                if outcome.accepted + outcome.duplicates == 0 {
-                    return Err(format!("{shown}: event refused: {}", outcome.to_json()));
-                }
-                Ok(())
-            }
-        }
-    }
-
     /// The stored events of run `run_id` (of `agent` when given), in seq order, with the
     /// check of its chain (events read, and the breaks found).
     pub async fn run(
