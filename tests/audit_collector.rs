@@ -408,6 +408,9 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
     let spool = tempfile::tempdir().unwrap();
     let mut cfg = sink_config(&server.url(), spool.path());
     cfg.token = Some("wrong".into());
+    // One batch, posted on flush (with the 10 ms interval, a loaded machine posted the first
+    // events before the rest were queued: two requests).
+    cfg.batch_interval_ms = 60_000;
     let sink = Arc::new(HttpSink::new(cfg).unwrap());
     let bus = bus_with(&sink);
     let mut chain = RunChain::new("r-401", "support", None);
@@ -444,6 +447,7 @@ async fn client_errors_are_not_retried_and_are_kept_for_inspection() {
     let spool = tempfile::tempdir().unwrap();
     let mut cfg = sink_config(&server.url(), spool.path());
     cfg.token = Some("secret".into());
+    cfg.batch_interval_ms = 60_000;
     let sink = Arc::new(HttpSink::new(cfg).unwrap());
     let bus = bus_with(&sink);
     let mut chain = RunChain::new("r-413", "support", None);
@@ -736,5 +740,62 @@ async fn rejected_events_are_moved_aside_and_delivery_goes_on() {
     // Shutdown reports every rejection of the sink's life.
     let r = bus.shutdown(Duration::from_secs(5)).await;
     assert!(matches!(r, Err(AuditError::Rejected(_))), "{r:?}");
+    server.stop().await;
+}
+
+/// A batch over the collector's `--max-body-bytes` (413) is split in halves down to single
+/// events: every event that fits is delivered, and only an event too large by itself is
+/// moved aside (before: the whole batch was rejected and none of it delivered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_too_large_for_the_collector_is_split_and_only_an_oversized_event_is_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = CollectorConfig::new(out.path());
+    config.max_body_bytes = 16 * 1024;
+    let server = InProcess::start(config, "127.0.0.1:0").await;
+    let spool = tempfile::tempdir().unwrap();
+    let mut sc = sink_config(&server.url(), spool.path());
+    // One batch for everything, posted on flush.
+    sc.batch_interval_ms = 60_000;
+    let sink = Arc::new(HttpSink::new(sc).unwrap());
+    let bus = bus_with(&sink);
+    let mut good = RunChain::new("r-good", "support", None);
+    for i in 0..40 {
+        let kind = if i == 0 {
+            EventKind::RunStarted
+        } else {
+            EventKind::ToolResult
+        };
+        let body = obj(json!({"step": i, "pad": "x".repeat(1_000)}));
+        bus.emit(good.seal(kind, Utc::now(), body));
+    }
+    let mut big = RunChain::new("r-big", "support", None);
+    bus.emit(big.seal(EventKind::RunStarted, Utc::now(), obj(json!({}))));
+    let huge = big.seal(
+        EventKind::ToolResult,
+        Utc::now(),
+        obj(json!({"output": "y".repeat(20_000)})),
+    );
+    let huge_id = huge.id().to_string();
+    bus.emit(huge);
+    let r = bus.flush(Duration::from_secs(30)).await;
+    assert!(
+        matches!(&r, Err(AuditError::Rejected(m)) if m.contains("413")),
+        "{r:?}"
+    );
+    let s = sink.stats();
+    assert_eq!((s.delivered_events, s.rejected_events), (41, 1), "{s:?}");
+    assert!(s.split_batches >= 2, "{s:?}");
+    assert_eq!(server.collector.stats().events, 41);
+    let saved: Vec<Value> = std::fs::read_dir(spool.path().join("rejected"))
+        .unwrap()
+        .map(|f| {
+            serde_json::from_str(&std::fs::read_to_string(f.unwrap().path()).unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert_eq!(saved[0]["status"], 413);
+    assert_eq!(saved[0]["events"][0]["id"], json!(huge_id));
+    assert!(verify_paths(&[out.path()]).is_ok());
+    let _ = bus.shutdown(Duration::from_secs(5)).await;
     server.stop().await;
 }

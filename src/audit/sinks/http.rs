@@ -19,7 +19,10 @@
 //! 5. A 409 whose answer lists `rejected` events (an id reused, a fork, an id too long; see
 //!    design §9) means the other events of the batch are stored: only the rejected events are
 //!    written to `spool/rejected/` with the collector's reasons, and delivery goes on.
-//! 6. Any other 4xx is not retried: the batch is logged and written to `spool/rejected/` with
+//! 6. A 413 (a batch over the collector's `--max-body-bytes`) splits the batch in halves, each
+//!    posted the same way, down to single events: only an event too large by itself is
+//!    rejected (as in 5), the rest are delivered.
+//! 7. Any other 4xx is not retried: the batch is logged and written to `spool/rejected/` with
 //!    the collector's answer, for inspection.
 //!
 //! A flush or shutdown after rejections errs with [`AuditError::Rejected`].
@@ -131,6 +134,8 @@ pub struct HttpSinkStats {
     pub rejected_events: u64,
     /// Failed attempts that were retried.
     pub retries: u64,
+    /// Batches the collector found too large (413) and that were split in halves.
+    pub split_batches: u64,
 }
 
 #[derive(Default)]
@@ -141,6 +146,7 @@ struct Counters {
     rejected_batches: AtomicU64,
     rejected_events: AtomicU64,
     retries: AtomicU64,
+    split_batches: AtomicU64,
 }
 
 struct Inflight {
@@ -202,8 +208,10 @@ enum Outcome {
         status: u16,
         body: String,
     },
-    /// Some events were stored, these (id, reason) were rejected.
+    /// Some events were stored, these (id, reason) were rejected (a 409 listing them, or
+    /// a 413 batch split down to the events still too large).
     Partial {
+        status: u16,
         rejected: Vec<(String, String)>,
         body: String,
     },
@@ -275,6 +283,7 @@ impl HttpSink {
             rejected_batches: c.rejected_batches.load(Ordering::Relaxed),
             rejected_events: c.rejected_events.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
+            split_batches: c.split_batches.load(Ordering::Relaxed),
         }
     }
 

@@ -76,11 +76,13 @@ pub(super) async fn reject(shared: &Shared, body: Vec<u8>, status: u16, answer: 
     note_rejection(shared, summary).await;
 }
 
-/// Saves the events a 409 rejected one by one (with their reasons) to `rejected/`; returns how
-/// many events of the batch were stored.
+/// Saves the events a 409 rejected one by one (with their reasons), or that a split 413 batch
+/// left (each too large by itself), to `rejected/`; returns how many events of the batch were
+/// stored.
 pub(super) async fn reject_some(
     shared: &Shared,
     body: &[u8],
+    status: u16,
     rejected: &[(String, String)],
     answer: String,
 ) -> u64 {
@@ -122,7 +124,7 @@ pub(super) async fn reject_some(
         uuid::Uuid::now_v7().simple()
     );
     let record = serde_json::json!({
-        "status": 409, "response": answer, "rejected": reasons, "events": picked
+        "status": status, "response": answer, "rejected": reasons, "events": picked
     });
     let path = dir.join(&name);
     let shown = path.display().to_string();

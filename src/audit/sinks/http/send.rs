@@ -51,11 +51,89 @@ async fn post(shared: &Shared, body: Vec<u8>) -> Outcome {
     }
 }
 
+/// Posts `body` (`{"events": [...]}`); a batch the collector finds too large (413) is split in
+/// halves, each posted the same way, down to single events, so one large event, or a batch
+/// larger than the collector's `--max-body-bytes`, costs no other event its delivery. The
+/// halves' answers combine: any retry retries the whole body (the collector deduplicates the
+/// halves already stored); events refused (a single event still too large, or a half's 4xx)
+/// are listed as a partial rejection.
+fn post_splitting<'a>(
+    shared: &'a Shared,
+    body: Vec<u8>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send + 'a>> {
+    Box::pin(async move {
+        let outcome = post(shared, body.clone()).await;
+        let Outcome::Rejected {
+            status: 413,
+            body: answer,
+        } = outcome
+        else {
+            return outcome;
+        };
+        let events: Vec<serde_json::Value> = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("events").and_then(|e| e.as_array()).cloned())
+            .unwrap_or_default();
+        if events.len() < 2 {
+            // Nothing to split: the event is too large by itself (its parent, when split from
+            // one, lists it as a rejected event).
+            return Outcome::Rejected {
+                status: 413,
+                body: answer,
+            };
+        }
+        shared
+            .counters
+            .split_batches
+            .fetch_add(1, Ordering::Relaxed);
+        let mut events = events;
+        let second = events.split_off(events.len() / 2);
+        let mut rejected = Vec::new();
+        let mut answers = Vec::new();
+        for half in [events, second] {
+            let half_body = serde_json::json!({ "events": half })
+                .to_string()
+                .into_bytes();
+            match post_splitting(shared, half_body).await {
+                Outcome::Delivered => {}
+                retry @ Outcome::Retry { .. } => return retry,
+                Outcome::Partial {
+                    rejected: some,
+                    body,
+                    ..
+                } => {
+                    rejected.extend(some);
+                    answers.push(body);
+                }
+                Outcome::Rejected { status, body } => {
+                    let reason = format!("HTTP {status}: {}", truncate(&body, 300));
+                    rejected.extend(
+                        half.iter()
+                            .filter_map(|e| e.get("id").and_then(|i| i.as_str()))
+                            .map(|id| (id.to_string(), reason.clone())),
+                    );
+                    answers.push(body);
+                }
+            }
+        }
+        if rejected.is_empty() {
+            Outcome::Delivered
+        } else {
+            Outcome::Partial {
+                status: 413,
+                rejected,
+                body: answers.join("\n"),
+            }
+        }
+    })
+}
+
 fn classify(status: u16, text: String, retry_after: Option<Duration>) -> Outcome {
     match status {
         200..=299 => Outcome::Delivered,
         409 => match rejected_list(&text) {
             Some(rejected) => Outcome::Partial {
+                status,
                 rejected,
                 body: text,
             },
@@ -158,7 +236,7 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                     }
                 };
                 let outcome = tokio::select! {
-                    o = post(&shared, body.clone()) => o,
+                    o = post_splitting(&shared, body.clone()) => o,
                     _ = stop.wait_for(|s| *s) => break,
                 };
                 match outcome {
@@ -187,11 +265,12 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                         bump(&shared);
                     }
                     Outcome::Partial {
+                        status,
                         rejected,
                         body: answer,
                     } => {
                         attempt = 0;
-                        let stored = reject_some(&shared, &body, &rejected, answer).await;
+                        let stored = reject_some(&shared, &body, status, &rejected, answer).await;
                         shared
                             .counters
                             .delivered_events
@@ -220,7 +299,7 @@ pub(super) async fn sender(shared: Arc<Shared>) {
             Work::Batch(events) => {
                 let body = batch_body(&events);
                 let outcome = tokio::select! {
-                    o = post(&shared, body.clone()) => o,
+                    o = post_splitting(&shared, body.clone()) => o,
                     _ = stop.wait_for(|s| *s) => break,
                 };
                 match outcome {
@@ -252,11 +331,12 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                         bump(&shared);
                     }
                     Outcome::Partial {
+                        status,
                         rejected,
                         body: answer,
                     } => {
                         attempt = 0;
-                        let stored = reject_some(&shared, &body, &rejected, answer).await;
+                        let stored = reject_some(&shared, &body, status, &rejected, answer).await;
                         shared
                             .counters
                             .delivered_events
