@@ -419,3 +419,30 @@ fn duplicate_ids_never_pass_undecided_with_server_everything() {
     }
     assert_eq!(p.finish().code(), Some(0));
 }
+
+/// A member named twice anywhere in a client's message is refused: toolgate's parser keeps the
+/// last value, and an upstream parser that keeps the first would run a call other than the one
+/// decided (`"name":"delete_note","name":"read_note"` decided as `read_note`, run as
+/// `delete_note`). Before, only a repeat at the top level was refused.
+#[test]
+fn a_member_named_twice_at_any_depth_is_refused() {
+    let h = Hostile::new();
+    let mut p = h.start();
+    p.initialize("2025-06-18", false);
+    p.send_line(r#"{"jsonrpc":"2.0","id":40,"method":"tools/call","params":{"name":"delete_note","name":"read_note","arguments":{"id":"a"}}}"#);
+    let r = p.wait_for(|v| v.get("id") == Some(&Value::Null));
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    p.send_line(r#"{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"read_note","arguments":{"id":"classified","id":"public"}}}"#);
+    let r = p.wait_for(|v| v.get("id") == Some(&Value::Null));
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    // The same key in two different objects is fine.
+    let r = p.request(
+        "tools/call",
+        json!({"name": "read_note", "arguments": {"id": "public", "meta": {"id": 1}}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let recorded = h.recorded();
+    assert!(!recorded.contains("delete_note"), "{recorded}");
+    assert!(!recorded.contains("classified"), "{recorded}");
+    assert_eq!(p.finish().code(), Some(0));
+}

@@ -7,7 +7,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use std::cell::Cell;
+
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -22,8 +24,11 @@ pub(crate) struct Frame {
     raw: Option<Box<str>>,
     /// Byte range of the top-level `id` member's value in `raw`.
     id_span: Option<(usize, usize)>,
-    /// The top-level object names a member twice (peers could read it differently).
+    /// An object of the message, at any depth, names a member twice (peers could read it
+    /// differently: toolgate's parser keeps the last value, some keep the first).
     dup_keys: bool,
+    /// The top-level object names a member twice.
+    dup_top: bool,
 }
 
 /// A message parsed in one pass: its value, the span of its top-level `id`, and whether a
@@ -31,7 +36,10 @@ pub(crate) struct Frame {
 struct Parsed {
     msg: Value,
     id: Option<(usize, usize)>,
+    /// A key repeats in some object.
     dup: bool,
+    /// A key of the top-level object repeats.
+    dup_top: bool,
 }
 
 struct Key<'a>(Cow<'a, str>);
@@ -55,6 +63,69 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// A JSON value, as `Value` deserializes it (a later member of a repeated key replaces the
+/// earlier one), noting in `dup` whether any object in it names a member twice. Its depth is
+/// bounded by serde_json's recursion limit, as `Value`'s is.
+struct Checked<'c>(&'c Cell<bool>);
+
+impl<'de> DeserializeSeed<'de> for Checked<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Checked(self.0))? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m = Map::new();
+        while let Some(k) = map.next_key::<Key<'de>>()? {
+            let v = map.next_value_seed(Checked(self.0))?;
+            if m.insert(k.0.into_owned(), v).is_some() {
+                self.0.set(true);
+            }
+        }
+        Ok(Value::Object(m))
+    }
+}
+
 /// Parses `text`: an object member by member (noting the `id` member's span and repeated
 /// keys, as a later value of a key replaces an earlier one just as in a `Value`), anything else
 /// as a `Value`.
@@ -67,7 +138,9 @@ fn parse_top(text: &str) -> serde_json::Result<Parsed> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
             let mut m = Map::new();
-            let (mut id, mut dup) = (None, false);
+            let mut id = None;
+            let dup = Cell::new(false);
+            let mut dup_top = false;
             while let Some(k) = map.next_key::<Key<'de>>()? {
                 let v = if k.0 == "id" {
                     let raw: &'de RawValue = map.next_value()?;
@@ -75,14 +148,15 @@ fn parse_top(text: &str) -> serde_json::Result<Parsed> {
                     id = Some((start, start + raw.get().len()));
                     serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?
                 } else {
-                    map.next_value::<Value>()?
+                    map.next_value_seed(Checked(&dup))?
                 };
-                dup |= m.insert(k.0.into_owned(), v).is_some();
+                dup_top |= m.insert(k.0.into_owned(), v).is_some();
             }
             Ok(Parsed {
                 msg: Value::Object(m),
                 id,
-                dup,
+                dup: dup_top || dup.get(),
+                dup_top,
             })
         }
     }
@@ -91,6 +165,7 @@ fn parse_top(text: &str) -> serde_json::Result<Parsed> {
             msg: serde_json::from_str(text)?,
             id: None,
             dup: false,
+            dup_top: false,
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -113,6 +188,7 @@ impl Frame {
             raw: one_line.then(|| text.into()),
             id_span: s.id.filter(|_| one_line),
             dup_keys: s.dup,
+            dup_top: s.dup_top,
         })
     }
 
@@ -135,9 +211,16 @@ impl Frame {
         self.msg
     }
 
-    /// Whether the top-level object names a member twice.
+    /// Whether an object of the message, at any depth, names a member twice (what a client
+    /// sends is refused then: toolgate decides on the last value, an upstream parser that keeps
+    /// the first would run something else).
     pub(crate) fn dup_keys(&self) -> bool {
         self.dup_keys
+    }
+
+    /// Whether the top-level object names a member twice.
+    pub(crate) fn dup_top_keys(&self) -> bool {
+        self.dup_top
     }
 
     /// The text of the top-level `id` as it came (or as its value writes).
@@ -213,6 +296,7 @@ impl From<Value> for Frame {
             raw: None,
             id_span: None,
             dup_keys: false,
+            dup_top: false,
         }
     }
 }
@@ -271,6 +355,15 @@ mod tests {
         let d = Frame::parse(r#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
         assert!(d.dup_keys());
         assert!(Frame::parse(r#"{"id":1,"\u0069d":2}"#).unwrap().dup_keys());
+        // At any depth: a tool's name or argument named twice reads differently to a parser
+        // that keeps the first value.
+        let nested =
+            r#"{"id":1,"method":"tools/call","params":{"name":"delete_all","name":"read"}}"#;
+        assert!(Frame::parse(nested).unwrap().dup_keys());
+        let deep = r#"{"id":1,"params":{"arguments":{"a":[{"p":"/etc","p":"/tmp"}]}}}"#;
+        assert!(Frame::parse(deep).unwrap().dup_keys());
+        let same_text_elsewhere = r#"{"id":1,"params":{"a":{"p":1},"b":{"p":2}}}"#;
+        assert!(!Frame::parse(same_text_elsewhere).unwrap().dup_keys());
         let text = r#"{"a":[1,{"b":2.5e0}],"id":null,"c":"\u00e9","a2":{}}"#;
         assert_eq!(
             *Frame::parse(text).unwrap(),

@@ -47,7 +47,9 @@ impl Gateway {
                 return;
             }
         };
-        if !msg.is_object() || msg.dup_keys() {
+        // Only the top level: a tool's result that repeats a key deep inside is relayed as it
+        // came (the client parses it as it would without toolgate).
+        if !msg.is_object() || msg.dup_top_keys() {
             tracing::warn!("upstream: dropped a message that is not one JSON-RPC object");
             return;
         }
