@@ -103,3 +103,144 @@ async fn two_replicas_share_runs_counters_and_reviews() {
     a.stop();
     b.stop();
 }
+
+/// The audit events written so far under `dir` (a line still being written is skipped).
+fn events_so_far(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Issue 26: a 2026-07-28 client without a run id alternating between two replicas on one
+/// Redis gets one run per token — one run id in both trails, one audit chain (`verify` passes
+/// on both trails together, no fork), `maxCalls … per: run` exact across the replicas — and
+/// after `--run-idle-secs` without calls the run ends once (one `run.ended`, status `idle`)
+/// and the next call starts another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_run_is_one_run_across_replicas_and_ends_once_when_idle() {
+    let Some(url) = redis_url() else { return };
+    let setup = Setup::new();
+    let policy = json!({"policy": {"name": "per-run"}, "rules": [
+        {"id": "cap", "name": "cap", "priority": 1, "enabled": true,
+         "selector": {"phase": "tool.before", "tool": {"name": "echo"}},
+         "condition": {"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["echo"]},
+                       "max": 5, "per": "run"},
+         "effect": {"type": "block", "reason": "five echoes per run"}}]});
+    std::fs::write(setup.path("policy.json"), policy.to_string()).unwrap();
+    let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
+    let (trail_a, trail_b) = (setup.path("trail-a"), setup.path("trail-b"));
+    let args = |trail: &std::path::Path| -> Vec<String> {
+        [
+            "--policy",
+            &setup.path("policy.json").display().to_string(),
+            "--state",
+            &url,
+            "--state-prefix",
+            &prefix,
+            "--token-file",
+            &token_file(setup.dir.path()).display().to_string(),
+            "--audit",
+            &trail.display().to_string(),
+            "--state-timeout-ms",
+            "2000",
+            "--run-idle-secs",
+            "2",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let a = Gateway::start(&args(&trail_a), &[fixture()], &[]);
+    let b = Gateway::start(&args(&trail_b), &[fixture()], &[]);
+    let (ca, cb) = (
+        Client::new(&a.url, "tok-alice", true),
+        Client::new(&b.url, "tok-alice", true),
+    );
+    let mut allowed = 0;
+    for i in 0..12 {
+        let c = if i % 2 == 0 { &ca } else { &cb };
+        let r = c.call("echo", json!({"text": format!("{i}")})).await;
+        match code(&r).as_str() {
+            "" => allowed += 1,
+            "BLOCKED_RULE" => {}
+            other => panic!("call {i}: {other} {r}"),
+        }
+    }
+    assert_eq!(allowed, 5, "maxCalls per run is exact across the replicas");
+    // The idle end is time-based: poll both trails (every 50 ms, at most 20 s) for it.
+    let both = || {
+        let mut v = events_so_far(&trail_a);
+        v.extend(events_so_far(&trail_b));
+        v
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ended = loop {
+        let events = both();
+        if let Some(e) = events.iter().find(|e| e["kind"] == "run.ended") {
+            break e.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run.ended within 20 s: {events:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(ended["status"], "idle", "{ended}");
+    // A later call: a new run, with its own counter.
+    let r = cb.call("echo", json!({"text": "after"})).await;
+    assert_eq!(code(&r), "", "{r}");
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+    let events = both();
+    let decisions = |run: &serde_json::Value| {
+        events
+            .iter()
+            .filter(|e| e["kind"] == "tool.decision" && &e["runId"] == run)
+            .count()
+    };
+    let mut runs: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.decision")
+        .map(|e| &e["runId"])
+        .collect();
+    runs.dedup();
+    runs.sort_by_key(|r| r.to_string());
+    runs.dedup();
+    assert_eq!(
+        runs.len(),
+        2,
+        "one run, then one after the idle end: {runs:?}"
+    );
+    assert_eq!(decisions(&ended["runId"]), 12, "{events:?}");
+    for (trail, name) in [(&trail_a, "a"), (&trail_b, "b")] {
+        let here = events_so_far(trail)
+            .iter()
+            .filter(|e| e["kind"] == "tool.decision" && e["runId"] == ended["runId"])
+            .count();
+        assert!(
+            here >= 6,
+            "replica {name} decided {here} of the run's calls"
+        );
+    }
+    let idle_ends: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "run.ended" && e["runId"] == ended["runId"])
+        .collect();
+    assert_eq!(idle_ends.len(), 1, "the run ends once: {idle_ends:?}");
+    let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "error").collect();
+    assert!(errors.is_empty(), "no fork, no store error: {errors:?}");
+    let (ok, out) = setup.toolgate(&[
+        "verify",
+        &trail_a.display().to_string(),
+        &trail_b.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+}
