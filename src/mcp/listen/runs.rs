@@ -182,7 +182,7 @@ impl Server {
                 }
                 continue;
             }
-            if !s.idle_for().is_some_and(|d| d >= idle) {
+            if s.idle_for().is_none_or(|d| d < idle) {
                 continue;
             }
             let end = match self.book.end_idle(&c, now, millis(idle)).await {
