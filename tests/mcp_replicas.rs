@@ -28,6 +28,16 @@ fn redis_url() -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_runs_counters_and_reviews() {
+    share_counters_and_reviews(true).await;
+}
+
+/// The same for a client without a run id (its token's run, shared by the replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_a_token_runs_counters_and_reviews() {
+    share_counters_and_reviews(false).await;
+}
+
+async fn share_counters_and_reviews(with_run_id: bool) {
     let Some(url) = redis_url() else { return };
     let setup = Setup::new();
     let policy = json!({"policy": {"name": "cap"}, "rules": [
@@ -63,7 +73,7 @@ async fn two_replicas_share_runs_counters_and_reviews() {
     let run = format!("replicated-{}", uuid::Uuid::now_v7());
     let client = |url: &str| {
         let mut c = Client::new(url, "tok-alice", true);
-        c.run = Some(run.clone());
+        c.run = with_run_id.then(|| run.clone());
         c.elicitation = true;
         c
     };
