@@ -137,6 +137,19 @@ fn events_so_far(dir: &std::path::Path) -> Vec<serde_json::Value> {
 /// and the next call starts another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_run_is_one_run_across_replicas_and_ends_once_when_idle() {
+    one_run_across_replicas_ending_once(false).await;
+}
+
+/// The same for a run the client names (`_meta["dev.toolgate/runId"]`): both replicas serve it
+/// and hand it over between calls, so it is one audit chain (no fork `error`), `maxCalls … per:
+/// run` is exact and it ends once when idle (before, each replica held it until idle: a fork
+/// and two `run.ended`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_run_is_one_run_across_replicas_and_ends_once_when_idle() {
+    one_run_across_replicas_ending_once(true).await;
+}
+
+async fn one_run_across_replicas_ending_once(with_run_id: bool) {
     let Some(url) = redis_url() else { return };
     let setup = Setup::new();
     let policy = json!({"policy": {"name": "per-run"}, "rules": [
@@ -170,10 +183,13 @@ async fn a_token_run_is_one_run_across_replicas_and_ends_once_when_idle() {
     };
     let a = Gateway::start(&args(&trail_a), &[fixture()], &[]);
     let b = Gateway::start(&args(&trail_b), &[fixture()], &[]);
-    let (ca, cb) = (
-        Client::new(&a.url, "tok-alice", true),
-        Client::new(&b.url, "tok-alice", true),
-    );
+    let run = format!("named-{}", uuid::Uuid::now_v7());
+    let client = |url: &str, run: &str| {
+        let mut c = Client::new(url, "tok-alice", true);
+        c.run = with_run_id.then(|| run.to_string());
+        c
+    };
+    let (ca, cb) = (client(&a.url, &run), client(&b.url, &run));
     let mut allowed = 0;
     for i in 0..12 {
         let c = if i % 2 == 0 { &ca } else { &cb };
@@ -204,7 +220,12 @@ async fn a_token_run_is_one_run_across_replicas_and_ends_once_when_idle() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
     assert_eq!(ended["status"], "idle", "{ended}");
-    // A later call: a new run, with its own counter.
+    if with_run_id {
+        assert_eq!(ended["runId"], run.as_str());
+    }
+    // A later call (of another run when the client names them): a new run, with its own
+    // counter.
+    let cb = client(&b.url, &format!("{run}-next"));
     let r = cb.call("echo", json!({"text": "after"})).await;
     assert_eq!(code(&r), "", "{r}");
     assert!(a.stop().success());
@@ -253,4 +274,68 @@ async fn a_token_run_is_one_run_across_replicas_and_ends_once_when_idle() {
         &trail_b.display().to_string(),
     ]);
     assert!(ok, "{out}");
+}
+
+/// Not a check: the cost of the hand-over between replicas. Prints the median and 90th
+/// percentile of a `tools/call` (allowed, audited) alternating between two replicas on one
+/// Redis, for a token's run and a named run. `cargo test --test mcp_replicas -- --ignored
+/// handover_cost --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement"]
+async fn handover_cost() {
+    let Some(url) = redis_url() else { return };
+    let setup = Setup::new();
+    let policy = json!({"policy": {"name": "all"}, "rules": [
+        {"id": "cap", "name": "cap", "priority": 1, "enabled": true,
+         "selector": {"phase": "tool.before", "tool": {"name": "echo"}},
+         "condition": {"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["echo"]},
+                       "max": 1000000, "per": "run"},
+         "effect": {"type": "block", "reason": "never"}}]});
+    std::fs::write(setup.path("policy.json"), policy.to_string()).unwrap();
+    let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
+    let args = |trail: &str| -> Vec<String> {
+        [
+            "--policy",
+            &setup.path("policy.json").display().to_string(),
+            "--state",
+            &url,
+            "--state-prefix",
+            &prefix,
+            "--token-file",
+            &token_file(setup.dir.path()).display().to_string(),
+            "--audit",
+            &setup.path(trail).display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let a = Gateway::start(&args("trail-a"), &[fixture()], &[]);
+    let b = Gateway::start(&args("trail-b"), &[fixture()], &[]);
+    for (name, run) in [("token run", None), ("named run", Some("measured"))] {
+        let client = |url: &str| {
+            let mut c = Client::new(url, "tok-alice", true);
+            c.run = run.map(str::to_string);
+            c
+        };
+        let (ca, cb) = (client(&a.url), client(&b.url));
+        let mut took = Vec::new();
+        for i in 0..220 {
+            let c = if i % 2 == 0 { &ca } else { &cb };
+            let t = std::time::Instant::now();
+            let r = c.call("echo", json!({"text": "x"})).await;
+            if i >= 20 {
+                took.push(t.elapsed());
+            }
+            assert_eq!(code(&r), "", "{r}");
+        }
+        took.sort();
+        println!(
+            "{name}, alternating replicas: median {:?}, p90 {:?} ({} calls)",
+            took[took.len() / 2],
+            took[took.len() * 9 / 10],
+            took.len()
+        );
+    }
+    a.stop();
+    b.stop();
 }

@@ -249,11 +249,12 @@ impl Gateway {
     }
 
     /// Lets go of the run without ending it (design §8: another process, or this gateway's
-    /// next use of it, continues it and its audit chain); nothing when none is held.
+    /// next use of it, continues it and its audit chain); nothing when none is held. The
+    /// audit trail is not flushed for it (see [`Run::hand_over`]).
     pub(crate) async fn leave_run(&self) {
         let run = self.run.lock().take();
         if let Some(r) = run {
-            r.leave().await;
+            r.hand_over().await;
         }
     }
 

@@ -148,7 +148,7 @@ pub async fn serve(
         if exit == ProxyExit::UpstreamExited {
             s.gw.upstream_gone().await;
         }
-        // A token's run shared with other replicas goes on without this one: left, not ended.
+        // A run shared with the other replicas goes on without this one: left, not ended.
         let leave = shared && s.current.is_some();
         s.close_as((!leave).then_some(status)).await;
     }
@@ -193,7 +193,7 @@ async fn reap(server: Arc<Server>, idle: Duration) {
             keep
         });
         server.runs.lock().retain(|_, s| {
-            // A token's own run: see `reap_token_runs`.
+            // A run with a record (shared, or a token's own): see `reap_recorded_runs`.
             let keep = s.current.is_some() || !stale(s);
             if !keep {
                 ended.push(s.clone());
@@ -203,7 +203,7 @@ async fn reap(server: Arc<Server>, idle: Duration) {
         for s in ended {
             s.close("idle").await;
         }
-        server.reap_token_runs().await;
+        server.reap_recorded_runs().await;
     }
 }
 
@@ -315,8 +315,12 @@ impl Server {
             .filter(|r| !r.is_empty() && r.len() <= 256)
             .map(str::to_owned);
         let Some(run) = run else {
-            return self.token_run(token, who).await;
+            return self.recorded_run(token, who, None).await;
         };
+        if self.book.shared() {
+            // Shared with the other replicas: a record, handed over between calls.
+            return self.recorded_run(token, who, Some(run)).await;
+        }
         let key = (token, run.clone());
         let mut runs = self.runs.lock();
         if let Some(s) = runs.get(&key)

@@ -1,14 +1,16 @@
-//! The run of a 2026-07-28 client that names none (`_meta["dev.toolgate/runId"]` absent): one
-//! run per token, a *current-run record* in the state store (see
-//! [`crate::state::current_run`]) — on Redis when `--state redis://…` (every replica shares
-//! it: the first to see the token creates the run, the others continue it, design §14), in
-//! this process otherwise. A run idle for `--run-idle-secs` ends once, in the one replica the
-//! store tells (the reaper here, or the call that found it idle), and the next call gets a new
-//! one.
+//! The runs of 2026-07-28 clients kept in *current-run records* (see
+//! [`crate::state::current_run`]): a client that names no run (`_meta["dev.toolgate/runId"]`
+//! absent) gets one run per token — in this process without a shared store, else on it (Redis,
+//! `--state redis://…`: every replica shares the record, the first to see the token creates the
+//! run, the others continue it, design §14); a run the client names gets a record too on a
+//! shared store, so that every replica serving it continues it and its idle end is decided
+//! once. A run idle for `--run-idle-secs` ends once, in the one replica the store tells (the
+//! reaper here, or the call that found it idle); a token's next call gets a new run.
 //!
-//! On a shared store a replica holds the run only while it has calls of it in flight, and
-//! leaves it (chain head written, no `run.ended`) before the last answer goes out, so the next
-//! call — on whichever replica — continues the same audit chain (design §8).
+//! On a shared store a replica holds such a run only while it has calls of it in flight, and
+//! hands it over (chain head written, no `run.ended`, no flush of the trail) before the last
+//! answer goes out, so the next call — on whichever replica — continues the same audit chain
+//! (design §8).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,25 +82,39 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Server {
-    /// The session of `token`'s current run: continued when the store has one used within the
-    /// idle time, else a new one (ending the idle one it replaced, when the store says this
-    /// replica is the one to).
-    pub(super) async fn token_run(&self, token: usize, who: &Identity) -> Arc<Session> {
-        let key = self.listen.tokens.run_key(token).unwrap_or_default();
-        let fresh = uuid::Uuid::now_v7().to_string();
+    /// The session of `token`'s current run (`named` `None`), or of the run the client named
+    /// (on a shared store): continued when the store has one used within the idle time, else a
+    /// new one (ending the idle one it replaced, when the store says this replica is the one
+    /// to). A named run found idle and not ended yet is continued: it is the run the client
+    /// asks for, and it ends when it is idle again.
+    pub(super) async fn recorded_run(
+        &self,
+        token: usize,
+        who: &Identity,
+        named: Option<String>,
+    ) -> Arc<Session> {
+        let mut key = self.listen.tokens.run_key(token).unwrap_or_default();
+        if let Some(run) = &named {
+            // The token's key is 64 hex digits: `key:run` names one (token, run) pair.
+            key = format!("{key}:{run}");
+        }
+        let fresh = named
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let k = (token, named.clone().unwrap_or_default());
         let now = self.base.engine.now_ms();
         let idle = millis(self.listen.run_idle);
-        let got = match self
+        let mut got = match self
             .book
             .acquire(&who.agent_id, &key, &fresh, now, idle)
             .await
         {
             Ok(g) => g,
             Err(e) => {
-                // The store failed: this replica's own run of the token (decisions follow the
-                // failure mode anyway; an `error` event is written by them).
-                tracing::warn!("state store: the token's current run: {e}");
-                if let Some(s) = self.runs.lock().get(&(token, String::new()))
+                // The store failed: this replica's own session of the run (decisions follow
+                // the failure mode anyway; an `error` event is written by them).
+                tracing::warn!("state store: the client's current run: {e}");
+                if let Some(s) = self.runs.lock().get(&k)
                     && !s.is_closed()
                 {
                     return s.clone();
@@ -110,6 +126,9 @@ impl Server {
                 }
             }
         };
+        if named.is_some() {
+            got.stale = None;
+        }
         let current = Current {
             agent: who.agent_id.clone(),
             key,
@@ -117,7 +136,6 @@ impl Server {
         };
         let (session, replaced) = {
             let mut runs = self.runs.lock();
-            let k = (token, String::new());
             if let Some(s) = runs.get(&k)
                 && !s.is_closed()
                 && s.current.as_ref().is_some_and(|c| c.run == got.run_id)
@@ -161,10 +179,10 @@ impl Server {
         session
     }
 
-    /// One reaper round over the per-token sessions: a session with calls in flight keeps its
-    /// record fresh; one idle here for the idle time asks the store whether the run is idle
+    /// One reaper round over the sessions of recorded runs: a session with calls in flight
+    /// keeps its record fresh; one idle here for the idle time asks the store whether the run is idle
     /// everywhere — the one replica told so ends it, the others let their session go.
-    pub(super) async fn reap_token_runs(&self) {
+    pub(super) async fn reap_recorded_runs(&self) {
         let idle = self.listen.run_idle;
         let sessions: Vec<((usize, String), Arc<Session>)> = self
             .runs
@@ -178,7 +196,7 @@ impl Server {
             let Some(c) = s.current.clone() else { continue };
             if s.busy() {
                 if let Err(e) = self.book.touch(&c, now).await {
-                    tracing::warn!("state store: keeping the token's run alive: {e}");
+                    tracing::warn!("state store: keeping the client's run alive: {e}");
                 }
                 continue;
             }
@@ -188,7 +206,7 @@ impl Server {
             let end = match self.book.end_idle(&c, now, millis(idle)).await {
                 Ok(end) => end,
                 Err(e) => {
-                    tracing::warn!("state store: ending the token's idle run: {e}");
+                    tracing::warn!("state store: ending the client's idle run: {e}");
                     continue;
                 }
             };

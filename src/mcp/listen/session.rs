@@ -56,7 +56,8 @@ struct Routes {
     listeners: Mutex<Vec<Listener>>,
 }
 
-/// The current-run record a per-token session (2026-07-28, no run id) stands for.
+/// The current-run record a session stands for (2026-07-28: a token's run, or on a shared store
+/// a named run).
 #[derive(Debug, Clone)]
 pub(crate) struct Current {
     /// The agent (of the token).
@@ -81,7 +82,7 @@ pub(crate) struct Session {
     last_used: AtomicU64,
     tasks: Vec<AbortHandle>,
     closed: std::sync::atomic::AtomicBool,
-    /// A per-token session's record.
+    /// The record of a session of a token's run, or of a shared named run.
     pub(crate) current: Option<Current>,
     /// On a state store shared with other replicas: the run is held only while requests of it
     /// are in flight here (each holds a read guard) and left before the last one's answer goes
@@ -138,7 +139,7 @@ impl Drop for Pending {
 
 impl Session {
     /// Opens a session with its own gateway (configured for its token) on the shared upstream;
-    /// `current`: the per-token run it stands for; `handover`: that run is shared with other
+    /// `current`: the recorded run it stands for; `handover`: that run is shared with other
     /// replicas (held only while requests are in flight).
     pub(crate) fn open(
         cfg: ProxyConfig,
