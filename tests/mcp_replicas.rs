@@ -276,6 +276,93 @@ async fn one_run_across_replicas_ending_once(with_run_id: bool) {
     assert!(ok, "{out}");
 }
 
+/// Issue 26: an upstream's `notifications/tools/list_changed` only marks a replica's listing
+/// stale; the listing again (and the `tool.changed` event a changed pin writes) happens inside
+/// the next call, while that call holds the shared run — never outside a call, where taking up
+/// the run would fork its chain. A token's run alternating between two replicas with `--pin`,
+/// one replica's upstream changing a tool: one chain, no `error`, `verify` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_change_upstream_does_not_fork_a_shared_run() {
+    let Some(url) = redis_url() else { return };
+    let setup = Setup::new();
+    std::fs::write(
+        setup.path("policy.json"),
+        json!({"policy": {"name": "none"}, "rules": []}).to_string(),
+    )
+    .unwrap();
+    let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
+    let args = |name: &str| -> Vec<String> {
+        [
+            "--policy",
+            &setup.path("policy.json").display().to_string(),
+            "--state",
+            &url,
+            "--state-prefix",
+            &prefix,
+            "--token-file",
+            &token_file(setup.dir.path()).display().to_string(),
+            "--audit",
+            &setup.path(&format!("trail-{name}")).display().to_string(),
+            "--pin",
+            &setup
+                .path(&format!("pins-{name}.json"))
+                .display()
+                .to_string(),
+            "--state-timeout-ms",
+            "2000",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let a = Gateway::start(&args("a"), &[fixture()], &[]);
+    let b = Gateway::start(&args("b"), &[fixture()], &[]);
+    let (ca, cb) = (
+        Client::new(&a.url, "tok-alice", true),
+        Client::new(&b.url, "tok-alice", true),
+    );
+    let r = ca.call("echo", json!({"text": "listed"})).await;
+    assert_eq!(code(&r), "", "{r}");
+    // A's upstream changes `mutable` and says so (before its answer, on the same stream).
+    let r = cb.call("echo", json!({"text": "b"})).await;
+    assert_eq!(code(&r), "", "{r}");
+    let r = ca.call("mutable", json!({})).await;
+    assert_eq!(text(&r), "mutated", "{r}");
+    for i in 0..4 {
+        let c = if i % 2 == 0 { &cb } else { &ca };
+        let r = c.call("echo", json!({"text": format!("{i}")})).await;
+        assert_eq!(code(&r), "", "{r}");
+    }
+    let r = ca.call("mutable", json!({})).await;
+    assert_eq!(code(&r), "BLOCKED_TOOL_CHANGED", "{r}");
+    let r = cb.call("mutable", json!({})).await;
+    assert_eq!(text(&r), "mutated", "B's upstream is unchanged: {r}");
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+    let (trail_a, trail_b) = (setup.path("trail-a"), setup.path("trail-b"));
+    let mut events = events_so_far(&trail_a);
+    events.extend(events_so_far(&trail_b));
+    let mut runs: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.decision")
+        .map(|e| e["runId"].to_string())
+        .collect();
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), 1, "one run: {runs:?}");
+    assert!(
+        events.iter().any(|e| e["kind"] == "tool.changed"),
+        "the change is in the run: {events:?}"
+    );
+    let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "error").collect();
+    assert!(errors.is_empty(), "no fork: {errors:?}");
+    let (ok, out) = setup.toolgate(&[
+        "verify",
+        &trail_a.display().to_string(),
+        &trail_b.display().to_string(),
+    ]);
+    assert!(ok, "{out}");
+}
+
 /// Not a check: the cost of the hand-over between replicas. Prints the median and 90th
 /// percentile of a `tools/call` (allowed, audited) alternating between two replicas on one
 /// Redis, for a token's run and a named run. `cargo test --test mcp_replicas -- --ignored
