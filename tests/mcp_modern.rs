@@ -338,3 +338,74 @@ async fn subscriptions_listen_acknowledges_and_streams_tools_list_changed() {
     drop(listen);
     assert!(gw.stop().success());
 }
+
+/// A `slow` call with `progressToken` "p" whose upstream progress messages are `label`: every
+/// message of its reply (progress first, the answer last).
+async fn slow_with_progress(c: &Client, label: &str) -> Vec<Value> {
+    let mut body = c.body(
+        c.id(),
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 400, "label": label}}),
+    );
+    body["params"]["_meta"]["progressToken"] = json!("p");
+    let r = c.post(&body.to_string(), &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.msgs
+}
+
+/// Each of `replies` (of calls labelled `labels`) holds its own two progress notifications, in
+/// order, under the client's own token, then its answer.
+fn each_got_its_own_progress(replies: &[Vec<Value>], labels: &[&str]) {
+    for (msgs, label) in replies.iter().zip(labels) {
+        let progress: Vec<&Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 2, "{label}: {msgs:?}");
+        for (i, p) in progress.iter().enumerate() {
+            assert_eq!(p["params"]["message"], *label, "{label}: {msgs:?}");
+            assert_eq!(p["params"]["progressToken"], "p", "{label}: {msgs:?}");
+            let step = p["params"]["progress"].as_f64();
+            assert_eq!(step, Some((i + 1) as f64), "{label}: {msgs:?}");
+        }
+        let last = msgs.last().expect("an answer");
+        assert_eq!(text(last), "slept 400", "{label}: {msgs:?}");
+        assert_eq!(msgs.len(), 3, "{label}: {msgs:?}");
+    }
+}
+
+/// Issue 26: upstream `notifications/progress` reach the request they report on, on its own
+/// response stream — for 2026-07-28 clients (two of one token, so one run, with the same
+/// progress token, and one of another token, all at once) and for two requests at once in one
+/// 2025-11-25 session — never another request's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reaches_the_request_it_reports_on_and_no_other() {
+    let setup = Setup::new();
+    let gw = start(&setup);
+    let a1 = Client::new(&gw.url, "tok-alice", true);
+    let a2 = Client::new(&gw.url, "tok-alice", true);
+    let b = Client::new(&gw.url, "tok-bob", true);
+    let (r1, r2, r3) = tokio::join!(
+        slow_with_progress(&a1, "alice-1"),
+        slow_with_progress(&a2, "alice-2"),
+        slow_with_progress(&b, "bob"),
+    );
+    each_got_its_own_progress(&[r1, r2, r3], &["alice-1", "alice-2", "bob"]);
+    // 2025-11-25: one session, two requests in flight at once.
+    let mut legacy = Client::new(&gw.url, "tok-carol", false);
+    legacy.initialize(false).await;
+    let call = |label: &'static str, id: u64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "slow", "arguments": {"ms": 400, "label": label},
+            "_meta": {"progressToken": "p"}}});
+        let legacy = &legacy;
+        async move {
+            let r = legacy.post(&body.to_string(), &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+            r.msgs
+        }
+    };
+    let (l1, l2) = tokio::join!(call("carol-1", 101), call("carol-2", 102));
+    each_got_its_own_progress(&[l1, l2], &["carol-1", "carol-2"]);
+    assert!(gw.stop().success());
+}

@@ -134,15 +134,14 @@ impl Drop for PyServer {
     }
 }
 
-#[test]
-fn python_sdk_clients_through_one_gateway_to_a_2026_07_28_server_over_http() {
-    let Some(py) = python() else { return };
+/// Starts the Python-SDK server (tests/mcp_python/server.py) on a free port: it and its URL.
+fn py_server(py: &str) -> (PyServer, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(&py)
+    let mut child = Command::new(py)
         .arg(script("server.py"))
         .arg(port.to_string())
         .stdout(Stdio::null())
@@ -150,7 +149,7 @@ fn python_sdk_clients_through_one_gateway_to_a_2026_07_28_server_over_http() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let _server = PyServer(child);
+    let server = PyServer(child);
     // Wait for the server to say it runs (reading its log, not sleeping).
     let mut lines = BufReader::new(stderr).lines();
     loop {
@@ -160,10 +159,17 @@ fn python_sdk_clients_through_one_gateway_to_a_2026_07_28_server_over_http() {
         }
     }
     std::thread::spawn(move || lines.for_each(drop));
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[test]
+fn python_sdk_clients_through_one_gateway_to_a_2026_07_28_server_over_http() {
+    let Some(py) = python() else { return };
+    let (_server, upstream) = py_server(&py);
     let dir = tempfile::tempdir().unwrap();
     let mut args = policy(dir.path(), "publish");
     args.push("--upstream".into());
-    args.push(format!("http://127.0.0.1:{port}/mcp"));
+    args.push(upstream);
     let gw = Gateway::start(&args, &[], &[]);
     let got = clients(&py, &gw.url, &["py"]);
     let (m, l) = (&got["modern"], &got["legacy"]);
@@ -173,5 +179,36 @@ fn python_sdk_clients_through_one_gateway_to_a_2026_07_28_server_over_http() {
     assert_eq!(l["add"]["text"], "9", "{got}");
     assert_eq!(m["publish"]["text"], "published m", "{got}");
     assert_eq!(l["publish"]["code"], "BLOCKED_HITL_DENIED", "{got}");
+    assert!(gw.stop().success());
+}
+
+/// Issue 26: the Python-SDK server reports progress (`ctx.report_progress`); three Python-SDK
+/// 2026-07-28 clients call it at once through the gateway — two of one token (one run) — and
+/// each one's `progress_callback` gets exactly its own call's progress, in order.
+#[test]
+fn python_sdk_2026_07_28_clients_each_get_their_own_progress() {
+    let Some(py) = python() else { return };
+    let (_server, upstream) = py_server(&py);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = policy(dir.path(), "publish");
+    args.push("--upstream".into());
+    args.push(upstream);
+    let gw = Gateway::start(&args, &[], &[]);
+    let got = clients(&py, &gw.url, &["progress"]);
+    for (label, steps) in [("alice-1", 3), ("alice-2", 4), ("bob", 5)] {
+        let c = &got[label];
+        assert_eq!(c["text"], format!("counted {steps}"), "{got}");
+        let seen = c["progress"].as_array().expect("progress seen");
+        assert_eq!(seen.len(), steps, "{label}: {got}");
+        for (i, p) in seen.iter().enumerate() {
+            assert_eq!(p["message"], label, "{label}: {got}");
+            assert_eq!(
+                p["progress"].as_f64(),
+                Some((i + 1) as f64),
+                "{label}: {got}"
+            );
+            assert_eq!(p["total"].as_f64(), Some(steps as f64), "{label}: {got}");
+        }
+    }
     assert!(gw.stop().success());
 }

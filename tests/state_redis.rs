@@ -282,3 +282,66 @@ async fn redis_down_fails_within_the_timeout_and_recovers_after_restart() {
         tokio::task::yield_now().await;
     }
 }
+
+/// Issue 26: a current-run record (a 2026-07-28 token's run) — eight connections (as eight
+/// gateway replicas) acquiring a new key at once agree on one run, created once; it is
+/// continued within the idle time, ended once when idle, and an idle run replaced by a later
+/// acquire is named (once) as stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_current_run_is_created_once_continued_and_ended_once() {
+    let Some(url) = url() else { return };
+    let cfg = config(&url, "current-run");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let cfg = cfg.clone();
+        tasks.push(tokio::spawn(async move {
+            let s = RedisStateStore::connect(cfg).await.expect("redis");
+            s.acquire_current_run("agent", "tok", &format!("run-{i}"), 1_000, 500)
+                .await
+                .expect("acquire")
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.expect("task"));
+    }
+    let run = got[0].run_id.clone();
+    assert!(got.iter().all(|g| g.run_id == run), "{got:?}");
+    assert_eq!(got.iter().filter(|g| g.created).count(), 1, "{got:?}");
+    assert!(got.iter().all(|g| g.stale.is_none()), "{got:?}");
+    let s = RedisStateStore::connect(cfg).await.expect("redis");
+    let again = s
+        .acquire_current_run("agent", "tok", "other", 1_400, 500)
+        .await
+        .expect("acquire");
+    assert_eq!(
+        (again.run_id.as_str(), again.created),
+        (run.as_str(), false)
+    );
+    s.touch_current_run("agent", "tok", &run, 1_800)
+        .await
+        .expect("touch");
+    let end = |now| s.end_idle_current_run("agent", "tok", &run, now, 500);
+    assert!(!end(2_200).await.expect("end"), "used at 1 800");
+    let (a, b) = tokio::join!(end(2_300), end(2_300));
+    assert!(a.expect("end") ^ b.expect("end"), "ended by exactly one");
+    let next = s
+        .acquire_current_run("agent", "tok", "run-next", 2_400, 500)
+        .await
+        .expect("acquire");
+    assert_eq!(
+        (next.run_id.as_str(), next.created, next.stale),
+        ("run-next", true, None)
+    );
+    let replaced = s
+        .acquire_current_run("agent", "tok", "run-later", 9_000, 500)
+        .await
+        .expect("acquire");
+    assert_eq!(replaced.stale.as_deref(), Some("run-next"));
+    assert!(
+        !s.end_idle_current_run("agent", "tok", "run-next", 9_999, 500)
+            .await
+            .expect("end"),
+        "a replaced run is no longer current"
+    );
+}

@@ -516,6 +516,16 @@ impl GovernanceEngine {
         Run::new(self.inner.clone(), context)
     }
 
+    /// The state store shared by processes, when one is configured.
+    pub(crate) fn shared_store(&self) -> Option<Arc<dyn SharedStateStore>> {
+        self.inner.shared.clone()
+    }
+
+    /// The engine's time, ms since the Unix epoch.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.inner.clock.now().timestamp_millis()
+    }
+
     /// Registers (or replaces) the signal provider for `key`. Safe while runs are live.
     pub fn register_signal(&self, key: impl Into<String>, provider: impl SignalProvider) {
         let _g = self.inner.register_lock.lock();

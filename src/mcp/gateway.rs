@@ -248,6 +248,23 @@ impl Gateway {
         run
     }
 
+    /// Lets go of the run without ending it (design §8: another process, or this gateway's
+    /// next use of it, continues it and its audit chain); nothing when none is held. The
+    /// audit trail is not flushed for it (see [`Run::hand_over`]).
+    pub(crate) async fn leave_run(&self) {
+        let run = self.run.lock().take();
+        if let Some(r) = run {
+            r.hand_over().await;
+        }
+    }
+
+    /// Ends the run with `status`, taking it up first (continuing it) when this gateway holds
+    /// none — a run it left, ended here for every process.
+    pub(crate) async fn end_run_anyway(&self, status: &str) {
+        self.run(None);
+        self.end_run(status).await;
+    }
+
     /// Ends the run (if one started) with `status`.
     pub(crate) async fn end_run(&self, status: &str) {
         let run = self.run.lock().clone();

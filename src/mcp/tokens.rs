@@ -107,6 +107,17 @@ impl TokenFile {
         found
     }
 
+    /// The key of the token at `index`'s current-run record in the state store (derived from
+    /// the token's hash, so the hash itself is not written there; the same in every replica
+    /// reading the same file).
+    pub fn run_key(&self, index: usize) -> Option<String> {
+        let (hash, _) = self.entries.get(index)?;
+        let mut h = Sha256::new();
+        h.update(b"toolgate current run\0");
+        h.update(hash);
+        Some(hex::encode(h.finalize()))
+    }
+
     /// How many tokens the file lists.
     pub fn len(&self) -> usize {
         self.entries.len()

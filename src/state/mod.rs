@@ -9,6 +9,7 @@
 //! A store shared by processes (Redis) plugs in through [`SharedStateStore`] instead: one
 //! asynchronous round trip per decision for everything the rules in play read.
 
+pub mod current_run;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -17,6 +18,7 @@ mod window;
 
 use std::sync::Arc;
 
+pub use current_run::{CurrentRun, MemoryCurrentRuns};
 pub use memory::MemoryStateStore;
 pub use shared::{ChainClaim, ChainHead, SharedStateError, SharedStateStore, StateSnapshot};
 pub use window::{SlidingWindow, WindowStats};

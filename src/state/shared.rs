@@ -11,7 +11,11 @@
 
 use async_trait::async_trait;
 
-use super::{StateKey, WindowStats};
+use super::{CurrentRun, StateKey, WindowStats};
+
+fn no_current_runs() -> SharedStateError {
+    SharedStateError("this state store keeps no current runs".into())
+}
 
 /// A failure of a shared store (timeout, connection, unexpected reply). The message names the
 /// store (passwords redacted) and the operation.
@@ -224,6 +228,46 @@ pub trait SharedStateStore: Send + Sync + std::fmt::Debug + 'static {
         _head: Option<&ChainHead>,
     ) -> Result<bool, SharedStateError> {
         Ok(true)
+    }
+
+    /// The current run of `key` for `agent` (see [`current_run`](super::current_run)): the
+    /// recorded run when it was used less than `idle_ms` before `now_ms` (its last use becomes
+    /// `now_ms`), else `fresh`, created atomically (one process creates, the others continue),
+    /// naming the idle run it replaced. The default: a store without such records (an error).
+    async fn acquire_current_run(
+        &self,
+        _agent: &str,
+        _key: &str,
+        _fresh: &str,
+        _now_ms: i64,
+        _idle_ms: i64,
+    ) -> Result<CurrentRun, SharedStateError> {
+        Err(no_current_runs())
+    }
+
+    /// Records a use of `run_id` as `key`'s current run at `now_ms` (nothing when the current
+    /// run is another).
+    async fn touch_current_run(
+        &self,
+        _agent: &str,
+        _key: &str,
+        _run_id: &str,
+        _now_ms: i64,
+    ) -> Result<(), SharedStateError> {
+        Err(no_current_runs())
+    }
+
+    /// Forgets `key`'s record when its run is `run_id` and was last used `idle_ms` or more
+    /// before `now_ms`; `true` to exactly one caller, who ends the run.
+    async fn end_idle_current_run(
+        &self,
+        _agent: &str,
+        _key: &str,
+        _run_id: &str,
+        _now_ms: i64,
+        _idle_ms: i64,
+    ) -> Result<bool, SharedStateError> {
+        Err(no_current_runs())
     }
 
     /// How many requests the store has sent (each one round trip), for tests and benchmarks.

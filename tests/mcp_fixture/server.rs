@@ -74,7 +74,7 @@ impl Fixture {
             {"name": "delete_note", "description": "Deletes a note", "inputSchema": obj(json!({"id": {"type": "string"}})),
              "annotations": {"destructiveHint": true}},
             {"name": "publish", "description": "Publishes a note", "inputSchema": obj(json!({"id": {"type": "string"}}))},
-            {"name": "slow", "description": "Waits ms milliseconds, reporting progress", "inputSchema": obj(json!({"ms": {"type": "number"}}))},
+            {"name": "slow", "description": "Waits ms milliseconds, reporting progress", "inputSchema": obj(json!({"ms": {"type": "number"}, "label": {"type": "string"}}))},
             {"name": "mutable", "description": mutable_desc, "inputSchema": obj(json!({}))},
             {"name": "fail", "description": "Always fails", "inputSchema": obj(json!({}))},
             {"name": "crash", "description": "Kills the server", "inputSchema": obj(json!({}))},
@@ -84,11 +84,12 @@ impl Fixture {
         ])
     }
 
-    /// `slow`: waits `ms` in two halves, reporting progress after each when asked to; stops
-    /// early when the call is cancelled.
+    /// `slow`: waits `ms` in two halves, reporting progress after each when asked to (with
+    /// `label` as the progress message when given); stops early when the call is cancelled.
     async fn slow(
         &self,
         ms: u64,
+        label: Option<&str>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let token = context.meta.get_progress_token();
@@ -98,8 +99,11 @@ impl Fixture {
                 _ = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
             }
             if let Some(t) = &token {
-                let p: ProgressNotificationParam =
-                    model(json!({"progressToken": t, "progress": step, "total": 2}))?;
+                let mut p = json!({"progressToken": t, "progress": step, "total": 2});
+                if let Some(l) = label {
+                    p["message"] = json!(l);
+                }
+                let p: ProgressNotificationParam = model(p)?;
                 let _ = context.peer.notify_progress(p).await;
             }
         }
@@ -161,7 +165,10 @@ impl ServerHandler for Fixture {
             }
             "crash" => std::process::exit(3),
             "big" => text("x".repeat(args["bytes"].as_u64().unwrap_or(0) as usize)),
-            "slow" => self.slow(args["ms"].as_u64().unwrap_or(100), context).await,
+            "slow" => {
+                let ms = args["ms"].as_u64().unwrap_or(100);
+                self.slow(ms, args["label"].as_str(), context).await
+            }
             #[allow(deprecated)] // roots/list: still in 2025-06-18 and 2025-11-25
             "ask_roots" => {
                 let roots = context

@@ -3,7 +3,9 @@
 approvals through `input_required`) and a 2025-11-25 client (a session, approvals through
 `elicitation/create`), plus a client without a valid token.
 
-Usage: clients.py URL SCENARIO (fs DIR | py). Prints one JSON object of what each client saw.
+Usage: clients.py URL SCENARIO (fs DIR | py | progress). Prints one JSON object of what each
+client saw. `progress`: three 2026-07-28 clients (two of one token) call `count` at once, each
+recording the progress its callback got.
 """
 
 import asyncio
@@ -58,8 +60,27 @@ async def bad_token(url):
         return repr(e)
 
 
+async def counting(url, token, label, steps):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append({"progress": progress, "total": total, "message": message})
+
+    async with Client(transport(url, token), mode="2026-07-28") as c:
+        r = await c.call_tool("count", {"label": label, "steps": steps}, progress_callback=on_progress)
+        return {"text": text_of(r), "progress": seen}
+
+
 async def main():
     url, scenario = sys.argv[1], sys.argv[2]
+    if scenario == "progress":
+        got = await asyncio.gather(
+            counting(url, "tok-alice", "alice-1", 3),
+            counting(url, "tok-alice", "alice-2", 4),
+            counting(url, "tok-bob", "bob", 5),
+        )
+        print(json.dumps(dict(zip(["alice-1", "alice-2", "bob"], got))))
+        return
     if scenario == "fs":
         d = sys.argv[3]
         modern_calls = [

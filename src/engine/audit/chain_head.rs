@@ -200,6 +200,19 @@ impl Run {
     ///
     /// [`start_run`]: crate::engine::GovernanceEngine::start_run
     pub async fn leave(&self) {
+        self.leave_flushing(true).await;
+    }
+
+    /// [`leave`](Run::leave) without flushing the audit trail: the chain head written to the
+    /// store is what the next holder continues from, so handing a run over between calls (the
+    /// shared MCP gateway) needs no sync of this process's trail; its events reach the sinks
+    /// with their normal durability (handed to the OS at once, synced at the next run end,
+    /// flush or shutdown), as those of any run still open do.
+    pub(crate) async fn hand_over(&self) {
+        self.leave_flushing(false).await;
+    }
+
+    async fn leave_flushing(&self, flush: bool) {
         if self.shared.ended.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -214,7 +227,9 @@ impl Run {
         if self.engine.audit_enabled() {
             self.engine.await_background(&self.shared).await;
             self.engine.leave_chain(&self.shared, false).await;
-            self.engine.flush_run_audit(&self.shared).await;
+            if flush {
+                self.engine.flush_run_audit(&self.shared).await;
+            }
         }
     }
 }

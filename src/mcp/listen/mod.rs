@@ -6,6 +6,7 @@
 //! `_meta["dev.toolgate/runId"]` or one per token, ended when idle.
 
 mod headers;
+mod runs;
 mod session;
 
 use std::collections::HashMap;
@@ -65,6 +66,8 @@ struct Server {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// 2026-07-28 runs by (token, run id; "" for the token's own run).
     runs: Mutex<HashMap<(usize, String), Arc<Session>>>,
+    /// The tokens' current runs (shared with the other replicas on a shared state store).
+    book: runs::RunBook,
 }
 
 /// Serves MCP over streamable HTTP until a signal (or the upstream going away); ends every
@@ -102,6 +105,10 @@ pub async fn serve(
         hub,
         sessions: Mutex::new(HashMap::new()),
         runs: Mutex::new(HashMap::new()),
+        book: match engine.shared_store() {
+            Some(store) => runs::RunBook::Shared(store),
+            None => runs::RunBook::Memory(Default::default()),
+        },
     });
     let app = Router::new()
         .route("/mcp", axum::routing::post(post).get(get).delete(delete))
@@ -136,11 +143,14 @@ pub async fn serve(
         v.extend(server.runs.lock().drain().map(|(_, s)| s));
         v
     };
+    let shared = server.book.shared();
     for s in all {
         if exit == ProxyExit::UpstreamExited {
             s.gw.upstream_gone().await;
         }
-        s.close(status).await;
+        // A run shared with the other replicas goes on without this one: left, not ended.
+        let leave = shared && s.current.is_some();
+        s.close_as((!leave).then_some(status)).await;
     }
     drop(link.tx);
     if let Some(mut child) = link.child.take()
@@ -183,7 +193,8 @@ async fn reap(server: Arc<Server>, idle: Duration) {
             keep
         });
         server.runs.lock().retain(|_, s| {
-            let keep = !stale(s);
+            // A run with a record (shared, or a token's own): see `reap_recorded_runs`.
+            let keep = s.current.is_some() || !stale(s);
             if !keep {
                 ended.push(s.clone());
             }
@@ -192,6 +203,7 @@ async fn reap(server: Arc<Server>, idle: Duration) {
         for s in ended {
             s.close("idle").await;
         }
+        server.reap_recorded_runs().await;
     }
 }
 
@@ -295,21 +307,28 @@ impl Server {
         }
     }
 
-    fn modern_run(&self, msg: &Frame, token: usize, who: &Identity) -> Arc<Session> {
+    async fn modern_run(&self, msg: &Frame, token: usize, who: &Identity) -> Arc<Session> {
         let run = msg
             .pointer("/params/_meta")
             .and_then(|m| m.get(RUN_META))
             .and_then(Value::as_str)
             .filter(|r| !r.is_empty() && r.len() <= 256)
             .map(str::to_owned);
-        let key = (token, run.clone().unwrap_or_default());
+        let Some(run) = run else {
+            return self.recorded_run(token, who, None).await;
+        };
+        if self.book.shared() {
+            // Shared with the other replicas: a record, handed over between calls.
+            return self.recorded_run(token, who, Some(run)).await;
+        }
+        let key = (token, run.clone());
         let mut runs = self.runs.lock();
         if let Some(s) = runs.get(&key)
             && !s.is_closed()
         {
             return s.clone();
         }
-        let s = Session::open(self.config(who, run), &self.hub, token);
+        let s = Session::open(self.config(who, Some(run)), &self.hub, token, None, false);
         runs.insert(key, s.clone());
         s
     }
@@ -389,7 +408,7 @@ async fn post(State(srv): State<Arc<Server>>, req: Request) -> Response {
                 "initialize opens a session: send it without MCP-Session-Id",
             );
         }
-        let s = Session::open(srv.config(&who, None), &srv.hub, token);
+        let s = Session::open(srv.config(&who, None), &srv.hub, token, None, false);
         let id = format!("{:032x}", rand::random::<u128>());
         srv.sessions.lock().insert(id.clone(), s.clone());
         let mut r = answer(s.request(msg, false, true).await).await;
@@ -431,7 +450,7 @@ async fn post_modern(srv: &Arc<Server>, msg: Frame, token: usize, who: &Identity
             )
         }
         Kind::Request("subscriptions/listen") => {
-            let s = srv.modern_run(&msg, token, who);
+            let s = srv.modern_run(&msg, token, who).await;
             let rx = s.listen(
                 msg.get("id").cloned().unwrap_or(Value::Null),
                 msg.get("params"),
@@ -447,7 +466,7 @@ async fn post_modern(srv: &Arc<Server>, msg: Frame, token: usize, who: &Identity
             "2026-07-28 has no initialize",
         ),
         Kind::Request(_) => {
-            let s = srv.modern_run(&msg, token, who);
+            let s = srv.modern_run(&msg, token, who).await;
             answer(s.request(msg, true, false).await).await
         }
         Kind::Notification(_) => {
@@ -475,6 +494,7 @@ async fn answer(mut p: session::Pending) -> Response {
         );
     };
     if matches!(jsonrpc::kind(&first), Kind::Response) {
+        p.answered().await;
         return json_response(StatusCode::OK, first);
     }
     sse_after(first, p)
@@ -510,6 +530,9 @@ fn sse_after(first: Frame, p: session::Pending) -> Response {
         let mut p = p?;
         let f = p.rx.recv().await?;
         let last = matches!(jsonrpc::kind(&f), Kind::Response);
+        if last {
+            p.answered().await;
+        }
         Some((Ok(sse_event(&f)), (None, (!last).then_some(p))))
     });
     sse_headers(Response::new(Body::from_stream(stream)))

@@ -14,6 +14,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::task::AbortHandle;
 
 use super::super::ProxyConfig;
@@ -32,6 +33,9 @@ struct Waiter {
     modern: bool,
     /// A 2026-07-28 cacheable request (results carry `ttlMs` and `cacheScope`).
     cacheable: bool,
+    /// The client's `_meta.progressToken` (the gateway sees the request's number instead), so
+    /// the upstream's progress reaches this request's stream, and no other.
+    progress: Option<Value>,
 }
 
 /// A `subscriptions/listen` stream.
@@ -52,6 +56,18 @@ struct Routes {
     listeners: Mutex<Vec<Listener>>,
 }
 
+/// The current-run record a session stands for (2026-07-28: a token's run, or on a shared store
+/// a named run).
+#[derive(Debug, Clone)]
+pub(crate) struct Current {
+    /// The agent (of the token).
+    pub(crate) agent: String,
+    /// The record's key (derived from the token).
+    pub(crate) key: String,
+    /// The run.
+    pub(crate) run: String,
+}
+
 /// A client session (2025-11-25: one `MCP-Session-Id`; 2026-07-28: one run id or token).
 pub(crate) struct Session {
     /// The token (index in the token file) that opened it.
@@ -66,6 +82,13 @@ pub(crate) struct Session {
     last_used: AtomicU64,
     tasks: Vec<AbortHandle>,
     closed: std::sync::atomic::AtomicBool,
+    /// The record of a session of a token's run, or of a shared named run.
+    pub(crate) current: Option<Current>,
+    /// On a state store shared with other replicas: the run is held only while requests of it
+    /// are in flight here (each holds a read guard) and left before the last one's answer goes
+    /// out, so that the client's next call, on whichever replica, continues it and its audit
+    /// chain (design §8). Leaving takes the write guard.
+    gate: Option<Arc<RwLock<()>>>,
 }
 
 /// A POST waiting for its answer; dropped before the answer came (the client went away), it
@@ -74,27 +97,57 @@ pub(crate) struct Pending {
     session: Arc<Session>,
     n: u64,
     pub(crate) rx: UnboundedReceiver<Frame>,
+    /// The hold on a shared run (see [`Session`]'s `gate`).
+    hold: Option<OwnedRwLockReadGuard<()>>,
+}
+
+impl Pending {
+    /// The answer came: lets go of the run when this was the last request holding it here,
+    /// before the answer goes out (the client's next call may reach another replica at once).
+    pub(crate) async fn answered(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            drop(hold);
+            self.session.leave_if_unheld().await;
+        }
+    }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
         let s = &self.session;
         s.routes.side.lock().retain(|(k, _)| *k != self.n);
-        if s.routes.waiters.lock().remove(&self.n).is_some() && !s.is_closed() {
-            let gw = s.gw.clone();
-            let n = self.n;
-            tokio::spawn(async move {
+        let hold = self.hold.take();
+        let cancel = s.routes.waiters.lock().remove(&self.n).is_some() && !s.is_closed();
+        if !cancel && hold.is_none() {
+            return;
+        }
+        let session = s.clone();
+        let n = self.n;
+        tokio::spawn(async move {
+            if cancel {
                 let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": {"requestId": n, "reason": "the client closed the response stream"}});
-                gw.on_client(Incoming::Frame(note.into())).await;
-            });
-        }
+                session.gw.on_client(Incoming::Frame(note.into())).await;
+            }
+            if let Some(hold) = hold {
+                drop(hold);
+                session.leave_if_unheld().await;
+            }
+        });
     }
 }
 
 impl Session {
-    /// Opens a session with its own gateway (configured for its token) on the shared upstream.
-    pub(crate) fn open(cfg: ProxyConfig, hub: &Arc<Hub>, token: usize) -> Arc<Session> {
+    /// Opens a session with its own gateway (configured for its token) on the shared upstream;
+    /// `current`: the recorded run it stands for; `handover`: that run is shared with other
+    /// replicas (held only while requests are in flight).
+    pub(crate) fn open(
+        cfg: ProxyConfig,
+        hub: &Arc<Hub>,
+        token: usize,
+        current: Option<Current>,
+        handover: bool,
+    ) -> Arc<Session> {
         let (client_tx, client_rx) = transport::queue();
         let (up_tx, up_rx) = transport::queue();
         let gw = Arc::new(Gateway::new(cfg, client_tx, up_tx));
@@ -118,7 +171,22 @@ impl Session {
             last_used: AtomicU64::new(0),
             tasks: vec![up.abort_handle(), pump.abort_handle()],
             closed: std::sync::atomic::AtomicBool::new(false),
+            current,
+            gate: handover.then(|| Arc::new(RwLock::new(()))),
         })
+    }
+
+    /// Leaves the run unless a request here holds it (or another task is leaving it).
+    async fn leave_if_unheld(&self) {
+        let Some(gate) = &self.gate else { return };
+        if let Ok(_only) = gate.try_write() {
+            self.gw.leave_run().await;
+        }
+    }
+
+    /// Whether requests are in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.routes.waiters.lock().is_empty()
     }
 
     fn touch(&self) {
@@ -141,9 +209,28 @@ impl Session {
 
     /// Sends a client request to the gateway under a fresh number; its answer (and, with
     /// `side`, other messages for the client) arrive on the returned [`Pending`].
-    pub(crate) async fn request(self: &Arc<Self>, msg: Frame, modern: bool, side: bool) -> Pending {
+    pub(crate) async fn request(
+        self: &Arc<Self>,
+        mut msg: Frame,
+        modern: bool,
+        side: bool,
+    ) -> Pending {
+        let hold = match &self.gate {
+            Some(g) => Some(g.clone().read_owned().await),
+            None => None,
+        };
         self.touch();
         let n = self.next.fetch_add(1, Ordering::Relaxed);
+        // The client's progress token becomes the request's number: progress is routed by
+        // request (two clients of one session may pick the same token).
+        let progress = msg
+            .msg_mut()
+            .pointer_mut("/params/_meta")
+            .and_then(Value::as_object_mut)
+            .and_then(|m| {
+                let t = m.get_mut("progressToken")?;
+                Some(std::mem::replace(t, Value::from(n)))
+            });
         let (tx, rx) = unbounded_channel();
         let id: Box<str> = msg
             .id_text()
@@ -170,12 +257,14 @@ impl Session {
                 id,
                 modern,
                 cacheable,
+                progress,
             },
         );
         let pending = Pending {
             session: self.clone(),
             n,
             rx,
+            hold,
         };
         self.gw
             .on_client(Incoming::Frame(msg.with_id(&n.to_string())))
@@ -231,13 +320,24 @@ impl Session {
     }
 
     /// Ends the session: requests in flight are recorded as "client gone", the run ends with
-    /// `status`, the gateway and its tasks stop.
+    /// `status` (a shared run this replica left is taken up to be ended), the gateway and its
+    /// tasks stop.
     pub(crate) async fn close(&self, status: &str) {
+        self.close_as(Some(status)).await;
+    }
+
+    /// [`close`](Self::close); `end` `None`: the run is left open, not ended (a shared run other
+    /// replicas continue, or one another replica ended or replaced).
+    pub(crate) async fn close_as(&self, end: Option<&str>) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         self.gw.client_gone().await;
-        self.gw.end_run(status).await;
+        match end {
+            Some(status) if self.gate.is_some() => self.gw.end_run_anyway(status).await,
+            Some(status) => self.gw.end_run(status).await,
+            None => self.gw.leave_run().await,
+        }
         self.gw.close();
         self.hub.detach(self.sid);
         for t in &self.tasks {
@@ -269,6 +369,28 @@ async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
                     complete(&mut f, w.cacheable);
                 }
                 let _ = w.tx.send(f);
+            }
+            Kind::Notification("notifications/progress") => {
+                // To the request it reports on (its number is the token), under the client's
+                // own token, on that request's stream.
+                let n = f.pointer("/params/progressToken").and_then(Value::as_u64);
+                let to = n.and_then(|n| {
+                    let w = routes.waiters.lock();
+                    let w = w.get(&n)?;
+                    Some((w.tx.clone(), w.progress.clone()?))
+                });
+                match to {
+                    Some((tx, token)) => {
+                        let mut f = f;
+                        if let Some(p) =
+                            f.msg_mut().get_mut("params").and_then(Value::as_object_mut)
+                        {
+                            p.insert("progressToken".into(), token);
+                        }
+                        let _ = tx.send(f);
+                    }
+                    None => tracing::debug!("client: dropped progress for no request in flight"),
+                }
             }
             Kind::Notification(m) if m.ends_with("/list_changed") => {
                 let mut sent = false;

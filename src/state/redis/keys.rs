@@ -82,6 +82,11 @@ impl Keys {
         )
     }
 
+    /// The current-run record of `key` (a caller without a run id of its own).
+    pub fn current_run(&self, agent: &str, key: &str) -> String {
+        format!("{}:{}:t:{}", self.prefix, tag(agent), tail(key))
+    }
+
     /// A run's history and flags.
     pub fn run(&self, agent: &str, run_id: &str) -> RunKeys {
         let t = tag(agent);

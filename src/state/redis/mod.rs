@@ -10,6 +10,7 @@
 //! Every call has a timeout (default 50 ms); the connection is re-established in the
 //! background after a failure. Passwords in the URL never appear in errors or `Debug` output.
 
+mod current_run;
 mod keys;
 mod reviews;
 mod scripts;

@@ -11,7 +11,7 @@ use super::{
 use crate::state::shared::{
     Settlement, SharedPermit, SharedStateError, SharedStateStore, StateRequest, StateSnapshot,
 };
-use crate::state::{ChainClaim, ChainHead, StateKey};
+use crate::state::{ChainClaim, ChainHead, CurrentRun, StateKey};
 
 fn secs_ms(s: u64) -> i64 {
     i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
@@ -166,6 +166,44 @@ impl SharedStateStore for RedisStateStore {
             .map_err(err)
     }
 
+    async fn acquire_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        fresh: &str,
+        now_ms: i64,
+        idle_ms: i64,
+    ) -> Result<CurrentRun, SharedStateError> {
+        RedisStateStore::acquire_current_run(self, agent, key, fresh, now_ms, idle_ms)
+            .await
+            .map_err(err)
+    }
+
+    async fn touch_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        run_id: &str,
+        now_ms: i64,
+    ) -> Result<(), SharedStateError> {
+        RedisStateStore::touch_current_run(self, agent, key, run_id, now_ms)
+            .await
+            .map_err(err)
+    }
+
+    async fn end_idle_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        run_id: &str,
+        now_ms: i64,
+        idle_ms: i64,
+    ) -> Result<bool, SharedStateError> {
+        RedisStateStore::end_idle_current_run(self, agent, key, run_id, now_ms, idle_ms)
+            .await
+            .map_err(err)
+    }
+
     fn round_trips(&self) -> u64 {
         RedisStateStore::round_trips(self)
     }
@@ -260,6 +298,47 @@ impl SharedStateStore for LazyRedisStore {
         head: Option<&ChainHead>,
     ) -> Result<bool, SharedStateError> {
         SharedStateStore::leave_chain(self.get().await?, agent, run_id, owner, head).await
+    }
+
+    async fn acquire_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        fresh: &str,
+        now_ms: i64,
+        idle_ms: i64,
+    ) -> Result<CurrentRun, SharedStateError> {
+        SharedStateStore::acquire_current_run(self.get().await?, agent, key, fresh, now_ms, idle_ms)
+            .await
+    }
+
+    async fn touch_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        run_id: &str,
+        now_ms: i64,
+    ) -> Result<(), SharedStateError> {
+        SharedStateStore::touch_current_run(self.get().await?, agent, key, run_id, now_ms).await
+    }
+
+    async fn end_idle_current_run(
+        &self,
+        agent: &str,
+        key: &str,
+        run_id: &str,
+        now_ms: i64,
+        idle_ms: i64,
+    ) -> Result<bool, SharedStateError> {
+        SharedStateStore::end_idle_current_run(
+            self.get().await?,
+            agent,
+            key,
+            run_id,
+            now_ms,
+            idle_ms,
+        )
+        .await
     }
 
     fn round_trips(&self) -> u64 {
