@@ -81,6 +81,11 @@ fn replay_fleet(
                     url,
                     "--state-prefix",
                     prefix,
+                    // What is tested is the shared budget, not the per-call limit: a loaded
+                    // machine (CI on 2 cores) once took longer than the default 50 ms and
+                    // the call failed closed.
+                    "--state-timeout-ms",
+                    "5000",
                 ])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
