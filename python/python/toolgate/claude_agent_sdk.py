@@ -13,7 +13,7 @@ Claude as ``decision: "block"`` with the same text).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher
 
@@ -25,10 +25,18 @@ __all__ = ["hooks", "ToolgateHooks"]
 class ToolgateHooks:
     """The hook callbacks (``pre_tool_use``, ``post_tool_use``) and their runs by session."""
 
-    def __init__(self, engine: Engine, agent_id: str, enduser: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        agent_id: str,
+        enduser: Optional[Mapping[str, Any]] = None,
+        agent_tags: Iterable[str] = (),
+    ) -> None:
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
+        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
+        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
         self._runs: Dict[str, Run] = {}
         self._lock = threading.Lock()
 
@@ -36,7 +44,7 @@ class ToolgateHooks:
         with self._lock:
             run = self._runs.get(session_id)
             if run is None or run.aborted:
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self._runs[session_id] = run
             return run
 
@@ -79,9 +87,15 @@ class ToolgateHooks:
         return {}
 
 
-def hooks(engine: Engine, agent_id: str, enduser: Optional[Mapping[str, Any]] = None) -> Dict[str, List[HookMatcher]]:
-    """Hook matchers for ``ClaudeAgentOptions(hooks=...)``: every tool's calls go through toolgate."""
-    h = ToolgateHooks(engine, agent_id, enduser)
+def hooks(
+    engine: Engine,
+    agent_id: str,
+    enduser: Optional[Mapping[str, Any]] = None,
+    agent_tags: Iterable[str] = (),
+) -> Dict[str, List[HookMatcher]]:
+    """Hook matchers for ``ClaudeAgentOptions(hooks=...)``: every tool's calls go through toolgate.
+    ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches."""
+    h = ToolgateHooks(engine, agent_id, enduser, agent_tags)
     return {
         "PreToolUse": [HookMatcher(matcher=None, hooks=[h.pre_tool_use])],
         "PostToolUse": [HookMatcher(matcher=None, hooks=[h.post_tool_use])],

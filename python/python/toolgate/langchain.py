@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, Mapping, Optional, Union
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
@@ -50,17 +50,25 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
 
     state_schema = ToolgateState
 
-    def __init__(self, engine: Engine, agent_id: str, enduser: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        agent_id: str,
+        enduser: Optional[Mapping[str, Any]] = None,
+        agent_tags: Iterable[str] = (),
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
+        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
+        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
         self._runs: Dict[str, Run] = {}
         self._lock = threading.Lock()
 
     # -- one run per invocation ------------------------------------------------------------
     def _start(self) -> Dict[str, Any]:
-        run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+        run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
         with self._lock:
             self._runs[run.run_id] = run
         return {"toolgate_run_id": run.run_id}
@@ -71,7 +79,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
             run = self._runs.get(rid) if rid else None
             if run is None:
                 # Used outside an invocation's before_agent (e.g. a bare ToolNode): a run of its own.
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self._runs[run.run_id] = run
             return run
 

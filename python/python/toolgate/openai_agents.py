@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, ToolGuardrailFunctionOutput
 from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
@@ -39,10 +39,19 @@ def _args(raw: Any) -> Any:
 class _Governor(AgentHooks[Any]):
     """State shared by the hooks, checks and guardrails of one governed agent."""
 
-    def __init__(self, engine: Engine, agent_id: str, enduser: Optional[Mapping[str, Any]], inner: Optional[AgentHooks[Any]]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        agent_id: str,
+        enduser: Optional[Mapping[str, Any]],
+        inner: Optional[AgentHooks[Any]],
+        agent_tags: Iterable[str] = (),
+    ) -> None:
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
+        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
+        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
         self.inner = inner
         self.lock = threading.Lock()
         self.runs: Dict[int, Run] = {}
@@ -55,7 +64,7 @@ class _Governor(AgentHooks[Any]):
         with self.lock:
             run = self.runs.get(key)
             if run is None:
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self.runs[key] = run
             return run
 
@@ -158,7 +167,7 @@ class _Governor(AgentHooks[Any]):
                 # The SDK approved the call: the review is approved now; decide it again.
                 with self.lock:
                     self.decisions.pop(call_id, None)
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 with self.lock:
                     self.runs[id(getattr(ctx, "usage", ctx))] = run
                 d = await self.decide(ctx, tool, _args(ctx.tool_arguments), call_id)
@@ -174,9 +183,11 @@ def govern(
     engine: Engine,
     agent_id: Optional[str] = None,
     enduser: Optional[Mapping[str, Any]] = None,
+    agent_tags: Iterable[str] = (),
 ) -> Agent[Any]:
-    """A copy of ``agent`` whose function tools toolgate decides (see the module's doc)."""
-    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks)
+    """A copy of ``agent`` whose function tools toolgate decides (see the module's doc).
+    ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches."""
+    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags)
     tools = []
     for t in agent.tools:
         if isinstance(t, FunctionTool):

@@ -39,6 +39,8 @@ class ToolgateToolset(WrapperToolset[Any]):
     _: KW_ONLY
     tags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Tool tags by tool name (PydanticAI tools have none of their own)."""
+    agent_tags: tuple[str, ...] = ()
+    """The agent's tags, which policies' ``agentSelector`` matches."""
 
     def __post_init__(self) -> None:
         self._runs: Dict[str, Run] = {}
@@ -68,7 +70,7 @@ class ToolgateToolset(WrapperToolset[Any]):
         with self._lock:
             run = self._runs.get(key)
             if run is None:
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self._runs[key] = run
             return run
 
@@ -102,7 +104,7 @@ class ToolgateToolset(WrapperToolset[Any]):
                 self.engine.reviews.approve(d.review_id)
             except ToolgateError:
                 pass
-            run = self.engine.start_run(self.agent_id, enduser=self.enduser)
+            run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
             with self._lock:
                 self._runs[ctx.run_id or "default"] = run
             d = await run.abefore_tool(name, args, tags, ctx.tool_call_id)
