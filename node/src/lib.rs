@@ -16,6 +16,7 @@
 
 mod callbacks;
 mod engine;
+mod fast;
 mod run;
 
 use std::future::Future;
@@ -169,7 +170,7 @@ pub(crate) struct Recent {
 pub(crate) const KEEP: usize = 256;
 
 impl Recent {
-    fn keep(&self, d: toolgate::engine::Decision) -> u64 {
+    pub(crate) fn keep(&self, d: toolgate::engine::Decision) -> u64 {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() == KEEP {

@@ -11,6 +11,7 @@ use napi_derive::napi;
 use serde_json::Value;
 use toolgate::engine::{Enduser, Run, ToolCall, ToolOutcome};
 
+use crate::fast::{self, Filled, Strings, slot};
 use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later};
 
 /// A run of an agent.
@@ -19,14 +20,16 @@ pub struct NativeRun {
     run: Arc<Run>,
     calls: AtomicU64,
     recent: Arc<Recent>,
+    strings: Arc<Strings>,
 }
 
 impl NativeRun {
-    pub(crate) fn new(run: Run) -> Self {
+    pub(crate) fn new(run: Run, strings: Arc<Strings>) -> Self {
         NativeRun {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
             recent: Arc::default(),
+            strings,
         }
     }
 }
@@ -68,8 +71,13 @@ fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
     }
 }
 
-/// A decision now, or a promise of it.
-type Decided<'env> = Either<String, PromiseRaw<'env, String>>;
+/// The `Float64Array` a decision made at once is written to (a type alias: napi-derive reads
+/// a `&mut` argument as a class instance).
+type OutBuffer<'a> = &'a mut [f64];
+
+/// A decision now (in the buffer, with the strings new to JavaScript if any; or as JSON
+/// text), or a promise of it (JSON text).
+type Decided<'env> = Either<Option<String>, PromiseRaw<'env, String>>;
 /// An after-phase decision (or `null`) now, or a promise of it.
 type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
 
@@ -93,8 +101,10 @@ impl NativeRun {
         self.run.is_aborted()
     }
 
-    /// Decides a tool call (phase `tool.before`): the decision itself when nothing had to be
-    /// awaited, else a promise of it.
+    /// Decides a tool call (phase `tool.before`). A decision made at once is written to `out`
+    /// (a `Float64Array`, see `fast::slot`) when it fits there, the return value then being
+    /// the strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as
+    /// JSON text (`out[0]` is 0), or a promise of that when something had to be awaited.
     #[napi]
     pub fn before_tool<'env>(
         &self,
@@ -103,16 +113,29 @@ impl NativeRun {
         args_json: Option<String>,
         tags: Option<Vec<String>>,
         call_id: Option<String>,
+        out: OutBuffer<'_>,
     ) -> Result<Decided<'env>> {
+        let out = fast::buffer(out)?;
         let args = json_arg("args", args_json)?;
-        let id = call_id
-            .unwrap_or_else(|| format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1));
+        let (id, call_no) = match call_id {
+            Some(id) => (id, 0),
+            None => {
+                let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                (format!("call-{n}"), n)
+            }
+        };
         let call = ToolCall::new(id.clone(), name, args).with_tags(tags.unwrap_or_default());
         let run = self.run.clone();
         match now_or_later(async move { run.before_tool(call).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(
-                NativeDecision::new(id, d, &self.recent).to_json_text(),
-            )),
+            NowOrLater::Now(d) => match self.strings.fill(&d, call_no, out) {
+                Filled::Buffer(new) => {
+                    out[slot::SEQ] = self.recent.keep(d) as f64;
+                    Ok(Either::A(new))
+                }
+                Filled::Text => Ok(Either::A(Some(
+                    NativeDecision::new(id, d, &self.recent).to_json_text(),
+                ))),
+            },
             NowOrLater::Later(fut) => env
                 .spawn_future(async move {
                     NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
