@@ -33,6 +33,7 @@ const kRun = Symbol('toolgate.run')
 const kSeq = Symbol('toolgate.seq')
 const kFull = Symbol('toolgate.full')
 const kCrossing = Symbol('toolgate.crossing')
+const kNo = Symbol('toolgate.no')
 
 function guarded(f) {
   try {
@@ -333,6 +334,7 @@ class Run {
   constructor(n, engine) {
     this[kNative] = n
     this[kCrossing] = engine[kCrossing]
+    this[kNo] = n.no
     Object.defineProperty(this, 'engine', { value: engine, enumerable: false })
   }
   /** The run's id. */
@@ -370,7 +372,7 @@ class Run {
         tags = tagsOf(call.tags, 'tags')
         callId = call.callId == null ? undefined : String(call.callId)
       }
-      r = n.beforeTool(name, json(a, 'args'), tags, callId, crossing.out)
+      r = native.runBeforeTool(this[kNo], name, json(a, 'args'), tags, callId, crossing.out)
     } catch (e) {
       return Promise.reject(translate(e))
     }
@@ -386,7 +388,8 @@ class Run {
   async afterTool(callId, { output, durationMs, error } = {}) {
     if (callId == null) throw new TypeError('afterTool: expected the callId of the call')
     const r = guarded(() =>
-      this[kNative].afterTool(
+      native.runAfterTool(
+        this[kNo],
         String(callId),
         json(output, 'output'),
         durationMs == null ? undefined : durationMs,

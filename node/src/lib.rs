@@ -14,6 +14,10 @@
 
 // No `unsafe` of its own: napi-derive's generated glue is the only unsafe code here.
 
+/// The addon's allocator (see Cargo.toml): Rust allocations only, never handed to Node.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod callbacks;
 mod engine;
 mod fast;
