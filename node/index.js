@@ -429,7 +429,7 @@ class Run {
   guard(fn, { name, tags } = {}) {
     if (typeof fn !== 'function') throw new TypeError('guard: expected a function')
     const tool = name ?? (fn.name || 'tool')
-    const toolTags = tagsOf(tags, 'tags')
+    const toolTags = tags == null ? undefined : [...tagsOf(tags, 'tags')] // a copy: fixed when wrapped
     const run = this
     const wrapped = async function (...a) {
       const d = await run.beforeTool({ name: tool, args: jsonable(a[0] ?? {}), tags: toolTags })
