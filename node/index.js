@@ -32,6 +32,8 @@ const kNative = Symbol('toolgate.native')
 const kRun = Symbol('toolgate.run')
 const kSeq = Symbol('toolgate.seq')
 const kFull = Symbol('toolgate.full')
+const kCrossing = Symbol('toolgate.crossing')
+const kNo = Symbol('toolgate.no')
 
 function guarded(f) {
   try {
@@ -56,7 +58,14 @@ function epochMs(date, what) {
 function tagsOf(tags, what) {
   if (tags == null) return undefined
   if (typeof tags === 'string') return [tags]
-  if (!Array.isArray(tags) && typeof tags[Symbol.iterator] !== 'function') {
+  if (Array.isArray(tags)) {
+    // Passed as is (the addon copies it): no array to allocate per call.
+    for (let i = 0; i < tags.length; i++) {
+      if (typeof tags[i] !== 'string') throw new TypeError(`${what}: expected an array of strings`)
+    }
+    return tags
+  }
+  if (typeof tags[Symbol.iterator] !== 'function') {
     throw new TypeError(`${what}: expected an array of strings`)
   }
   const out = Array.from(tags)
@@ -179,22 +188,22 @@ class ManualClock {
  * it (the run's last 256 decisions), else these fields.
  */
 class Decision {
-  constructor(n, run) {
-    this.callId = n.callId
-    this.phase = n.phase
-    this.effect = n.effect
-    this.code = n.code
-    this.reason = n.reason ?? null
-    this.ruleId = n.ruleId ?? null
-    this.allowed = n.allowed
-    this.reviewId = n.reviewId ?? null
-    this.abortRun = n.abortRun
-    this.shadowEffect = n.shadowEffect ?? null
-    this.error = n.error ?? null
-    this.latencyNs = n.latencyNs
+  constructor(callId, phase, effect, code, reason, ruleId, allowed, reviewId, abortRun, shadowEffect, error, latencyNs, run, seq, full) {
+    this.callId = callId
+    this.phase = phase
+    this.effect = effect
+    this.code = code
+    this.reason = reason
+    this.ruleId = ruleId
+    this.allowed = allowed
+    this.reviewId = reviewId
+    this.abortRun = abortRun
+    this.shadowEffect = shadowEffect
+    this.error = error
+    this.latencyNs = latencyNs
     this[kRun] = run
-    this[kSeq] = n.seq
-    this[kFull] = n.full
+    this[kSeq] = seq
+    this[kFull] = full
   }
   /** The decision as the Rust `Decision` serialises it: `evaluated`, `signals`, `hitl`, …. */
   toJSON() {
@@ -204,6 +213,84 @@ class Decision {
   }
 }
 
+/** A decision the addon sent as JSON text (`NativeDecision`). */
+function decisionOf(text, run) {
+  const n = JSON.parse(text)
+  return new Decision(
+    n.callId,
+    n.phase,
+    n.effect,
+    n.code,
+    n.reason ?? null,
+    n.ruleId ?? null,
+    n.allowed,
+    n.reviewId ?? null,
+    n.abortRun,
+    n.shadowEffect ?? null,
+    n.error ?? null,
+    n.latencyNs,
+    run,
+    n.seq,
+    n.full,
+  )
+}
+
+// The fast crossing of a decision made at once (src/fast.rs): the addon writes its fields as
+// numbers into one Float64Array per engine, its strings as numbers into the engine's list of
+// strings, which the addon extends when it first uses a string. Slots, as in `fast::slot`:
+const FORM = 0 // 1: the decision is in the buffer; 0: the return value is its JSON text
+const SEQ = 1
+const LATENCY = 2
+const FLAGS = 3 // 1: allowed, 2: abortRun
+const CALL_NO = 4 // N for `call-N` numbered by the addon, 0 when the caller gave the id
+const PHASE = 5 // PHASE..SHADOW_EFFECT: string numbers, -1 for null
+const EFFECT = 6
+const CODE = 7
+const REASON = 8
+const RULE_ID = 9
+const SHADOW_EFFECT = 10
+const FIRST_NEW = 11 // the number of the first of the new strings returned
+const OUT_LEN = 12
+
+/** The engine's buffer and list of strings (shared by its runs; decisions are read at once). */
+class Crossing {
+  constructor() {
+    this.out = new Float64Array(OUT_LEN)
+    this.strings = []
+  }
+  /** The decision of call `callId` (undefined: numbered by the addon), from `r`, the addon's answer. */
+  read(r, callId, run) {
+    const out = this.out
+    if (out[FORM] === 0) return decisionOf(r, run)
+    const strings = this.strings
+    if (r != null) {
+      const added = JSON.parse(r)
+      const first = out[FIRST_NEW]
+      for (let i = 0; i < added.length; i++) strings[first + i] = added[i]
+    }
+    const flags = out[FLAGS]
+    const reason = out[REASON]
+    const ruleId = out[RULE_ID]
+    const shadow = out[SHADOW_EFFECT]
+    return new Decision(
+      callId === undefined ? `call-${out[CALL_NO]}` : callId,
+      strings[out[PHASE]],
+      strings[out[EFFECT]],
+      strings[out[CODE]],
+      reason < 0 ? null : strings[reason],
+      ruleId < 0 ? null : strings[ruleId],
+      (flags & 1) === 1,
+      null,
+      (flags & 2) === 2,
+      shadow < 0 ? null : strings[shadow],
+      null,
+      out[LATENCY],
+      run,
+      out[SEQ],
+      undefined,
+    )
+  }
+}
 
 function refuse(d) {
   if (d.allowed) return
@@ -246,6 +333,8 @@ class Reviews {
 class Run {
   constructor(n, engine) {
     this[kNative] = n
+    this[kCrossing] = engine[kCrossing]
+    this[kNo] = n.no
     Object.defineProperty(this, 'engine', { value: engine, enumerable: false })
   }
   /** The run's id. */
@@ -267,18 +356,28 @@ class Run {
    */
   beforeTool(call, args) {
     const n = this[kNative]
+    const crossing = this[kCrossing]
     let r
+    let callId
     try {
-      const c = typeof call === 'string' ? { name: call, args } : call ?? {}
-      if (typeof c.name !== 'string') throw new TypeError('beforeTool: expected {name: string, args?, tags?, callId?}')
-      r = n.beforeTool(c.name, json(c.args, 'args'), tagsOf(c.tags, 'tags'), c.callId == null ? undefined : String(c.callId))
+      let name = call
+      let a = args
+      let tags
+      if (typeof call !== 'string') {
+        if (call == null || typeof call.name !== 'string') {
+          throw new TypeError('beforeTool: expected {name: string, args?, tags?, callId?}')
+        }
+        name = call.name
+        a = call.args
+        tags = tagsOf(call.tags, 'tags')
+        callId = call.callId == null ? undefined : String(call.callId)
+      }
+      r = native.runBeforeTool(this[kNo], name, json(a, 'args'), tags, callId, crossing.out)
     } catch (e) {
       return Promise.reject(translate(e))
     }
     // Not an async function: a decision made at once is one resolved promise, no more.
-    return r instanceof Promise
-      ? r.then((d) => new Decision(JSON.parse(d), n))
-      : Promise.resolve(new Decision(JSON.parse(r), n))
+    return r instanceof Promise ? r.then((d) => decisionOf(d, n)) : Promise.resolve(crossing.read(r, callId, n))
   }
 
   /**
@@ -289,7 +388,8 @@ class Run {
   async afterTool(callId, { output, durationMs, error } = {}) {
     if (callId == null) throw new TypeError('afterTool: expected the callId of the call')
     const r = guarded(() =>
-      this[kNative].afterTool(
+      native.runAfterTool(
+        this[kNo],
         String(callId),
         json(output, 'output'),
         durationMs == null ? undefined : durationMs,
@@ -297,7 +397,7 @@ class Run {
       ),
     )
     const d = r instanceof Promise ? await r : r
-    return d == null ? null : new Decision(JSON.parse(d), this[kNative])
+    return d == null ? null : decisionOf(d, this[kNative])
   }
 
   /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */
@@ -329,7 +429,7 @@ class Run {
   guard(fn, { name, tags } = {}) {
     if (typeof fn !== 'function') throw new TypeError('guard: expected a function')
     const tool = name ?? (fn.name || 'tool')
-    const toolTags = tagsOf(tags, 'tags')
+    const toolTags = tags == null ? undefined : [...tagsOf(tags, 'tags')] // a copy: fixed when wrapped
     const run = this
     const wrapped = async function (...a) {
       const d = await run.beforeTool({ name: tool, args: jsonable(a[0] ?? {}), tags: toolTags })
@@ -395,6 +495,7 @@ class Engine {
           clock == null ? undefined : clock[kNative],
         ),
     )
+    this[kCrossing] = new Crossing()
     /** The engine's human reviews. */
     this.reviews = new Reviews(this[kNative])
   }

@@ -8,3 +8,10 @@ export { refusalText } from './index'
  */
 export declare function wrapTools<T extends { name: string; invoke: (...args: any[]) => any }>(tools: T[], run: Run): T[]
 export declare function wrapTools<T extends { name: string; invoke: (...args: any[]) => any }>(tools: T, run: Run): T
+
+/**
+ * A LangChain v1 `createAgent` middleware (package `langchain`) that ends the agent before its
+ * next model call once `run` is stopped by a hitl decision (`run.aborted`):
+ * `createAgent({ model, tools: wrapTools(tools, run), middleware: [toolgateMiddleware(run)] })`.
+ */
+export declare function toolgateMiddleware(run: Run): any

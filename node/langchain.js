@@ -10,7 +10,14 @@
 // `toolgate blocked this call: <reason> [<CODE>, rule <id>]` (the Python middleware's text);
 // invoked with bare args, that text. A call held for review (hitl) answers the same, naming
 // the review; the run is then stopped (`run.aborted`: later calls are refused) until a human
-// approves it — an agent loop should end when `run.aborted` is true.
+// approves it, and the agent should stop there (design §12/§13: "hitl: … the agent stops"):
+//
+//   const agent = createAgent({ model, tools: wrapTools(tools, run), middleware: [toolgateMiddleware(run)] })
+//
+// `toolgateMiddleware(run)` (LangChain v1 `createAgent`, package `langchain`) ends the agent
+// before its next model call once `run.aborted` is true: the model is not asked again, and the
+// agent's last message is the refusal naming the review. A hand-written loop (or a LangGraph
+// graph around `ToolNode`) checks `run.aborted` itself.
 
 const { refusalText, jsonable } = require('./index.js')
 
@@ -78,4 +85,21 @@ function wrapTools(tools, run) {
   return wrapTool(tools, run)
 }
 
-module.exports = { wrapTools, refusalText }
+/**
+ * A LangChain v1 `createAgent` middleware that ends the agent (`jumpTo: "end"`) before its next
+ * model call once `run` is stopped by a hitl decision (`run.aborted`). Needs the `langchain`
+ * package (the app's own; loaded here, when the middleware is made).
+ */
+function toolgateMiddleware(run) {
+  if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('toolgateMiddleware: expected a toolgate Run')
+  const { createMiddleware } = require('langchain')
+  return createMiddleware({
+    name: 'toolgate',
+    beforeModel: {
+      canJumpTo: ['end'],
+      hook: () => (run.aborted ? { jumpTo: 'end' } : undefined),
+    },
+  })
+}
+
+module.exports = { wrapTools, toolgateMiddleware, refusalText }

@@ -7,8 +7,11 @@
 // `await afterTool` for the allowed ones; the engine's clock is fixed at the workload's time.
 // For every `beforeTool` it records the wall time of the awaited Node call
 // (process.hrtime.bigint around it, the timer's own cost measured and subtracted) and the
-// engine's own `latencyNs` (the Rust call, measured inside it), and prints the medians.
+// engine's own `latencyNs` (the Rust call, measured inside it), and prints the medians, their
+// difference (the overhead of going through Node; goal <= 5 us), and the machine's load (the
+// numbers mean little on a busy machine: repeat, and compare builds run for run).
 import { readFileSync } from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -66,6 +69,8 @@ const mw = median(wall)
 const mr = median(rust)
 const p90 = Float64Array.from(wall).sort()[Math.floor(wall.length * 0.9)]
 const f = (x) => x.toFixed(0).padStart(8)
+const load = os.loadavg().map((x) => x.toFixed(2)).join(', ')
+console.log(`Node ${process.version}, ${os.cpus().length} CPUs, load average ${load} (at the end)`)
 console.log(`support workload, 10 rules, ${wall.length} beforeTool decisions measured (${JSON.stringify(effects)})`)
 console.log(`  timer cost subtracted:                 ${f(timer)} ns`)
 console.log(`  median beforeTool through Node:        ${f(mw)} ns`)

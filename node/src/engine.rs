@@ -61,6 +61,8 @@ pub struct EngineInput {
 #[napi]
 pub struct NativeEngine {
     engine: GovernanceEngine,
+    /// The strings its decisions have handed JavaScript by number (see `fast`).
+    strings: std::sync::Arc<crate::fast::Strings>,
 }
 
 /// `PolicyError` for these errors: the message lists them all; `path` is the JSON path of the
@@ -181,7 +183,10 @@ impl NativeEngine {
             b = b.review_store(Arc::new(FileReviewStore::new(path)));
         }
         let engine = in_runtime(|| b.build()).map_err(engine_error)?;
-        Ok(NativeEngine { engine })
+        Ok(NativeEngine {
+            engine,
+            strings: Default::default(),
+        })
     }
 
     /// Starts a run (emits `run.started`).
@@ -201,7 +206,7 @@ impl NativeEngine {
             ctx.enduser = Some(enduser(&e)?);
         }
         let run = in_runtime(|| self.engine.start_run(ctx));
-        Ok(NativeRun::new(run))
+        Ok(NativeRun::new(run, self.strings.clone()))
     }
 
     /// Registers (or replaces) the provider of signal `key` (a wrapped callback).

@@ -14,8 +14,13 @@
 
 // No `unsafe` of its own: napi-derive's generated glue is the only unsafe code here.
 
+/// The addon's allocator (see Cargo.toml): Rust allocations only, never handed to Node.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod callbacks;
 mod engine;
+mod fast;
 mod run;
 
 use std::future::Future;
@@ -169,7 +174,7 @@ pub(crate) struct Recent {
 pub(crate) const KEEP: usize = 256;
 
 impl Recent {
-    fn keep(&self, d: toolgate::engine::Decision) -> u64 {
+    pub(crate) fn keep(&self, d: toolgate::engine::Decision) -> u64 {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() == KEEP {

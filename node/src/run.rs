@@ -1,6 +1,7 @@
 //! `NativeRun`: one agent run; its before/after decisions (returned at once when nothing is
 //! awaited, else as a promise settled from the runtime) and its end.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,108 +12,110 @@ use napi_derive::napi;
 use serde_json::Value;
 use toolgate::engine::{Enduser, Run, ToolCall, ToolOutcome};
 
+use crate::fast::{self, Filled, Strings, slot};
 use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later};
 
 /// A run of an agent.
 #[napi]
 pub struct NativeRun {
+    state: Arc<RunState>,
+    /// Its number in this thread's [`RUNS`] (`runBeforeTool`'s first argument).
+    no: u32,
+}
+
+/// What a run's calls share.
+struct RunState {
     run: Arc<Run>,
     calls: AtomicU64,
     recent: Arc<Recent>,
+    strings: Arc<Strings>,
+}
+
+/// The live runs of this thread (the JavaScript thread of one Node environment), by number:
+/// [`run_before_tool`] finds its run here instead of unwrapping a class instance, which with
+/// napi-rs 3 costs a global lock and two hash-map updates per call (its borrow tracking: the
+/// larger part of an empty method call's 0.4–0.5 µs on the development VM).
+#[derive(Default)]
+struct Runs {
+    slots: Vec<Option<Arc<RunState>>>,
+    free: Vec<u32>,
+}
+
+thread_local! {
+    static RUNS: RefCell<Runs> = RefCell::default();
 }
 
 impl NativeRun {
-    pub(crate) fn new(run: Run) -> Self {
-        NativeRun {
+    pub(crate) fn new(run: Run, strings: Arc<Strings>) -> Self {
+        let state = Arc::new(RunState {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
             recent: Arc::default(),
-        }
-    }
-}
-
-/// `{id, tags?}` (JSON text) as the run's end user; tag values that are not strings are kept
-/// as their JSON text.
-pub(crate) fn enduser(text: &str) -> Result<Enduser> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| invalid(format!("enduser: not JSON: {e}")))?;
-    let Some(o) = v.as_object() else {
-        return Err(invalid("enduser: expected {id: string, tags?: {...}}"));
-    };
-    let id = match o.get("id") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => return Err(invalid("enduser: \"id\" (a string) is required")),
-    };
-    let mut tags = BTreeMap::new();
-    match o.get("tags") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(map)) => {
-            for (k, v) in map {
-                let text = match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                tags.insert(k.clone(), text);
+            strings,
+        });
+        let no = RUNS.with_borrow_mut(|runs| match runs.free.pop() {
+            Some(no) => {
+                runs.slots[no as usize] = Some(state.clone());
+                no
             }
-        }
-        Some(_) => return Err(invalid("enduser.tags: expected an object")),
-    }
-    Ok(Enduser { id, tags })
-}
-
-fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
-    match text {
-        None => Ok(Value::Object(Default::default())),
-        Some(t) => serde_json::from_str(&t).map_err(|e| invalid(format!("{what}: not JSON: {e}"))),
+            None => {
+                runs.slots.push(Some(state.clone()));
+                (runs.slots.len() - 1) as u32
+            }
+        });
+        NativeRun { state, no }
     }
 }
 
-/// A decision now, or a promise of it.
-type Decided<'env> = Either<String, PromiseRaw<'env, String>>;
-/// An after-phase decision (or `null`) now, or a promise of it.
-type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
-
-#[napi]
-impl NativeRun {
-    /// The run's id.
-    #[napi(getter)]
-    pub fn run_id(&self) -> String {
-        self.run.context().run_id.clone()
+impl Drop for NativeRun {
+    fn drop(&mut self) {
+        // Finalized on the thread that created it; during a thread's exit its table may be
+        // gone already (then there is nothing left to free).
+        let _ = RUNS.try_with(|runs| {
+            let mut runs = runs.borrow_mut();
+            if let Some(slot) = runs.slots.get_mut(self.no as usize) {
+                *slot = None;
+                runs.free.push(self.no);
+            }
+        });
     }
+}
 
-    /// The agent's id.
-    #[napi(getter)]
-    pub fn agent_id(&self) -> String {
-        self.run.context().agent_id.clone()
-    }
-
-    /// Whether a hitl decision (or a failure) stopped the run.
-    #[napi(getter)]
-    pub fn aborted(&self) -> bool {
-        self.run.is_aborted()
-    }
-
-    /// Decides a tool call (phase `tool.before`): the decision itself when nothing had to be
-    /// awaited, else a promise of it.
-    #[napi]
-    pub fn before_tool<'env>(
+impl RunState {
+    /// Decides a tool call (phase `tool.before`). A decision made at once is written to `out`
+    /// (a `Float64Array`, see `fast::slot`) when it fits there, the return value then being
+    /// the strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as
+    /// JSON text (`out[0]` is 0), or a promise of that when something had to be awaited.
+    fn before_tool<'env>(
         &self,
         env: &'env Env,
         name: String,
         args_json: Option<String>,
         tags: Option<Vec<String>>,
         call_id: Option<String>,
+        out: OutBuffer<'_>,
     ) -> Result<Decided<'env>> {
+        let out = fast::buffer(out)?;
         let args = json_arg("args", args_json)?;
-        let id = call_id
-            .unwrap_or_else(|| format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1));
+        let (id, call_no) = match call_id {
+            Some(id) => (id, 0),
+            None => {
+                let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                (format!("call-{n}"), n)
+            }
+        };
         let call = ToolCall::new(id.clone(), name, args).with_tags(tags.unwrap_or_default());
         let run = self.run.clone();
         match now_or_later(async move { run.before_tool(call).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(
-                NativeDecision::new(id, d, &self.recent).to_json_text(),
-            )),
+            NowOrLater::Now(d) => match self.strings.fill(&d, call_no, out) {
+                Filled::Buffer(new) => {
+                    out[slot::SEQ] = self.recent.keep(d) as f64;
+                    Ok(Either::A(new))
+                }
+                Filled::Text => Ok(Either::A(Some(
+                    NativeDecision::new(id, d, &self.recent).to_json_text(),
+                ))),
+            },
             NowOrLater::Later(fut) => env
                 .spawn_future(async move {
                     NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
@@ -124,8 +127,7 @@ impl NativeRun {
     /// Records the outcome of an allowed call and decides the after-phase rules: the
     /// after-phase decision, or `null` when none is in play (or `callId` was not allowed in
     /// this run); a promise of it when something had to be awaited.
-    #[napi]
-    pub fn after_tool<'env>(
+    fn after_tool<'env>(
         &self,
         env: &'env Env,
         call_id: String,
@@ -169,6 +171,121 @@ impl NativeRun {
                 .map(Either::B),
         }
     }
+}
+
+/// Decides a tool call of run `no` (`NativeRun.no`; phase `tool.before`; a function, not a method, for
+/// the reason [`RUNS`] gives). A decision made at
+/// once is written to `out` (a `Float64Array`, see `fast::slot`) when it fits there, the
+/// return value then being the strings new to JavaScript (a JSON array) or `null`; otherwise
+/// it is the decision as JSON text (`out[0]` is 0), or a promise of that when something had to
+/// be awaited.
+#[napi]
+pub fn run_before_tool<'env>(
+    env: &'env Env,
+    no: u32,
+    name: String,
+    args_json: Option<String>,
+    tags: Option<Vec<String>>,
+    call_id: Option<String>,
+    out: OutBuffer<'_>,
+) -> Result<Decided<'env>> {
+    state_of(no)?.before_tool(env, name, args_json, tags, call_id, out)
+}
+
+/// Records the outcome of an allowed call of run `no` (`NativeRun.no`) and decides the
+/// after-phase rules: the after-phase decision as JSON text, or `null` when none is in play
+/// (or `callId` was not allowed in this run); a promise of it when something had to be
+/// awaited. (A function, not a method, for the reason [`RUNS`] gives.)
+#[napi]
+pub fn run_after_tool<'env>(
+    env: &'env Env,
+    no: u32,
+    call_id: String,
+    output_json: Option<String>,
+    duration_ms: Option<f64>,
+    error: Option<String>,
+) -> Result<AfterDecided<'env>> {
+    state_of(no)?.after_tool(env, call_id, output_json, duration_ms, error)
+}
+
+/// Run `no` of this thread.
+fn state_of(no: u32) -> Result<Arc<RunState>> {
+    RUNS.with_borrow(|runs| runs.slots.get(no as usize).cloned().flatten())
+        .ok_or_else(|| invalid(format!("run {no}: no such run on this thread")))
+}
+
+/// `{id, tags?}` (JSON text) as the run's end user; tag values that are not strings are kept
+/// as their JSON text.
+pub(crate) fn enduser(text: &str) -> Result<Enduser> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| invalid(format!("enduser: not JSON: {e}")))?;
+    let Some(o) = v.as_object() else {
+        return Err(invalid("enduser: expected {id: string, tags?: {...}}"));
+    };
+    let id = match o.get("id") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => return Err(invalid("enduser: \"id\" (a string) is required")),
+    };
+    let mut tags = BTreeMap::new();
+    match o.get("tags") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (k, v) in map {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                tags.insert(k.clone(), text);
+            }
+        }
+        Some(_) => return Err(invalid("enduser.tags: expected an object")),
+    }
+    Ok(Enduser { id, tags })
+}
+
+fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
+    match text {
+        None => Ok(Value::Object(Default::default())),
+        Some(t) => serde_json::from_str(&t).map_err(|e| invalid(format!("{what}: not JSON: {e}"))),
+    }
+}
+
+/// The `Float64Array` a decision made at once is written to (a type alias: napi-derive reads
+/// a `&mut` argument as a class instance).
+type OutBuffer<'a> = &'a mut [f64];
+
+/// A decision now (in the buffer, with the strings new to JavaScript if any; or as JSON
+/// text), or a promise of it (JSON text).
+type Decided<'env> = Either<Option<String>, PromiseRaw<'env, String>>;
+/// An after-phase decision (or `null`) now, or a promise of it.
+type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
+
+#[napi]
+impl NativeRun {
+    /// Its number for `runBeforeTool`.
+    #[napi(getter)]
+    pub fn no(&self) -> u32 {
+        self.no
+    }
+
+    /// The run's id.
+    #[napi(getter)]
+    pub fn run_id(&self) -> String {
+        self.state.run.context().run_id.clone()
+    }
+
+    /// The agent's id.
+    #[napi(getter)]
+    pub fn agent_id(&self) -> String {
+        self.state.run.context().agent_id.clone()
+    }
+
+    /// Whether a hitl decision (or a failure) stopped the run.
+    #[napi(getter)]
+    pub fn aborted(&self) -> bool {
+        self.state.run.is_aborted()
+    }
 
     /// Ends the run (`run.ended`) and flushes its audit events (bounded).
     #[napi]
@@ -178,7 +295,7 @@ impl NativeRun {
         status: String,
         output: Option<String>,
     ) -> Result<PromiseRaw<'env, ()>> {
-        let run = self.run.clone();
+        let run = self.state.run.clone();
         env.spawn_future(async move {
             run.end(&status, output.as_deref()).await;
             Ok(())
@@ -195,7 +312,7 @@ impl NativeRun {
                 Err(invalid(format!("{what}: expected a non-negative number")))
             }
         };
-        self.run.record_llm(
+        self.state.run.record_llm(
             count("tokensIn", tokens_in)?,
             count("tokensOut", tokens_out)?,
             cost_usd,
@@ -211,19 +328,19 @@ impl NativeRun {
         if !(seq.is_finite() && seq >= 1.0) {
             return Err(invalid("seq: expected a decision's number"));
         }
-        self.recent.json(seq as u64)
+        self.state.recent.json(seq as u64)
     }
 
     /// Lifts the pause a hitl decision put on the run (once its review is resolved): later
     /// calls are decided by the rules again.
     #[napi]
     pub fn resume(&self) {
-        self.run.resume();
+        self.state.run.resume();
     }
 
     /// Records a custom metric.
     #[napi]
     pub fn record_metric(&self, key: String, value: f64) {
-        self.run.record_metric(&key, value);
+        self.state.run.record_metric(&key, value);
     }
 }

@@ -5,9 +5,9 @@ import assert from 'node:assert/strict'
 import { z } from 'zod'
 
 import * as ai6 from 'ai'
-import { MockLanguageModelV3 } from 'ai/test'
+import { MockLanguageModelV3, convertArrayToReadableStream as toStream3 } from 'ai/test'
 import * as ai5 from 'ai-v5'
-import { MockLanguageModelV2 } from 'ai-v5/test'
+import { MockLanguageModelV2, convertArrayToReadableStream as toStream2 } from 'ai-v5/test'
 import { Engine } from 'toolgate'
 import { governTools, settleApprovals } from 'toolgate/ai-sdk'
 import { GATE } from './helpers.mjs'
@@ -34,6 +34,30 @@ function scripted(Mock, version, steps) {
         }
       }
       return { content: [{ type: 'text', text: s.text }], finishReason: finish('stop'), usage, warnings: [] }
+    },
+  })
+  return { model, prompts }
+}
+
+// The same as a streaming model (`doStream`, for streamText): each step's parts as a stream.
+function scriptedStream(Mock, version, toStream, steps) {
+  const prompts = []
+  const finish = (r) => (version === 3 ? { unified: r, raw: r } : r)
+  const usage = version === 3 ? usage3 : usage2
+  const model = new Mock({
+    doStream: async (options) => {
+      prompts.push(options.prompt)
+      const s = steps[prompts.length - 1] ?? { text: 'done' }
+      const parts = [{ type: 'stream-start', warnings: [] }]
+      if (s.call) {
+        const [id, toolName, input] = s.call
+        parts.push({ type: 'tool-call', toolCallId: id, toolName, input: JSON.stringify(input) })
+        parts.push({ type: 'finish', finishReason: finish('tool-calls'), usage })
+      } else {
+        parts.push({ type: 'text-start', id: 't' }, { type: 'text-delta', id: 't', delta: s.text }, { type: 'text-end', id: 't' })
+        parts.push({ type: 'finish', finishReason: finish('stop'), usage })
+      }
+      return { stream: toStream(parts) }
     },
   })
   return { model, prompts }
@@ -107,6 +131,34 @@ for (const [label, sdk, Mock, version] of [
       type: 'error-text',
       value: 'toolgate blocked this call: Deleting is not allowed. [BLOCKED_RULE, rule no-delete]',
     })
+  })
+}
+
+for (const [label, sdk, Mock, version, toStream] of [
+  ['v6', ai6, MockLanguageModelV3, 3, toStream3],
+  ['v5', ai5, MockLanguageModelV2, 2, toStream2],
+]) {
+  test(`AI SDK ${label} streamText: a blocked call's refusal reaches the model, an allowed call runs`, async () => {
+    const engine = new Engine(GATE)
+    const run = engine.startRun('bot')
+    const ran = []
+    const { model, prompts } = scriptedStream(Mock, version, toStream, [
+      { call: ['c1', 'deleteUser', { id: 7 }] },
+      { call: ['c2', 'search', { q: 'refunds' }] },
+      { text: 'found it' },
+    ])
+    const result = sdk.streamText({ model, tools: governTools(tools(sdk, ran), run), prompt: 'go', stopWhen: sdk.stepCountIs(5) })
+    let streamed = ''
+    for await (const chunk of result.textStream) streamed += chunk
+    assert.equal(streamed, 'found it')
+    assert.equal(await result.text, 'found it')
+    assert.deepEqual(ran, [['search', 'refunds']])
+    assert.deepEqual(toolResult(prompts, 'c1'), {
+      type: 'error-text',
+      value: 'toolgate blocked this call: Deleting is not allowed. [BLOCKED_RULE, rule no-delete]',
+    })
+    assert.deepEqual(toolResult(prompts, 'c2'), { type: 'json', value: { hits: ['refunds'] } })
+    await run.end('success', streamed)
   })
 }
 

@@ -8,7 +8,8 @@ import { tool } from '@langchain/core/tools'
 import { ToolMessage, HumanMessage } from '@langchain/core/messages'
 import { FakeStreamingChatModel } from '@langchain/core/utils/testing'
 import { Engine } from 'toolgate'
-import { wrapTools } from 'toolgate/langchain'
+import { createAgent, FakeToolCallingModel } from 'langchain'
+import { wrapTools, toolgateMiddleware } from 'toolgate/langchain'
 import { GATE } from './helpers.mjs'
 
 function lcTools(ran) {
@@ -58,4 +59,33 @@ test('LangChain.js: bare-args invoke answers the text; a failing tool is recorde
   await assert.rejects(kb.invoke({}), /KB offline/)
   assert.deepEqual(ran, [['search', 'x']])
   assert.throws(() => wrapTools([{}], run), TypeError)
+})
+
+test('LangChain.js createAgent: after a hitl refusal toolgateMiddleware ends the agent before the model is asked again', async () => {
+  const engine = new Engine(GATE)
+  const run = engine.startRun('bot')
+  const ran = []
+  // The model's turns: a refund held for review, then (were it asked again) a search.
+  const model = new FakeToolCallingModel({
+    toolCalls: [[{ name: 'refund', args: { amount: 500 }, id: 'tc1' }], [{ name: 'search', args: { q: 'more' }, id: 'tc2' }], []],
+  })
+  const agent = createAgent({ model, tools: wrapTools(lcTools(ran), run), middleware: [toolgateMiddleware(run)] })
+  const out = await agent.invoke({ messages: [new HumanMessage('refund order 1')] })
+  assert.ok(run.aborted)
+  assert.deepEqual(ran, [])
+  assert.equal(model.index, 1, 'the model was asked once')
+  const last = out.messages.at(-1)
+  assert.ok(last instanceof ToolMessage)
+  assert.equal(last.status, 'error')
+  const [review] = await engine.reviews.pending()
+  assert.match(last.content, new RegExp(`BLOCKED_HITL_REQUESTED, rule big-refund\\]; it waits for human review ${review.id}`))
+  // Without the middleware the agent goes on to ask the model again (its calls refused).
+  const run2 = engine.startRun('bot')
+  const model2 = new FakeToolCallingModel({
+    toolCalls: [[{ name: 'refund', args: { amount: 500 }, id: 'tc1' }], [{ name: 'search', args: { q: 'more' }, id: 'tc2' }], []],
+  })
+  await createAgent({ model: model2, tools: wrapTools(lcTools(ran), run2) }).invoke({ messages: [new HumanMessage('refund order 1')] })
+  assert.equal(model2.index, 0, 'asked three times (the index wraps around)')
+  assert.deepEqual(ran, [])
+  assert.throws(() => toolgateMiddleware({}), TypeError)
 })
