@@ -78,7 +78,9 @@ pub fn subject_extractor(
 ) -> impl Fn(SubjectInput) -> BoxFut<Vec<SubjectRef>> + Send + Sync + 'static {
     move |input: SubjectInput| {
         let cb = cb.clone();
-        Box::pin(async move { subjects(cb.call(json!([input.tool_name, input.args])).await?) })
+        Box::pin(async move {
+            SubjectRef::list_from_json(&cb.call(json!([input.tool_name, input.args])).await?)
+        })
     }
 }
 
@@ -91,7 +93,7 @@ pub fn custom_condition(
     move |args: Value, ctx: CustomContext| {
         let cb = cb.clone();
         Box::pin(async move {
-            let call = call_object(ctx).map_err(|e| format!("the call's context: {e}"))?;
+            let call = ctx.into_json();
             match cb.call(json!([args, call])).await? {
                 Value::Bool(b) => Ok(b),
                 other => Err(format!(
@@ -112,52 +114,4 @@ fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-/// The call's context as the object a custom condition receives.
-fn call_object(ctx: CustomContext) -> std::result::Result<Value, serde_json::Error> {
-    let run = &ctx.run;
-    Ok(json!({
-        "toolName": ctx.tool_name,
-        "toolTags": ctx.tool_tags,
-        "args": ctx.args,
-        "runId": run.run_id,
-        "agentId": run.agent_id,
-        "agentTags": run.agent_tags,
-        "sessionId": run.session_id,
-        "enduser": serde_json::to_value(&run.enduser)?,
-    }))
-}
-
-fn subjects(value: Value) -> std::result::Result<Vec<SubjectRef>, String> {
-    let Value::Array(items) = value else {
-        return Err(
-            "a subject extractor returns an array of {subjectType, id, idSystem?, role?}".into(),
-        );
-    };
-    let field = |o: &Map<String, Value>, k: &str| -> Option<String> {
-        match o.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        }
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let bad = || {
-                format!(
-                    "subject [{i}]: expected {{subjectType: string, id: string, idSystem?: string, role?: string}}"
-                )
-            };
-            let o = item.as_object().ok_or_else(bad)?;
-            Ok(SubjectRef {
-                subject_type: field(o, "subjectType").ok_or_else(bad)?,
-                value: field(o, "id").ok_or_else(bad)?,
-                role: field(o, "role"),
-                id_system: field(o, "idSystem"),
-            })
-        })
-        .collect()
 }

@@ -189,9 +189,7 @@ pub fn custom_condition(
         Box::pin(async move {
             cb.call(
                 move |py| {
-                    let call = call_dict(ctx).map_err(|e| {
-                        pyo3::exceptions::PyValueError::new_err(format!("the call's context: {e}"))
-                    })?;
+                    let call = ctx.into_json();
                     let args = to_py(py, &args)?;
                     let call = to_py(py, &call)?;
                     pyo3::types::PyTuple::new(py, [args, call])
@@ -216,60 +214,6 @@ pub fn custom_condition(
     }
 }
 
-/// The call's context as the dict a custom condition receives.
-fn call_dict(ctx: CustomContext) -> Result<Value, serde_json::Error> {
-    let run = &ctx.run;
-    let mut m = Map::new();
-    m.insert("toolName".into(), Value::String(ctx.tool_name));
-    m.insert(
-        "toolTags".into(),
-        Value::Array(ctx.tool_tags.into_iter().map(Value::String).collect()),
-    );
-    m.insert("args".into(), ctx.args);
-    m.insert("runId".into(), Value::String(run.run_id.clone()));
-    m.insert("agentId".into(), Value::String(run.agent_id.clone()));
-    m.insert(
-        "agentTags".into(),
-        Value::Array(run.agent_tags.iter().cloned().map(Value::String).collect()),
-    );
-    m.insert(
-        "sessionId".into(),
-        run.session_id.clone().map_or(Value::Null, Value::String),
-    );
-    m.insert("enduser".into(), serde_json::to_value(&run.enduser)?);
-    Ok(Value::Object(m))
-}
-
 fn subjects(r: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectRef>> {
-    let value = to_json(r)?;
-    let Value::Array(items) = value else {
-        return Err(pyo3::exceptions::PyTypeError::new_err(
-            "a subject extractor returns a list of {\"subjectType\", \"id\", \"idSystem\"?, \"role\"?}",
-        ));
-    };
-    let field = |o: &Map<String, Value>, k: &str| -> Option<String> {
-        match o.get(k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        }
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let bad = || {
-                pyo3::exceptions::PyValueError::new_err(format!(
-                    "subject [{i}]: expected {{\"subjectType\": str, \"id\": str, \"idSystem\"?: str, \"role\"?: str}}"
-                ))
-            };
-            let o = item.as_object().ok_or_else(bad)?;
-            Ok(SubjectRef {
-                subject_type: field(o, "subjectType").ok_or_else(bad)?,
-                value: field(o, "id").ok_or_else(bad)?,
-                role: field(o, "role"),
-                id_system: field(o, "idSystem"),
-            })
-        })
-        .collect()
+    SubjectRef::list_from_json(&to_json(r)?).map_err(pyo3::exceptions::PyValueError::new_err)
 }

@@ -36,6 +36,15 @@ impl AuditOut {
         }
     }
 
+    /// The folder, for a folder.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        match self {
+            AuditOut::Dir(d) => Some(d),
+            #[cfg(feature = "postgres")]
+            AuditOut::Postgres(..) => None,
+        }
+    }
+
     /// Opens `spec`: `postgres://…` (tables created when missing) or a folder.
     pub async fn open(spec: &str) -> Result<AuditOut, String> {
         if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::engine::{Enduser, FileReviewStore, GovernanceEngine};
-use crate::mcp::{PinFile, ProxyConfig, SealKey, TokenFile, ToolsFile, Upstream, run_proxy};
+use crate::mcp::{PinFile, ProxyConfig, SealKey, ToolsFile, Upstream, run_proxy};
 
 /// The long help of `toolgate mcp-proxy`.
 pub const LONG_ABOUT: &str = "Govern an MCP server: toolgate sits between an MCP client (which starts it as its \
@@ -244,7 +244,7 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
         let result = match (args.listen, &args.token_file) {
             #[cfg(feature = "http")]
             (Some(addr), Some(file)) => {
-                let tokens = match TokenFile::load(file) {
+                let tokens = match crate::mcp::TokenFile::load(file) {
                     Ok(t) => t,
                     Err(e) => return fail(e),
                 };

@@ -276,7 +276,7 @@ fn open_audit(spec: &str) -> Result<(tokio::runtime::Runtime, AuditOut), String>
         .build()
         .map_err(|e| e.to_string())?;
     let out = runtime.block_on(AuditOut::open(spec))?;
-    if let AuditOut::Dir(dir) = &out {
+    if let Some(dir) = out.dir() {
         let dir = dir.join("toolgate-console");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }

@@ -517,11 +517,13 @@ impl GovernanceEngine {
     }
 
     /// The state store shared by processes, when one is configured.
+    #[cfg(all(feature = "mcp", feature = "http"))]
     pub(crate) fn shared_store(&self) -> Option<Arc<dyn SharedStateStore>> {
         self.inner.shared.clone()
     }
 
     /// The engine's time, ms since the Unix epoch.
+    #[cfg(all(feature = "mcp", feature = "http"))]
     pub(crate) fn now_ms(&self) -> i64 {
         self.inner.clock.now().timestamp_millis()
     }

@@ -251,6 +251,7 @@ impl Gateway {
     /// Lets go of the run without ending it (design §8: another process, or this gateway's
     /// next use of it, continues it and its audit chain); nothing when none is held. The
     /// audit trail is not flushed for it (see [`Run::hand_over`]).
+    #[cfg(feature = "http")]
     pub(crate) async fn leave_run(&self) {
         let run = self.run.lock().take();
         if let Some(r) = run {
@@ -260,6 +261,7 @@ impl Gateway {
 
     /// Ends the run with `status`, taking it up first (continuing it) when this gateway holds
     /// none — a run it left, ended here for every process.
+    #[cfg(feature = "http")]
     pub(crate) async fn end_run_anyway(&self, status: &str) {
         self.run(None);
         self.end_run(status).await;

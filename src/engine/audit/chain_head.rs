@@ -208,6 +208,7 @@ impl Run {
     /// shared MCP gateway) needs no sync of this process's trail; its events reach the sinks
     /// with their normal durability (handed to the OS at once, synced at the next run end,
     /// flush or shutdown), as those of any run still open do.
+    #[cfg(all(feature = "mcp", feature = "http"))]
     pub(crate) async fn hand_over(&self) {
         self.leave_flushing(false).await;
     }

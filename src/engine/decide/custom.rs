@@ -25,6 +25,40 @@ pub struct CustomContext {
     pub run: Arc<RunContext>,
 }
 
+impl CustomContext {
+    /// The context as the object a host language's custom condition receives (the Python and
+    /// Node packages pass it on): `{toolName, toolTags, args, runId, agentId, agentTags,
+    /// sessionId, enduser}`, `enduser` being `{id, tags}` or `null`.
+    pub fn into_json(self) -> Value {
+        let run = &self.run;
+        let mut m = serde_json::Map::new();
+        m.insert("toolName".into(), Value::String(self.tool_name));
+        m.insert(
+            "toolTags".into(),
+            Value::Array(self.tool_tags.into_iter().map(Value::String).collect()),
+        );
+        m.insert("args".into(), self.args);
+        m.insert("runId".into(), Value::String(run.run_id.clone()));
+        m.insert("agentId".into(), Value::String(run.agent_id.clone()));
+        m.insert(
+            "agentTags".into(),
+            Value::Array(run.agent_tags.iter().cloned().map(Value::String).collect()),
+        );
+        m.insert(
+            "sessionId".into(),
+            run.session_id.clone().map_or(Value::Null, Value::String),
+        );
+        m.insert(
+            "enduser".into(),
+            run.enduser.as_ref().map_or(
+                Value::Null,
+                |u| serde_json::json!({"id": u.id, "tags": u.tags}),
+            ),
+        );
+        Value::Object(m)
+    }
+}
+
 /// A custom condition: receives the condition's `args` (`null` when absent) and the call's
 /// context; returns whether the condition holds, or an error (missing data).
 ///
@@ -80,5 +114,29 @@ impl GovernanceEngine {
         let mut map = (**self.inner.customs.load()).clone();
         map.insert(name.into(), Arc::new(f));
         self.inner.customs.store(Arc::new(map));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_context_a_host_language_receives() {
+        let mut run = RunContext::new("r1", "bot");
+        run.agent_tags = vec!["prod".into()];
+        let ctx = CustomContext {
+            tool_name: "refund".into(),
+            tool_tags: vec!["payments".into()],
+            args: json!({"amount": 5}),
+            run: Arc::new(run),
+        };
+        assert_eq!(
+            ctx.into_json(),
+            json!({"toolName": "refund", "toolTags": ["payments"], "args": {"amount": 5},
+                   "runId": "r1", "agentId": "bot", "agentTags": ["prod"], "sessionId": null,
+                   "enduser": null})
+        );
     }
 }
