@@ -33,19 +33,28 @@ fn unspaced(c: &[u8]) -> bool {
 }
 
 /// The first whole word at or after `k` (a multiple of 8) with no byte `<= 0x20`: the loop the
-/// pass spends its time in, two words per step.
+/// pass spends its time in, four words per step.
 #[inline(never)]
 fn next_word(s: &[u8], k: usize) -> Option<usize> {
     let rest = &s[k..];
-    let mut pairs = rest.chunks_exact(16);
-    for (j, c) in pairs.by_ref().enumerate() {
-        let (a, b) = (unspaced(&c[..8]), unspaced(&c[8..]));
-        if a | b {
-            return Some(k + 16 * j + if a { 0 } else { 8 });
+    let mut quads = rest.chunks_exact(32);
+    for (j, c) in quads.by_ref().enumerate() {
+        let u = [
+            unspaced(&c[..8]),
+            unspaced(&c[8..16]),
+            unspaced(&c[16..24]),
+            unspaced(&c[24..]),
+        ];
+        if u[0] | u[1] | u[2] | u[3] {
+            let first = u.iter().position(|&x| x).unwrap_or(0);
+            return Some(k + 32 * j + 8 * first);
         }
     }
-    let tail = pairs.remainder();
-    (tail.len() >= 8 && unspaced(&tail[..8])).then(|| k + rest.len() - tail.len())
+    let tail = quads.remainder();
+    let base = k + rest.len() - tail.len();
+    tail.chunks_exact(8)
+        .position(unspaced)
+        .map(|j| base + 8 * j)
 }
 
 /// Which of the detectors in `want` (a mask of [`SECRET`] and [`JWT`]) match in `s`: the same
