@@ -5,6 +5,9 @@
 
 mod contact;
 mod finance;
+mod first_pass;
+#[cfg(test)]
+mod first_pass_tests;
 mod network;
 pub(crate) mod scan;
 mod secrets;
@@ -63,8 +66,27 @@ pub(crate) struct CSensitive {
     path: Option<Vec<String>>,
     all: bool,
     detectors: Vec<(Detector, Option<CSub>)>,
+    /// The detectors answered by one shared [`first_pass::first_pass`] over each string (a mask
+    /// of its bits; 0 when each detector scans on its own).
+    shared: u8,
     /// Detections are redacted from the audit trail (`redactDetected`, default true).
     redact: bool,
+}
+
+/// The bit of `d` in [`first_pass::first_pass`]'s masks, if it is one of its detectors.
+fn shared_bit(d: Detector) -> u8 {
+    match d {
+        Detector::SecretKey => first_pass::SECRET,
+        Detector::Jwt => first_pass::JWT,
+        _ => 0,
+    }
+}
+
+/// Which detectors of a condition share one pass: when it has two or three of `secret_key`,
+/// `credit_card` and `jwt` (alone, each detector's own scan costs less).
+fn shared_mask(detectors: &[(Detector, Option<CSub>)]) -> u8 {
+    let m = detectors.iter().fold(0, |m, (d, _)| m | shared_bit(*d));
+    if m.count_ones() >= 2 { m } else { 0 }
 }
 
 impl CSensitive {
@@ -75,13 +97,15 @@ impl CSensitive {
         detectors: &[DetectorEntry],
         redact: bool,
     ) -> CSensitive {
+        let detectors: Vec<_> = detectors
+            .iter()
+            .map(|d| (d.detector, d.sub_condition.as_ref().map(CSub::compile)))
+            .collect();
         CSensitive {
             path: path.map(|p| p.split('.').map(str::to_string).collect()),
             all,
-            detectors: detectors
-                .iter()
-                .map(|d| (d.detector, d.sub_condition.as_ref().map(CSub::compile)))
-                .collect(),
+            shared: shared_mask(&detectors),
+            detectors,
             redact,
         }
     }
@@ -91,10 +115,7 @@ impl CSensitive {
 pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
     // The audit trail's stand-in for a string this detector matched: a what-if replay of a
     // redacted trail decides it as it was decided live (sub-conditions cannot be re-checked).
-    if let Some(name) = s
-        .strip_prefix("[redacted:")
-        .and_then(|r| r.strip_suffix(']'))
-    {
+    if let Some(name) = stand_in(s) {
         return name == detector.as_str();
     }
     let b = scan::bounded(s);
@@ -112,8 +133,14 @@ pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
         Detector::IpAddress => network::ip_address(b),
         Detector::Jwt => secrets::jwt(b),
         Detector::PrivateKey => secrets::private_key(b),
-        Detector::SecretKey => secrets::secret_key(b),
+        Detector::SecretKey => first_pass::first_pass(b, first_pass::SECRET) != 0,
     }
+}
+
+/// The detector named by the audit trail's stand-in for a redacted string, if `s` is one.
+fn stand_in(s: &str) -> Option<&str> {
+    s.strip_prefix("[redacted:")
+        .and_then(|r| r.strip_suffix(']'))
 }
 
 /// The first detector of `detectors` that matches `s`, if any (sub-conditions ignored): what
@@ -154,8 +181,25 @@ impl Scan<'_> {
     }
 
     fn string(&mut self, s: &str, segs: &Segs<'_>) {
+        // A redacted stand-in is answered by `detect` (it names its detector).
+        let shared = if stand_in(s).is_some() {
+            0
+        } else {
+            self.cond.shared
+        };
+        let found = if shared != 0 {
+            first_pass::first_pass(scan::bounded(s), shared)
+        } else {
+            0
+        };
         for (i, (d, sub)) in self.cond.detectors.iter().enumerate() {
-            if detect(*d, s, sub.as_ref()) {
+            let bit = shared_bit(*d) & shared;
+            let hit = if bit != 0 {
+                found & bit != 0
+            } else {
+                detect(*d, s, sub.as_ref())
+            };
+            if hit {
                 self.mask |= 1 << i;
                 self.found.push(Detection::new(*d, segs, self.cond.redact));
             }

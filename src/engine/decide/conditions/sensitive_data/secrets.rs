@@ -1,5 +1,8 @@
 //! Detectors for credentials: `jwt`, `private_key`, `secret_key`.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use super::scan::{alnum, run_end};
@@ -14,11 +17,12 @@ fn b64url(b: u8) -> bool {
 pub(crate) fn jwt(s: &[u8]) -> bool {
     // A JSON header starts with `{` and then a quote or whitespace: its base64url starts with
     // `ey` (`{"`, `{ "`) or `ew` (`{` and a newline, tab or carriage return).
-    jwt_from(s, b"ey") || jwt_from(s, b"ew")
+    static EY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ey"));
+    static EW: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ew"));
+    jwt_from(s, &EY) || jwt_from(s, &EW)
 }
 
-fn jwt_from(s: &[u8], prefix: &[u8; 2]) -> bool {
-    let finder = memchr::memmem::Finder::new(prefix);
+fn jwt_from(s: &[u8], finder: &Finder<'_>) -> bool {
     let mut i = 0;
     while let Some(off) = finder.find(&s[i..]) {
         let start = i + off;
@@ -47,6 +51,33 @@ fn jwt_from(s: &[u8], prefix: &[u8; 2]) -> bool {
     }
     false
 }
+
+/// Whether a JWT starts at `start` (its first part begins with `ey` or `ew`, as [`jwt`]
+/// requires): not inside a longer run of base64url parts, three parts, a header with `alg`.
+pub(super) fn jwt_at(s: &[u8], start: usize) -> bool {
+    if !matches!(s.get(start..start + 2), Some(b"ey" | b"ew")) {
+        return false;
+    }
+    if start > 0 && (b64url(s[start - 1]) || s[start - 1] == b'.') {
+        return false;
+    }
+    let e1 = run_end(s, start, b64url);
+    if e1 >= s.len() || s[e1] != b'.' {
+        return false;
+    }
+    let e2 = run_end(s, e1 + 1, b64url);
+    if e2 == e1 + 1 || e2 >= s.len() || s[e2] != b'.' {
+        return false;
+    }
+    let e3 = run_end(s, e2 + 1, b64url);
+    if e3 < s.len() && s[e3] == b'.' && e3 + 1 < s.len() && b64url(s[e3 + 1]) {
+        return false;
+    }
+    header_has_alg(&s[start..e1])
+}
+
+/// The shortest first part of a JWT: `{"alg":"x"}` (11 bytes) is 15 base64url characters.
+pub(super) const MIN_JWT_HEADER: usize = 15;
 
 fn b64_value(b: u8) -> Option<u32> {
     Some(u32::from(match b {
@@ -95,7 +126,9 @@ fn header_has_alg(part: &[u8]) -> bool {
 /// characters (whitespace ignored) or a legacy `Proc-Type:` header. The `END` line is not
 /// required (a truncated key still leaks).
 pub(crate) fn private_key(s: &[u8]) -> bool {
-    for at in memchr::memmem::find_iter(s, b"-----BEGIN ") {
+    // Built once (a searcher costs about a thousand instructions to set up).
+    static BEGIN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"-----BEGIN "));
+    for at in BEGIN.find_iter(s) {
         let l = at + 11;
         let le = run_end(s, l, |b| {
             b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
@@ -175,6 +208,10 @@ pub(super) const MIN_PREFIXED: usize = 15;
 /// its start followed by enough key characters, or ≥ 24 characters mixing letters and digits
 /// whose Shannon entropy per character is at least min(4.3, log2(length) − 0.5) bits. UUIDs
 /// and hex strings never reach that (≤ 4 bits per character).
+///
+/// Decisions find these tokens with the shared first pass (`first_pass.rs`, a word at a
+/// time); this byte-probing scan is its reference in the tests.
+#[cfg(test)]
 pub(crate) fn secret_key(s: &[u8]) -> bool {
     // Only tokens of MIN_PREFIXED or more bytes can match. Invariant: `i` is 0 or follows a
     // byte that is not a token byte. A token that long starting in i..=i+14 covers i+14: when
