@@ -47,12 +47,12 @@ async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
     let base = console.base.clone();
 
     // Security headers and the login cookie.
-    let page = http().get(format!("{base}/login")).send().await.unwrap();
+    let form = http().get(format!("{base}/login")).send().await.unwrap();
     assert_eq!(
-        page.headers()["content-security-policy"].to_str().unwrap(),
+        form.headers()["content-security-policy"].to_str().unwrap(),
         CSP
     );
-    let c = set_cookie(page.headers(), "toolgate_login").unwrap();
+    let c = set_cookie(form.headers(), "toolgate_login").unwrap();
     assert!(
         c.contains("HttpOnly") && c.contains("SameSite=Strict"),
         "{c}"
@@ -184,15 +184,7 @@ async fn console_over_http_login_csrf_decide_conflict_audit_and_webhooks() {
         String::from_utf8_lossy(&verify.stdout)
     );
     // The run page: decisions in order and the chain's status.
-    let run = http()
-        .get(format!("{base}/runs/run-1?agent=support-bot"))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let run = page(&base, "/runs/run-1?agent=support-bot", &cookie).await;
     assert!(run.contains("Chain verified"), "{run}");
     assert!(run.contains("BLOCKED_HITL_REQUESTED"), "{run}");
     drop(console);

@@ -169,9 +169,9 @@ pub fn csrf_in(html: &str) -> String {
 /// Logs in with `token`: the session cookie and the session's CSRF token, or the status.
 pub async fn login(base: &str, token: &str) -> Result<(String, String), (u16, String)> {
     let c = http();
-    let page = c.get(format!("{base}/login")).send().await.unwrap();
-    let login_cookie = cookie_value(&set_cookie(page.headers(), "toolgate_login").unwrap());
-    let csrf = csrf_in(&page.text().await.unwrap());
+    let form = c.get(format!("{base}/login")).send().await.unwrap();
+    let login_cookie = cookie_value(&set_cookie(form.headers(), "toolgate_login").unwrap());
+    let csrf = csrf_in(&form.text().await.unwrap());
     let res = c
         .post(format!("{base}/login"))
         .header("cookie", format!("toolgate_login={login_cookie}"))
@@ -189,15 +189,7 @@ pub async fn login(base: &str, token: &str) -> Result<(String, String), (u16, St
         "{session}"
     );
     let cookie = cookie_value(&session);
-    let home = c
-        .get(format!("{base}/"))
-        .header("cookie", format!("toolgate_session={cookie}"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let home = page(base, "/", &cookie).await;
     Ok((cookie, csrf_in(&home)))
 }
 
@@ -332,6 +324,19 @@ pub async fn decide(
         .header("cookie", format!("toolgate_session={cookie}"))
         .form(form)
         .send()
+        .await
+        .unwrap()
+}
+
+/// The text of the page at `path` (`/…`), read with the session `cookie`.
+pub async fn page(base: &str, path: &str, cookie: &str) -> String {
+    http()
+        .get(format!("{base}{path}"))
+        .header("cookie", format!("toolgate_session={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
         .await
         .unwrap()
 }
