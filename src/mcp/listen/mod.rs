@@ -297,7 +297,10 @@ impl Server {
             )));
         };
         match self.sessions.lock().get(id) {
-            Some(s) if s.token == token && !s.is_closed() => Ok(s.clone()),
+            Some(s) if s.token == token && !s.is_closed() => {
+                s.touch();
+                Ok(s.clone())
+            }
             _ => Err(Box::new(rpc_error(
                 StatusCode::NOT_FOUND,
                 "null",
@@ -326,6 +329,7 @@ impl Server {
         if let Some(s) = runs.get(&key)
             && !s.is_closed()
         {
+            s.touch();
             return s.clone();
         }
         let s = Session::open(self.config(who, Some(run)), &self.hub, token, None, false);

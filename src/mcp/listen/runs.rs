@@ -117,6 +117,7 @@ impl Server {
                 if let Some(s) = self.runs.lock().get(&k)
                     && !s.is_closed()
                 {
+                    s.touch();
                     return s.clone();
                 }
                 CurrentRun {
@@ -140,6 +141,7 @@ impl Server {
                 && !s.is_closed()
                 && s.current.as_ref().is_some_and(|c| c.run == got.run_id)
             {
+                s.touch();
                 return s.clone();
             }
             let s = Session::open(
@@ -212,6 +214,11 @@ impl Server {
             };
             {
                 let mut runs = self.runs.lock();
+                // A call took the session while the store was asked (it touched it under this
+                // lock): unless the store ended the run, the session stays for that call.
+                if !end && s.idle_for().is_none_or(|d| d < idle) {
+                    continue;
+                }
                 if runs.get(&k).is_some_and(|x| Arc::ptr_eq(x, &s)) {
                     runs.remove(&k);
                 }

@@ -189,7 +189,10 @@ impl Session {
         !self.routes.waiters.lock().is_empty()
     }
 
-    fn touch(&self) {
+    /// Marks the session used now. Called, under the map's lock, by whoever takes it from
+    /// `sessions` or `runs` for a request: the reaper decides staleness under the same lock,
+    /// so a session just taken is never closed as idle before its request registers.
+    pub(crate) fn touch(&self) {
         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_used.store(ms, Ordering::Relaxed);
     }
