@@ -7,9 +7,13 @@
   if (!box || !window.EventSource) { return; }
   var source = new EventSource(box.getAttribute("data-live"));
   source.addEventListener("reviews", function (e) {
-    // Keep a comment being typed: skip an update while a text area of the box has focus.
+    // Keep a comment being typed, and a button being pressed: skip an update while a text
+    // area of the box with text in it, or a button of the box, has focus (a button takes the
+    // focus when pressed: replaced between press and release, the click would be lost).
     var active = document.activeElement;
-    if (active && active.tagName === "TEXTAREA" && box.contains(active) && active.value) {
+    var busy = active && box.contains(active) &&
+      ((active.tagName === "TEXTAREA" && active.value) || active.tagName === "BUTTON");
+    if (busy) {
       box.setAttribute("data-stale", "1");
       return;
     }
