@@ -1,0 +1,330 @@
+//! [`EngineBuilder`]: configures and builds a [`GovernanceEngine`] (policies, clock, state,
+//! reviews, audit, evaluations, signals, subjects, custom conditions, notifications).
+
+use super::*;
+
+/// Configures a [`GovernanceEngine`].
+pub struct EngineBuilder {
+    pub(super) policies: Vec<Policy>,
+    pub(super) files: Vec<PathBuf>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) org_timezone: Option<Tz>,
+    pub(super) failure_mode: FailureMode,
+    pub(super) signal_timeout: Duration,
+    pub(super) review_ttl: Option<Duration>,
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) shared: Option<Arc<dyn SharedStateStore>>,
+    pub(super) reviews: Arc<dyn ReviewStore>,
+    pub(super) audit: Option<AuditConfig>,
+    pub(super) extra_sinks: Vec<Arc<dyn AuditSink>>,
+    pub(super) signer: Option<Arc<RunSigner>>,
+    pub(super) flush_timeout: Duration,
+    pub(super) audit_queue: usize,
+    pub(super) audit_sealers: Option<usize>,
+    pub(super) audit_caller_batch: Option<usize>,
+    pub(super) tool_evals: Vec<(String, EvaluationRunConfig)>,
+    pub(super) run_eval: Option<EvaluationRunConfig>,
+    pub(super) observers: Vec<Arc<dyn DecisionObserver>>,
+    pub(super) customs: decide::custom::CustomRegistry,
+    pub(super) notify: Option<NotifyConfig>,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            policies: Vec::new(),
+            files: Vec::new(),
+            clock: Arc::new(SystemClock),
+            org_timezone: None,
+            failure_mode: FailureMode::Closed,
+            signal_timeout: Duration::from_millis(100),
+            review_ttl: None,
+            state: Arc::new(MemoryStateStore::new()),
+            shared: None,
+            reviews: Arc::new(MemoryReviewStore::new()),
+            audit: None,
+            extra_sinks: Vec::new(),
+            signer: None,
+            flush_timeout: Duration::from_secs(5),
+            audit_queue: BusConfig::default().queue_capacity,
+            audit_sealers: None,
+            audit_caller_batch: None,
+            tool_evals: Vec::new(),
+            run_eval: None,
+            observers: Vec::new(),
+            customs: decide::custom::CustomRegistry::new(),
+            notify: None,
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Adds a parsed policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds policy files or folders (loaded by [`build`](Self::build)).
+    pub fn policy_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.files.push(path.into());
+        self
+    }
+
+    /// Sets the clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the org timezone, overriding the policies' `timezone`.
+    pub fn org_timezone(mut self, tz: Tz) -> Self {
+        self.org_timezone = Some(tz);
+        self
+    }
+
+    /// What to decide on an internal failure (default closed: block).
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure_mode = mode;
+        self
+    }
+
+    /// How long a signal provider or subject extractor may take (default 100 ms).
+    pub fn signal_timeout(mut self, timeout: Duration) -> Self {
+        self.signal_timeout = timeout;
+        self
+    }
+
+    /// Pending reviews expire after this long (default: never).
+    pub fn review_ttl(mut self, ttl: Duration) -> Self {
+        self.review_ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the state store (default: in memory). Replaces a shared store set before.
+    pub fn state_store(mut self, store: Arc<dyn StateStore>) -> Self {
+        self.state = store;
+        self.shared = None;
+        self
+    }
+
+    /// Keeps counters, metric windows, run history and run flags in a store shared by
+    /// processes: each decision reads them in one round trip (see
+    /// [`SharedStateStore`]). A failing store makes decisions follow the
+    /// [`failure_mode`](Self::failure_mode), with an `error` audit event.
+    pub fn shared_state_store(mut self, store: Arc<dyn SharedStateStore>) -> Self {
+        self.shared = Some(store);
+        self
+    }
+
+    /// Keeps the engine's state on Redis (see `docs/operations-redis.md`): connects at the
+    /// first decision, each call bounded by `config.timeout`.
+    #[cfg(feature = "redis")]
+    pub fn redis_state(self, config: crate::state::redis::RedisConfig) -> Self {
+        self.shared_state_store(Arc::new(crate::state::redis::LazyRedisStore::new(config)))
+    }
+
+    /// Posts each review raised and decided by this engine to webhooks (signed JSON or Slack
+    /// messages, see [`NotifyConfig`]), from a worker thread: retried with backoff, never on
+    /// the decision path.
+    pub fn notify(mut self, config: NotifyConfig) -> Self {
+        self.notify = Some(config);
+        self
+    }
+
+    /// Sets the review store (default: in memory).
+    pub fn review_store(mut self, store: Arc<dyn ReviewStore>) -> Self {
+        self.reviews = store;
+        self
+    }
+
+    /// Turns on the audit trail with this configuration: its sinks (the JSONL file sink in
+    /// `./toolgate-audit/` when none is listed) and its redaction rules. Without `audit` or
+    /// [`audit_sink`](Self::audit_sink), the engine writes no audit trail.
+    pub fn audit(mut self, config: AuditConfig) -> Self {
+        self.audit = Some(config);
+        self
+    }
+
+    /// Events queued for one audit sink (default 65,536) past which the audit worker waits
+    /// for the sink to take some (at most the flush timeout per batch) instead of queueing
+    /// more: a sink slower than the decisions slows the audit worker, then the callers
+    /// (past 32,768 events waiting in a sealer thread's queue they seal, and wait, themselves), so memory
+    /// stays bounded and no event is dropped unless a sink stays stuck past the timeout.
+    pub fn audit_queue_capacity(mut self, events: usize) -> Self {
+        self.audit_queue = events.max(1);
+        self
+    }
+
+    /// How many threads seal audit events (write them to canonical JSON, hash and chain them);
+    /// default: one per core, up to 4. Each run's events are all sealed by one thread, in
+    /// order; different runs are spread over the threads. At least 1.
+    pub fn audit_sealer_threads(mut self, threads: usize) -> Self {
+        self.audit_sealers = Some(threads.max(1));
+        self
+    }
+
+    /// How many audit events may wait in a sealer thread's queue before the caller that adds
+    /// the next one seals the queue itself, in one batch, on its own thread (at least 1).
+    ///
+    /// Default: 512 when the process can run on one core only (by its CPU affinity or quota):
+    /// there a sealer thread could only run *instead of* the caller, and small batches sealed by
+    /// the caller stay in the CPU's cache (into a null sink, 250,000 → 380,000 audited
+    /// decisions/s on one core; docs/performance.md). Otherwise 32,768: the sealer threads do the work
+    /// beside the callers, and callers seal only when they outrun them (backpressure).
+    /// A lower value moves sealing onto the deciding threads: one decision in a few hundred
+    /// then carries the cost of sealing the batch.
+    pub fn audit_caller_batch(mut self, events: usize) -> Self {
+        self.audit_caller_batch = Some(events.max(1));
+        self
+    }
+
+    /// Adds an audit sink (turning the audit trail on), e.g. a `MemorySink` in tests or your own.
+    pub fn audit_sink(mut self, sink: Arc<dyn AuditSink>) -> Self {
+        self.extra_sinks.push(sink);
+        self
+    }
+
+    /// Redacts tool args and outputs before events are hashed.
+    pub fn redaction(mut self, redaction: RedactionConfig) -> Self {
+        self.audit.get_or_insert_with(AuditConfig::default);
+        if let Some(a) = self.audit.as_mut() {
+            a.redaction = redaction;
+        }
+        self
+    }
+
+    /// Signs every run's audit chain with `signer` (turning the audit trail on): `run.ended`
+    /// and periodic `checkpoint` events carry `signature` and `keyId` (see
+    /// [`crate::audit::sign`]). Overrides [`AuditConfig::signing_key`].
+    pub fn signing_key(mut self, signer: RunSigner) -> Self {
+        self.audit.get_or_insert_with(AuditConfig::default);
+        self.signer = Some(Arc::new(signer));
+        self
+    }
+
+    /// Bounds flushing the audit trail on `Run::end` and shutdown (default 5 s).
+    pub fn audit_flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    /// Evaluates the output of tools matching `tool_glob` after each call; the result rides on
+    /// the `tool.result` audit event. The first matching glob wins.
+    pub fn evaluate_tool(
+        mut self,
+        tool_glob: impl Into<String>,
+        config: EvaluationRunConfig,
+    ) -> Self {
+        self.tool_evals.push((tool_glob.into(), config));
+        self
+    }
+
+    /// Evaluates each run's final response (given to `Run::end`); the result rides on the
+    /// `run.ended` audit event.
+    pub fn evaluate_run(mut self, config: EvaluationRunConfig) -> Self {
+        self.run_eval = Some(config);
+        self
+    }
+
+    /// Loads and compiles the policies and builds the engine. With an audit trail configured,
+    /// call it inside a tokio runtime (the sinks' workers run on it).
+    pub fn build(self) -> Result<GovernanceEngine, EngineError> {
+        let compiled = compile_all(self.policies, &self.files)?;
+        let audit = if self.audit.is_some() || !self.extra_sinks.is_empty() {
+            let config = self.audit.unwrap_or_default();
+            let redactor = Redactor::new(&config.redaction)?;
+            let mut sinks = if config.sinks.is_empty() && !self.extra_sinks.is_empty() {
+                Vec::new()
+            } else {
+                config.build_sinks()?
+            };
+            sinks.extend(self.extra_sinks);
+            let signer = match (self.signer, &config.signing_key) {
+                (Some(s), _) => Some(s),
+                (None, Some(path)) => Some(Arc::new(RunSigner::from_file(path)?)),
+                (None, None) => None,
+            };
+            Some(AuditState::new(
+                // The sinks' tasks run on the bus's own thread: the sealer (and a caller
+                // sealing past the queue's limit) can wait for room without stalling them.
+                AuditBus::new(
+                    sinks,
+                    BusConfig {
+                        own_thread: true,
+                        queue_capacity: self.audit_queue,
+                        // Large hand-offs to the sinks: the file sink syncs once per batch
+                        // that ends a run.
+                        max_batch: 8_192,
+                    },
+                ),
+                redactor,
+                self.flush_timeout,
+                audit::sealer::SealerConfig {
+                    threads: self.audit_sealers,
+                    caller_batch: self.audit_caller_batch,
+                },
+                signer,
+            ))
+        } else {
+            None
+        };
+        let mut evals = EngineEvals::default();
+        for (glob, config) in &self.tool_evals {
+            let matcher = crate::policy::glob_matcher(glob).map_err(|e| EngineError::Glob {
+                glob: glob.clone(),
+                message: e.kind().to_string(),
+            })?;
+            let set = EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: format!("tool \"{glob}\""),
+                source,
+            })?;
+            evals.per_tool.push((matcher, set));
+        }
+        if let Some(config) = &self.run_eval {
+            evals.per_run = Some(EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: "run".into(),
+                source,
+            })?);
+        }
+        Ok(GovernanceEngine {
+            inner: Arc::new(EngineInner {
+                policies: ArcSwap::from_pointee(compiled),
+                clock: self.clock,
+                org_timezone: self.org_timezone,
+                failure_mode: self.failure_mode,
+                signal_timeout: self.signal_timeout,
+                review_ttl: self.review_ttl,
+                state: self.state,
+                shared: self.shared,
+                reviews: self.reviews,
+                fingerprints: hitl::fp_cache::FingerprintCache::default(),
+                tz_names: decide::tz::TzNames::default(),
+                signals: ArcSwap::from_pointee(SignalRegistry::new()),
+                customs: ArcSwap::from_pointee(self.customs),
+                extractors: ArcSwap::from_pointee(Vec::new()),
+                register_lock: parking_lot::Mutex::new(()),
+                audit,
+                evals,
+                observers: self.observers.into(),
+                notifier: self
+                    .notify
+                    .filter(|c| !c.urls.is_empty())
+                    .map(|c| Arc::new(Notifier::start(c))),
+            }),
+        })
+    }
+}
+
+fn compile_all(
+    mut policies: Vec<Policy>,
+    files: &[PathBuf],
+) -> Result<CompiledPolicies, PolicyErrors> {
+    if !files.is_empty() {
+        let loaded = load_policies(files)?;
+        let mut all = loaded.policies().to_vec();
+        all.append(&mut policies);
+        policies = all;
+    }
+    CompiledPolicies::compile(policies, &[])
+}
