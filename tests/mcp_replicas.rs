@@ -26,6 +26,25 @@ fn redis_url() -> Option<String> {
     }
 }
 
+/// A replica's arguments: the setup's `policy.json` and token file, state on Redis `url` under
+/// `prefix` (shared by the replicas), then `extra`.
+fn replica_args(setup: &Setup, url: &str, prefix: &str, extra: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--policy",
+        &setup.path("policy.json").display().to_string(),
+        "--state",
+        url,
+        "--state-prefix",
+        prefix,
+        "--token-file",
+        &token_file(setup.dir.path()).display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend_from_slice(extra);
+    args
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_runs_counters_and_reviews() {
     share_counters_and_reviews(true).await;
@@ -54,20 +73,12 @@ async fn share_counters_and_reviews(with_run_id: bool) {
     let key = setup.path("state.key");
     std::fs::write(&key, "a-key-shared-by-both-replicas-0123456789").unwrap();
     let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
-    let args: Vec<String> = [
-        "--policy",
-        &setup.path("policy.json").display().to_string(),
-        "--state",
+    let args = replica_args(
+        &setup,
         &url,
-        "--state-prefix",
         &prefix,
-        "--token-file",
-        &token_file(setup.dir.path()).display().to_string(),
-        "--request-state-key",
-        &key.display().to_string(),
-    ]
-    .map(String::from)
-    .to_vec();
+        &["--request-state-key".into(), key.display().to_string()],
+    );
     let a = Gateway::start(&args, &[fixture()], &[]);
     let b = Gateway::start(&args, &[fixture()], &[]);
     let run = format!("replicated-{}", uuid::Uuid::now_v7());
@@ -161,25 +172,16 @@ async fn one_run_across_replicas_ending_once(with_run_id: bool) {
     std::fs::write(setup.path("policy.json"), policy.to_string()).unwrap();
     let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
     let (trail_a, trail_b) = (setup.path("trail-a"), setup.path("trail-b"));
-    let args = |trail: &std::path::Path| -> Vec<String> {
-        [
-            "--policy",
-            &setup.path("policy.json").display().to_string(),
-            "--state",
-            &url,
-            "--state-prefix",
-            &prefix,
-            "--token-file",
-            &token_file(setup.dir.path()).display().to_string(),
-            "--audit",
-            &trail.display().to_string(),
-            "--state-timeout-ms",
-            "2000",
-            "--run-idle-secs",
-            "2",
-        ]
-        .map(String::from)
-        .to_vec()
+    let args = |trail: &std::path::Path| {
+        let extra = [
+            "--audit".to_string(),
+            trail.display().to_string(),
+            "--state-timeout-ms".to_string(),
+            "2000".to_string(),
+            "--run-idle-secs".to_string(),
+            "2".to_string(),
+        ];
+        replica_args(&setup, &url, &prefix, &extra)
     };
     let a = Gateway::start(&args(&trail_a), &[fixture()], &[]);
     let b = Gateway::start(&args(&trail_b), &[fixture()], &[]);
@@ -291,28 +293,19 @@ async fn a_list_change_upstream_does_not_fork_a_shared_run() {
     )
     .unwrap();
     let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
-    let args = |name: &str| -> Vec<String> {
-        [
-            "--policy",
-            &setup.path("policy.json").display().to_string(),
-            "--state",
-            &url,
-            "--state-prefix",
-            &prefix,
-            "--token-file",
-            &token_file(setup.dir.path()).display().to_string(),
-            "--audit",
-            &setup.path(&format!("trail-{name}")).display().to_string(),
-            "--pin",
-            &setup
+    let args = |name: &str| {
+        let extra = [
+            "--audit".to_string(),
+            setup.path(&format!("trail-{name}")).display().to_string(),
+            "--pin".to_string(),
+            setup
                 .path(&format!("pins-{name}.json"))
                 .display()
                 .to_string(),
-            "--state-timeout-ms",
-            "2000",
-        ]
-        .map(String::from)
-        .to_vec()
+            "--state-timeout-ms".to_string(),
+            "2000".to_string(),
+        ];
+        replica_args(&setup, &url, &prefix, &extra)
     };
     let a = Gateway::start(&args("a"), &[fixture()], &[]);
     let b = Gateway::start(&args("b"), &[fixture()], &[]);
@@ -380,21 +373,12 @@ async fn handover_cost() {
          "effect": {"type": "block", "reason": "never"}}]});
     std::fs::write(setup.path("policy.json"), policy.to_string()).unwrap();
     let prefix = format!("tg-http-test-{}", uuid::Uuid::now_v7());
-    let args = |trail: &str| -> Vec<String> {
-        [
-            "--policy",
-            &setup.path("policy.json").display().to_string(),
-            "--state",
-            &url,
-            "--state-prefix",
-            &prefix,
-            "--token-file",
-            &token_file(setup.dir.path()).display().to_string(),
-            "--audit",
-            &setup.path(trail).display().to_string(),
-        ]
-        .map(String::from)
-        .to_vec()
+    let args = |trail: &str| {
+        let extra = [
+            "--audit".to_string(),
+            setup.path(trail).display().to_string(),
+        ];
+        replica_args(&setup, &url, &prefix, &extra)
     };
     let a = Gateway::start(&args("trail-a"), &[fixture()], &[]);
     let b = Gateway::start(&args("trail-b"), &[fixture()], &[]);

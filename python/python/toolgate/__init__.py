@@ -28,6 +28,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Type,
     TypeVar,
     Union,
@@ -176,6 +177,12 @@ class Engine(_native.Engine):
         tb: Optional[TracebackType],
     ) -> None:
         self.shutdown()
+
+
+def _agent_tags(tags: Iterable[str]) -> Tuple[str, ...]:
+    """Agent tags as the adapters keep them: a str is one tag (as for ``Engine.start_run``);
+    any other iterable is read once, here, so every run an adapter starts gets all of them."""
+    return (tags,) if isinstance(tags, str) else tuple(tags)
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher
 
-from . import Engine, Run, _jsonable, refusal_text
+from . import _agent_tags, Engine, Run, _jsonable, refusal_text
 
 __all__ = ["hooks", "ToolgateHooks"]
 
@@ -35,8 +35,7 @@ class ToolgateHooks:
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
-        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
-        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
+        self.agent_tags = _agent_tags(agent_tags)
         self._runs: Dict[str, Run] = {}
         self._lock = threading.Lock()
 

@@ -23,7 +23,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
-from . import Engine, Run, _jsonable, refusal_text
+from . import _agent_tags, Engine, Run, _jsonable, refusal_text
 
 __all__ = ["ToolgateMiddleware", "ToolgateState"]
 
@@ -61,8 +61,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
-        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
-        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
+        self.agent_tags = _agent_tags(agent_tags)
         self._runs: Dict[str, Run] = {}
         self._lock = threading.Lock()
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, ToolGuardrailFunctionOutput
 from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
 
-from . import Decision, Engine, Run, ToolgateError, _jsonable, refusal_text
+from . import _agent_tags, Decision, Engine, Run, ToolgateError, _jsonable, refusal_text
 
 __all__ = ["govern"]
 
@@ -50,8 +50,7 @@ class _Governor(AgentHooks[Any]):
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
-        # A str is one tag, as for Engine.start_run; any other iterable is read once, here.
-        self.agent_tags: Iterable[str] = agent_tags if isinstance(agent_tags, str) else tuple(agent_tags)
+        self.agent_tags = _agent_tags(agent_tags)
         self.inner = inner
         self.lock = threading.Lock()
         self.runs: Dict[int, Run] = {}
