@@ -59,10 +59,10 @@ async fn post(shared: &Shared, body: Vec<u8>) -> Outcome {
 /// are listed as a partial rejection.
 fn post_splitting<'a>(
     shared: &'a Shared,
-    body: Vec<u8>,
+    body: &'a [u8],
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send + 'a>> {
     Box::pin(async move {
-        let outcome = post(shared, body.clone()).await;
+        let outcome = post(shared, body.to_vec()).await;
         let Outcome::Rejected {
             status: 413,
             body: answer,
@@ -70,7 +70,7 @@ fn post_splitting<'a>(
         else {
             return outcome;
         };
-        let events: Vec<serde_json::Value> = serde_json::from_slice::<serde_json::Value>(&body)
+        let events: Vec<serde_json::Value> = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v.get("events").and_then(|e| e.as_array()).cloned())
             .unwrap_or_default();
@@ -94,7 +94,7 @@ fn post_splitting<'a>(
             let half_body = serde_json::json!({ "events": half })
                 .to_string()
                 .into_bytes();
-            match post_splitting(shared, half_body).await {
+            match post_splitting(shared, &half_body).await {
                 Outcome::Delivered => {}
                 retry @ Outcome::Retry { .. } => return retry,
                 Outcome::Partial {
@@ -236,7 +236,7 @@ pub(super) async fn sender(shared: Arc<Shared>) {
                     }
                 };
                 let outcome = tokio::select! {
-                    o = post_splitting(&shared, body.clone()) => o,
+                    o = post_splitting(&shared, &body) => o,
                     _ = stop.wait_for(|s| *s) => break,
                 };
                 match outcome {
@@ -299,7 +299,7 @@ pub(super) async fn sender(shared: Arc<Shared>) {
             Work::Batch(events) => {
                 let body = batch_body(&events);
                 let outcome = tokio::select! {
-                    o = post_splitting(&shared, body.clone()) => o,
+                    o = post_splitting(&shared, &body) => o,
                     _ = stop.wait_for(|s| *s) => break,
                 };
                 match outcome {
