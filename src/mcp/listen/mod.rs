@@ -96,7 +96,14 @@ pub async fn serve(
         program: format!("--listen {}", listen.addr),
         message: e.to_string(),
     })?;
-    eprintln!("toolgate mcp-proxy: listening on http://{local}/mcp");
+    // One write of the whole line: the upstream child shares this stderr, and `eprintln!`
+    // writes a line in pieces, between which the child's output could land (a test once read
+    // `…:Allowed directories: [ '…` as the port).
+    {
+        use std::io::Write as _;
+        let line = format!("toolgate mcp-proxy: listening on http://{local}/mcp\n");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
     let engine = config.engine.clone();
     let idle = listen.run_idle;
     let server = Arc::new(Server {
