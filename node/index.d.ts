@@ -151,6 +151,17 @@ export declare class ManualClock {
   now(): Date
 }
 
+/** How `run.guard` names a tool's arguments (give at most one of `argNames` and `mapArgs`). */
+export interface GuardOptions<A extends unknown[] = unknown[]> {
+  /** The tool's name (default: the function's name). */
+  name?: string
+  tags?: string[] | string
+  /** The names of the positional arguments: `['orderId', 'amount']` → `{orderId, amount}`. */
+  argNames?: string[]
+  /** The tool's args object from the call's arguments. */
+  mapArgs?: (...args: A) => Record<string, unknown>
+}
+
 /** One agent run. */
 export declare class Run {
   private constructor()
@@ -163,22 +174,27 @@ export declare class Run {
   /** Decides a tool call (phase `tool.before`). */
   beforeTool(call: ToolCallInput): Promise<Decision>
   beforeTool(name: string, args?: unknown): Promise<Decision>
-  /** Records the outcome of an allowed call; the after-phase decision, or `null` when none is in play. */
-  afterTool(callId: string, outcome?: ToolOutcomeInput): Promise<Decision | null>
+  /**
+   * Records the outcome of an allowed call; the after-phase decision, always (`ALLOWED` when no
+   * after-phase rule is in play, or when the run has no allowed call `callId`).
+   */
+  afterTool(callId: string, outcome?: ToolOutcomeInput): Promise<Decision>
   /** Ends the run (`run.ended`) and flushes its audit events. */
   end(status?: string, output?: unknown): Promise<void>
-  /** Lifts the pause a hitl decision put on the run (once its review is resolved). */
-  resume(): void
+  /**
+   * Lifts the stop a hitl decision put on the run once its reviews are decided: `true` when the
+   * run goes on, `false` (still stopped) while a review it raised or was held by is pending.
+   */
+  resume(): Promise<boolean>
   recordLlm(tokensIn: number, tokensOut: number, costUsd: number): void
   recordMetric(key: string, value: number): void
   /**
-   * Wraps tool function `fn`: each call is decided first (its first argument is the tool's
-   * args); throws {@link BlockedError} / {@link ReviewRequiredError} when refused.
+   * Wraps tool function `fn`: each call is decided first, on its arguments named (`argNames`,
+   * `mapArgs`, or `fn`'s one argument as the args object; a function of two or more parameters
+   * without names is refused); throws {@link BlockedError} / {@link ReviewRequiredError} when
+   * refused, a `TypeError` (without running it) for a call whose arguments cannot be named.
    */
-  guard<A extends unknown[], R>(
-    fn: (...args: A) => R | PromiseLike<R>,
-    options?: { name?: string; tags?: string[] | string },
-  ): (...args: A) => Promise<R>
+  guard<A extends unknown[], R>(fn: (...args: A) => R | PromiseLike<R>, options?: GuardOptions<A>): (...args: A) => Promise<R>
 }
 
 /** A signal provider: the rule's resolved bindings in, a JSON value out (sync or async). */

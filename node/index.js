@@ -34,6 +34,9 @@ const kSeq = Symbol('toolgate.seq')
 const kFull = Symbol('toolgate.full')
 const kCrossing = Symbol('toolgate.crossing')
 const kNo = Symbol('toolgate.no')
+const kTimeout = Symbol('toolgate.timeout')
+const kReviewIds = Symbol('toolgate.reviewIds')
+const kHeld = Symbol('toolgate.held')
 
 function guarded(f) {
   try {
@@ -82,11 +85,29 @@ function pathOf(p, what) {
   throw new TypeError(`${what}: expected a path (string or file: URL)`)
 }
 
+// A BigInt (an integer beyond 2^53, e.g. from a schema that keeps a model's digits) is the
+// number it is: JSON has no BigInt, and the engine reads numbers as doubles anyway (past 2^1024
+// it is Infinity, which JSON writes as null: missing data for a number rule).
+function bigints(key, v) {
+  return typeof v === 'bigint' ? Number(v) : v
+}
+
+// JSON.stringify, and only when that meets a BigInt, again with BigInts as numbers (the
+// common case pays nothing for it).
+function stringify(value) {
+  try {
+    return JSON.stringify(value)
+  } catch (e) {
+    if (!(e instanceof TypeError) || !/BigInt/i.test(e.message)) throw e
+    return JSON.stringify(value, bigints)
+  }
+}
+
 function json(value, what) {
   if (value === undefined) return undefined
   let text
   try {
-    text = JSON.stringify(value)
+    text = stringify(value)
   } catch (e) {
     throw new TypeError(`${what}: not JSON data (${e.message})`)
   }
@@ -94,11 +115,15 @@ function json(value, what) {
   return text
 }
 
-/** `value` as JSON data; what JSON cannot hold (a BigInt, a cycle) becomes its string. */
+/**
+ * `value` as JSON data: a BigInt is its number; what JSON cannot hold otherwise (a cycle, a
+ * function) becomes its string.
+ */
 function jsonable(value) {
   if (value === undefined) return null
+  if (typeof value === 'bigint') return Number(value)
   try {
-    const text = JSON.stringify(value)
+    const text = stringify(value)
     return text === undefined ? String(value) : JSON.parse(text)
   } catch {
     return String(value)
@@ -137,17 +162,26 @@ function auditInput(audit) {
   }
 }
 
+/** Calls of one callback left unanswered past the timeout, beyond which it is not called. */
+const LATE_CAP = 256
+
 // A user's callback (plain or async) as the addon calls it: `(argsJson) => Promise<answerJson>`,
 // answering {"ok": value} or {"error": "Name: message"}. It never throws and its promise never
 // rejects: a callback that throws, rejects or returns something that is not JSON is missing data
 // for the engine, not an unhandled rejection.
-function wrapCallback(fn, what) {
+//
+// A call unanswered `timeoutMs` after it started is late: the engine no longer waits for it
+// (missing data), but JavaScript cannot cancel it. While LATE_CAP calls of the callback are late
+// it is not called at all (missing data at once, naming why), so a callback that hangs on every
+// call does not pile up pending calls without end; it is called again as they answer.
+function wrapCallback(fn, what, timeoutMs) {
   if (typeof fn !== 'function') throw new TypeError(`${what}: expected a function (plain or async)`)
-  return async (argsJson) => {
+  let late = 0
+  const answer = async (argsJson) => {
     try {
       const value = await fn(...JSON.parse(argsJson))
       if (value === undefined) return '{}'
-      return JSON.stringify({ ok: value })
+      return stringify({ ok: value })
     } catch (e) {
       try {
         return JSON.stringify({ error: errorText(e) })
@@ -155,6 +189,23 @@ function wrapCallback(fn, what) {
         return '{"error":"the callback failed"}'
       }
     }
+  }
+  return (argsJson) => {
+    if (late >= LATE_CAP) {
+      return Promise.resolve(
+        JSON.stringify({ error: `the callback was not called: ${late} of its calls are unanswered past the timeout (${timeoutMs} ms)` }),
+      )
+    }
+    let isLate = false
+    const timer = setTimeout(() => {
+      isLate = true
+      late++
+    }, timeoutMs)
+    timer.unref()
+    return answer(argsJson).finally(() => {
+      clearTimeout(timer)
+      if (isLate) late--
+    })
   }
 }
 
@@ -292,6 +343,51 @@ class Crossing {
   }
 }
 
+// guard(): the function that names a call's arguments (see Run.guard).
+function namer(fn, tool, argNames, mapArgs) {
+  if (argNames != null && mapArgs != null) throw new TypeError('guard: give argNames or mapArgs, not both')
+  if (mapArgs != null) {
+    if (typeof mapArgs !== 'function') throw new TypeError('guard: mapArgs must be a function (...args) => args object')
+    return (a) => {
+      const args = mapArgs(...a)
+      if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+        throw new TypeError(`guard(${tool}): mapArgs must return the args as an object`)
+      }
+      return jsonable(args)
+    }
+  }
+  if (argNames != null) {
+    if (!Array.isArray(argNames) || argNames.some((k) => typeof k !== 'string') || new Set(argNames).size !== argNames.length) {
+      throw new TypeError('guard: argNames must be an array of distinct strings')
+    }
+    const names = [...argNames]
+    return (a) => {
+      if (a.length > names.length && a.slice(names.length).some((v) => v !== undefined)) {
+        throw new TypeError(`guard(${tool}): called with ${a.length} arguments, argNames names ${names.length}`)
+      }
+      const args = {}
+      for (let i = 0; i < names.length; i++) if (a[i] !== undefined) args[names[i]] = a[i]
+      return jsonable(args)
+    }
+  }
+  if (fn.length > 1) {
+    throw new TypeError(
+      `guard(${tool}): the function takes ${fn.length} positional arguments; give argNames (their names) or mapArgs, so toolgate decides each of them`,
+    )
+  }
+  return (a) => {
+    if (a.length > 1 && a.slice(1).some((v) => v !== undefined)) {
+      throw new TypeError(`guard(${tool}): called with ${a.length} arguments; give argNames or mapArgs to name them`)
+    }
+    const x = a[0]
+    if (x == null) return {}
+    if (typeof x !== 'object' || Array.isArray(x)) {
+      throw new TypeError(`guard(${tool}): its argument is not an args object; give argNames or mapArgs to name it`)
+    }
+    return jsonable(x)
+  }
+}
+
 function refuse(d) {
   if (d.allowed) return
   if (d.effect === 'hitl' || d.abortRun) throw new ReviewRequiredError(d)
@@ -329,13 +425,42 @@ class Reviews {
   }
 }
 
+// A run the app drops without `end()` is ended when it is collected (status `abandoned`): the
+// engine releases what it keeps per run (counters, audit chain) and the trail says how it
+// ended. The native run is held here until then (decisions refer to it, not to the Run).
+const abandoned = new FinalizationRegistry((n) => {
+  try {
+    n.end('abandoned', undefined).catch(() => {})
+  } catch {
+    // The engine is gone (the environment is shutting down): nothing left to release.
+  }
+})
+
+/** Review ids a run remembers (to know whether its stop may be lifted): its most recent ones. */
+const REVIEW_IDS_KEPT = 1024
+
 /** One agent run: `beforeTool` / `afterTool` / `end`, `guard`. */
 class Run {
   constructor(n, engine) {
     this[kNative] = n
     this[kCrossing] = engine[kCrossing]
     this[kNo] = n.no
+    this[kReviewIds] = null // the reviews its decisions named (a Set, made on the first)
+    this[kHeld] = 0 // decisions that named a review (resume() re-checks when it changes)
     Object.defineProperty(this, 'engine', { value: engine, enumerable: false })
+    abandoned.register(this, n, this)
+  }
+
+  // Remembers the review decision `d` names: resume() does not lift the stop while it waits.
+  #note(d) {
+    if (d.reviewId === null) return d
+    this[kHeld]++
+    let ids = this[kReviewIds]
+    if (ids === null) ids = this[kReviewIds] = new Set()
+    ids.delete(d.reviewId)
+    ids.add(d.reviewId)
+    if (ids.size > REVIEW_IDS_KEPT) ids.delete(ids.values().next().value)
+    return d
   }
   /** The run's id. */
   get runId() {
@@ -377,13 +502,16 @@ class Run {
       return Promise.reject(translate(e))
     }
     // Not an async function: a decision made at once is one resolved promise, no more.
-    return r instanceof Promise ? r.then((d) => decisionOf(d, n)) : Promise.resolve(crossing.read(r, callId, n))
+    if (r instanceof Promise) return r.then((d) => this.#note(decisionOf(d, n)))
+    const d = crossing.read(r, callId, n)
+    return Promise.resolve(d.reviewId === null ? d : this.#note(d))
   }
 
   /**
    * Records the outcome of an allowed call and decides the after-phase rules: the after-phase
-   * `Decision`, or `null` when none is in play (also for a call that was not allowed: its
-   * result is ignored). `error`: a string or an Error (the call failed).
+   * `Decision`, always (`ALLOWED` when no after-phase rule is in play, and for a call id the
+   * run has no allowed call for: its result is not recorded). `error`: a string or an Error
+   * (the call failed).
    */
   async afterTool(callId, { output, durationMs, error } = {}) {
     if (callId == null) throw new TypeError('afterTool: expected the callId of the call')
@@ -397,12 +525,13 @@ class Run {
       ),
     )
     const d = r instanceof Promise ? await r : r
-    return d == null ? null : decisionOf(d, this[kNative])
+    return this.#note(decisionOf(d, this[kNative]))
   }
 
   /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */
   async end(status = 'success', output) {
     const text = output == null ? undefined : typeof output === 'string' ? output : json(output, 'output')
+    abandoned.unregister(this)
     await this[kNative].end(String(status), text)
   }
 
@@ -411,9 +540,34 @@ class Run {
     guarded(() => this[kNative].recordLlm(tokensIn, tokensOut, costUsd))
   }
 
-  /** Lifts the pause a hitl decision put on the run (once its review is resolved). */
-  resume() {
-    this[kNative].resume()
+  /**
+   * Lifts the stop a hitl decision put on the run, once its reviews are decided: resolves
+   * `true` when the run goes on, `false` (still stopped) while a review its decisions named,
+   * or one it raised, is pending.
+   */
+  async resume() {
+    const n = this[kNative]
+    // A decision naming a review may land while the reviews are read: then read again.
+    for (let i = 0; i < 3; i++) {
+      const held = this[kHeld]
+      const ids = this[kReviewIds]
+      const runId = n.runId
+      if (ids !== null || n.aborted) {
+        const reviews = await this.engine.reviews.list()
+        let waiting = false
+        for (const r of reviews) {
+          const ours = ids !== null && ids.has(r.id)
+          if (r.status === 'pending' && (ours || r.runId === runId)) waiting = true
+          else if (ours && r.status !== 'pending') ids.delete(r.id)
+        }
+        if (waiting) return false
+      }
+      if (this[kHeld] === held) {
+        n.resume()
+        return true
+      }
+    }
+    return false
   }
 
   /** Records a custom metric. */
@@ -422,17 +576,25 @@ class Run {
   }
 
   /**
-   * Wraps tool function `fn`: each call is decided first (its first argument is the tool's
-   * args), runs only if allowed, and its outcome is recorded. The wrapper is async; it throws
-   * `BlockedError` (block) or `ReviewRequiredError` (hitl) when refused.
+   * Wraps tool function `fn`: each call is decided first, runs only if allowed, and its
+   * outcome is recorded. The wrapper is async; it throws `BlockedError` (block) or
+   * `ReviewRequiredError` (hitl) when refused.
+   *
+   * The tool's args are what the call passes, named: `argNames` names the positional
+   * arguments (`['orderId', 'amount']` → `{orderId, amount}`), or `mapArgs(...args)` returns the
+   * args object. Without either, `fn` takes its args as one object (a function declaring two
+   * or more parameters is refused: its arguments cannot be named), and a call passing anything
+   * else (a second argument, a value that is not an object) throws a `TypeError` and does not
+   * run: toolgate decides every argument the tool receives.
    */
-  guard(fn, { name, tags } = {}) {
+  guard(fn, { name, tags, argNames, mapArgs } = {}) {
     if (typeof fn !== 'function') throw new TypeError('guard: expected a function')
     const tool = name ?? (fn.name || 'tool')
     const toolTags = tags == null ? undefined : [...tagsOf(tags, 'tags')] // a copy: fixed when wrapped
+    const argsOf = namer(fn, tool, argNames, mapArgs)
     const run = this
     const wrapped = async function (...a) {
-      const d = await run.beforeTool({ name: tool, args: jsonable(a[0] ?? {}), tags: toolTags })
+      const d = await run.beforeTool({ name: tool, args: argsOf(a), tags: toolTags })
       refuse(d)
       const started = performance.now()
       let out
@@ -446,7 +608,7 @@ class Run {
         output: jsonable(out),
         durationMs: performance.now() - started,
       })
-      if (after !== null) refuse(after)
+      refuse(after)
       return out
     }
     Object.defineProperty(wrapped, 'name', { value: tool })
@@ -496,23 +658,24 @@ class Engine {
         ),
     )
     this[kCrossing] = new Crossing()
+    this[kTimeout] = signalTimeoutMs
     /** The engine's human reviews. */
     this.reviews = new Reviews(this[kNative])
   }
 
   /** Registers (or replaces) the provider of signal `key`: `fn(args) => JSON value` (or a promise of one). */
   registerSignal(key, fn) {
-    guarded(() => this[kNative].registerSignal(String(key), wrapCallback(fn, 'registerSignal')))
+    guarded(() => this[kNative].registerSignal(String(key), wrapCallback(fn, 'registerSignal', this[kTimeout])))
   }
 
   /** Registers a subject extractor for tools matching `glob`: `fn(toolName, args) => [{subjectType, id, idSystem?, role?}]`. */
   registerSubjects(glob, fn) {
-    guarded(() => this[kNative].registerSubjects(String(glob), wrapCallback(fn, 'registerSubjects')))
+    guarded(() => this[kNative].registerSubjects(String(glob), wrapCallback(fn, 'registerSubjects', this[kTimeout])))
   }
 
   /** Registers (or replaces) the `custom` condition `name`: `fn(args, call) => boolean` (or a promise of one). */
   registerCondition(name, fn) {
-    guarded(() => this[kNative].registerCondition(String(name), wrapCallback(fn, 'registerCondition')))
+    guarded(() => this[kNative].registerCondition(String(name), wrapCallback(fn, 'registerCondition', this[kTimeout])))
   }
 
   /** Starts a run (emits `run.started`): `{agentId, runId?, enduser?: {id, tags?}, agentTags?}`. */

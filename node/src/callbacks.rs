@@ -12,32 +12,63 @@
 //! runs, the event loop is free; the engine's signal timeout bounds the wait, and a late answer
 //! is dropped. Whatever the callback does — throw, reject, time out, answer something that is
 //! not JSON — the engine sees an `Err`: missing data, with the error in the decision.
+//!
+//! Bounded (issue 33): an engine's callback calls in flight share one pool of
+//! [`POOL_SLOTS`] slots; a call holds its slot only while the engine waits for it, so a
+//! callback past its timeout (the engine stops waiting and drops the call) gives its slot
+//! back at once, and a hung callback never starves the healthy ones. A call that finds the
+//! pool full, or the queue to the JavaScript thread full ([`QUEUE_SLOTS`], e.g. while the
+//! event loop is blocked), is missing data at once. A callback that keeps hanging is not
+//! called without end: `index.js` stops calling it while `LATE_CAP` (256) of its calls are
+//! unanswered past the timeout.
 
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::ThreadsafeFunction;
 use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
 use toolgate::engine::{CustomContext, SubjectInput, SubjectRef};
+
+/// Callback calls an engine waits for at once (all its callbacks together).
+pub const POOL_SLOTS: usize = 4096;
+/// Calls queued to the JavaScript thread per callback, not yet started.
+pub const QUEUE_SLOTS: usize = 4096;
+
+/// The pool of an engine's callback calls in flight (see the module's docs).
+pub fn pool() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(POOL_SLOTS))
+}
+
+type Tsfn = ThreadsafeFunction<String, Promise<String>, String, Status, false, true, QUEUE_SLOTS>;
 
 /// A JavaScript callback callable from any thread.
 pub struct Callback {
-    tsfn: ThreadsafeFunction<String, Promise<String>, String, Status, false, true>,
+    tsfn: Tsfn,
+    pool: Arc<Semaphore>,
 }
 
 impl Callback {
-    /// Wraps the (already `index.js`-wrapped) function `func`.
-    pub fn new(func: Function<'_, String, Promise<String>>) -> Result<Arc<Self>> {
+    /// Wraps the (already `index.js`-wrapped) function `func`; its calls take a slot of `pool`.
+    pub fn new(
+        func: Function<'_, String, Promise<String>>,
+        pool: Arc<Semaphore>,
+    ) -> Result<Arc<Self>> {
         let tsfn = func
             .build_threadsafe_function::<String>()
             .callee_handled::<false>()
             .weak::<true>()
+            .max_queue_size::<QUEUE_SLOTS>()
             .build()?;
-        Ok(Arc::new(Callback { tsfn }))
+        Ok(Arc::new(Callback { tsfn, pool }))
     }
 
     /// Calls it with `args` (a JSON array of the arguments) and returns what it answered.
+    /// The call's slot is held until it answers or the engine stops waiting (drops it).
     pub async fn call(self: Arc<Self>, args: Value) -> std::result::Result<Value, String> {
+        let _slot = self.pool.clone().try_acquire_owned().map_err(|_| {
+            format!("the callback was not called: {POOL_SLOTS} callback calls are in flight")
+        })?;
         let answer = self
             .tsfn
             .call_async(args.to_string())

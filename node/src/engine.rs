@@ -63,6 +63,8 @@ pub struct NativeEngine {
     engine: GovernanceEngine,
     /// The strings its decisions have handed JavaScript by number (see `fast`).
     strings: std::sync::Arc<crate::fast::Strings>,
+    /// The slots of its callback calls in flight (see `callbacks`).
+    pool: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// `PolicyError` for these errors: the message lists them all; `path` is the JSON path of the
@@ -186,6 +188,7 @@ impl NativeEngine {
         Ok(NativeEngine {
             engine,
             strings: Default::default(),
+            pool: crate::callbacks::pool(),
         })
     }
 
@@ -216,7 +219,7 @@ impl NativeEngine {
         key: String,
         func: Function<'_, String, Promise<String>>,
     ) -> Result<()> {
-        let cb = Callback::new(func)?;
+        let cb = Callback::new(func, self.pool.clone())?;
         self.engine.register_signal(key, signal_provider(cb));
         Ok(())
     }
@@ -228,7 +231,7 @@ impl NativeEngine {
         name: String,
         func: Function<'_, String, Promise<String>>,
     ) -> Result<()> {
-        let cb = Callback::new(func)?;
+        let cb = Callback::new(func, self.pool.clone())?;
         self.engine.register_condition(name, custom_condition(cb));
         Ok(())
     }
@@ -240,7 +243,7 @@ impl NativeEngine {
         glob: String,
         func: Function<'_, String, Promise<String>>,
     ) -> Result<()> {
-        let cb = Callback::new(func)?;
+        let cb = Callback::new(func, self.pool.clone())?;
         self.engine
             .register_subject_extractor(&glob, subject_extractor(cb))
             .map_err(engine_error)

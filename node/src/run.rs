@@ -10,7 +10,8 @@ use std::time::Duration;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::Value;
-use toolgate::engine::{Enduser, Run, ToolCall, ToolOutcome};
+use toolgate::engine::{Decision, DecisionCode, Enduser, Run, ToolCall, ToolOutcome};
+use toolgate::policy::{EffectType, Phase};
 
 use crate::fast::{self, Filled, Strings, slot};
 use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later};
@@ -125,8 +126,9 @@ impl RunState {
     }
 
     /// Records the outcome of an allowed call and decides the after-phase rules: the
-    /// after-phase decision, or `null` when none is in play (or `callId` was not allowed in
-    /// this run); a promise of it when something had to be awaited.
+    /// after-phase decision (ALLOWED when none is in play, or when `callId` was not allowed in
+    /// this run: its result is not recorded); a promise of it when something had to be
+    /// awaited.
     fn after_tool<'env>(
         &self,
         env: &'env Env,
@@ -156,17 +158,18 @@ impl RunState {
         };
         let run = self.run.clone();
         let id = call_id.clone();
-        match now_or_later(async move { run.after_tool(&id, outcome).await }) {
-            NowOrLater::Now(d) => {
-                Ok(Either::A(d.map(|d| {
-                    NativeDecision::new(call_id, d, &self.recent).to_json_text()
-                })))
-            }
+        let decided = async move {
+            run.after_tool(&id, outcome)
+                .await
+                .unwrap_or_else(no_after_rule)
+        };
+        match now_or_later(decided) {
+            NowOrLater::Now(d) => Ok(Either::A(Some(
+                NativeDecision::new(call_id, d, &self.recent).to_json_text(),
+            ))),
             NowOrLater::Later(fut) => env
                 .spawn_future(async move {
-                    fut.await
-                        .map(|d| NativeDecision::awaited(call_id, d).map(|d| d.to_json_text()))
-                        .transpose()
+                    NativeDecision::awaited(call_id, fut.await).map(|d| Some(d.to_json_text()))
                 })
                 .map(Either::B),
         }
@@ -193,8 +196,8 @@ pub fn run_before_tool<'env>(
 }
 
 /// Records the outcome of an allowed call of run `no` (`NativeRun.no`) and decides the
-/// after-phase rules: the after-phase decision as JSON text, or `null` when none is in play
-/// (or `callId` was not allowed in this run); a promise of it when something had to be
+/// after-phase rules: the after-phase decision as JSON text (ALLOWED when none is in play, or
+/// when `callId` was not allowed in this run); a promise of it when something had to be
 /// awaited. (A function, not a method, for the reason [`RUNS`] gives.)
 #[napi]
 pub fn run_after_tool<'env>(
@@ -206,6 +209,27 @@ pub fn run_after_tool<'env>(
     error: Option<String>,
 ) -> Result<AfterDecided<'env>> {
     state_of(no)?.after_tool(env, call_id, output_json, duration_ms, error)
+}
+
+/// The after-phase decision when no after-phase rule decided the call (design §12/§13: an
+/// after decision is always a `Decision`): allowed, nothing evaluated.
+fn no_after_rule() -> Decision {
+    Decision {
+        phase: Phase::After,
+        effect: EffectType::Allow,
+        code: DecisionCode::Allowed,
+        reason: None,
+        rule_id: None,
+        policy_id: None,
+        evaluated: Vec::new(),
+        signals: Vec::new(),
+        hitl: None,
+        shadow: false,
+        shadow_effect: None,
+        abort_run: false,
+        latency_ns: 0,
+        error: None,
+    }
 }
 
 /// Run `no` of this thread.

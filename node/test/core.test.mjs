@@ -47,13 +47,13 @@ test('beforeTool allows, blocks and asks for review; Decision carries the fields
   await run.end('aborted')
 })
 
-test('string shorthands: startRun(agentId), beforeTool(name, args); afterTool returns null without after rules', async () => {
+test('string shorthands: startRun(agentId), beforeTool(name, args); afterTool allows without after rules', async () => {
   const engine = new Engine(GATE)
   const run = engine.startRun('bot')
   assert.match(run.runId, /^[0-9a-f]{32}$/)
   const d = await run.beforeTool('search', { q: 1 })
   assert.equal(d.allowed, true)
-  assert.equal(await run.afterTool(d.callId, { output: { hits: 3 }, durationMs: 4 }), null)
+  assert.equal((await run.afterTool(d.callId, { output: { hits: 3 }, durationMs: 4 })).code, 'ALLOWED')
   await run.end('success', { answer: 'done' })
 })
 
@@ -97,7 +97,9 @@ test('PolicyError names the JSON path; other errors are ToolgateError or TypeErr
 
 test('beforeTool rejects arguments that are not JSON', async () => {
   const run = new Engine(GATE).startRun('bot')
-  await assert.rejects(run.beforeTool({ name: 'x', args: { n: 1n } }), TypeError)
+  const cycle = {}
+  cycle.self = cycle
+  await assert.rejects(run.beforeTool({ name: 'x', args: cycle }), TypeError)
   await assert.rejects(run.beforeTool({ args: {} }), TypeError)
 })
 
@@ -177,7 +179,7 @@ test('a run resumes after its review is decided', async () => {
   assert.ok(run.aborted)
   assert.equal((await run.beforeTool('search')).code, 'BLOCKED_RUN_ABORTED')
   await engine.reviews.approve(d.reviewId)
-  run.resume()
+  assert.equal(await run.resume(), true)
   assert.equal((await run.beforeTool('search')).code, 'ALLOWED')
 })
 

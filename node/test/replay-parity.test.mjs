@@ -90,7 +90,8 @@ class Replayer {
       case 'tool.result': {
         const [runId, run] = this.run(line.runId)
         const after = await run.afterTool(line.id, { output: line.output ?? undefined, durationMs: line.durationMs, error: line.error ?? undefined })
-        if (after !== null) this.row(runId, line.id, this.toolsByCall.get(`${runId}\u0000${line.id}`) ?? '', after)
+        // The CLI prints an after row when after-phase rules were in play for the call.
+        if (after.toJSON().evaluated.length > 0) this.row(runId, line.id, this.toolsByCall.get(`${runId}\u0000${line.id}`) ?? '', after)
         break
       }
       case 'metric':
