@@ -20,83 +20,141 @@ const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError 
 
 const kGovernor = Symbol('toolgate.governor')
 
+/** Entries each of a Governor's maps keeps (the oldest go first): calls, reviews, answers. */
+const KEPT = 4096
+
 function errorText(e) {
   return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
 }
 
-/** The calls' toolgate decisions and reviews, shared by the wrapped tools of one `governTools`. */
+function remember(map, key, value) {
+  map.delete(key)
+  map.set(key, value)
+  if (map.size > KEPT) map.delete(map.keys().next().value)
+}
+
+/**
+ * The calls' toolgate decisions and reviews, shared by the wrapped tools of one `governTools`
+ * (one run). A decision belongs to its run, its call id and its exact arguments: the same
+ * `toolCallId` sent again with other arguments (or for another tool) is decided afresh.
+ */
 class Governor {
-  constructor(run) {
+  constructor(run, approver) {
     this.run = run
-    this.decisions = new Map() // toolCallId -> Decision (until execute uses it)
-    this.reviews = new Map() // toolCallId -> review id, while its approval is asked in the app
-    this.answered = new Set() // approval ids already applied
-    this.approved = new Set() // toolCallIds the app approved (they keep "needing" approval)
+    this.approver = approver
+    this.decisions = new Map() // toolCallId -> {key, d} (until execute uses it)
+    this.reviews = new Map() // toolCallId -> {key, reviewId}, while its approval is asked in the app
+    this.answered = new Map() // approval ids already settled -> true
+    this.approved = new Map() // toolCallId -> key the app approved (it keeps "needing" approval)
+    this.governed = new WeakSet() // the wrapped tools
+    this.settling = Promise.resolve()
   }
 
-  // Applies the app's answers to approval requests (in the SDK's messages) to the reviews.
-  async settle(messages) {
-    if (!Array.isArray(messages) || this.reviews.size === 0) return
-    const callOf = new Map() // approvalId -> toolCallId
+  // Applies the app's answers to approval requests (in the SDK's messages) to the reviews, one
+  // settle at a time (concurrent tool calls each settle first).
+  settle(messages) {
+    if (!Array.isArray(messages) || this.reviews.size === 0) return this.settling
+    const next = this.settling.then(() => this.#settle(messages))
+    this.settling = next.catch(() => {})
+    return next
+  }
+
+  async #settle(messages) {
+    const requestOf = new Map() // approvalId -> tool-approval-request part
+    const callOf = new Map() // toolCallId -> tool-call part
     const answers = []
     for (const m of messages) {
       if (!m || !Array.isArray(m.content)) continue
       for (const part of m.content) {
-        if (part?.type === 'tool-approval-request') callOf.set(part.approvalId, part.toolCallId)
+        if (part?.type === 'tool-approval-request') requestOf.set(part.approvalId, part)
+        else if (part?.type === 'tool-call') callOf.set(part.toolCallId, part)
         else if (part?.type === 'tool-approval-response') answers.push(part)
       }
     }
     for (const a of answers) {
       if (this.answered.has(a.approvalId)) continue
-      const callId = callOf.get(a.approvalId)
-      const reviewId = callId === undefined ? undefined : this.reviews.get(callId)
-      if (reviewId === undefined) continue
-      this.answered.add(a.approvalId)
+      const callId = requestOf.get(a.approvalId)?.toolCallId
+      const held = callId === undefined ? undefined : this.reviews.get(callId)
+      if (held === undefined) continue
+      remember(this.answered, a.approvalId, true)
+      if (this.approver !== undefined && !(await this.#mayDecide(held.reviewId, a, callId, callOf.get(callId), messages))) {
+        continue // refused: the review stays pending, the run stopped
+      }
       this.reviews.delete(callId)
       try {
         if (a.approved) {
-          this.approved.add(callId)
-          await this.run.engine.reviews.approve(reviewId)
-        }
-        else await this.run.engine.reviews.deny(reviewId)
+          remember(this.approved, callId, held.key)
+          await this.run.engine.reviews.approve(held.reviewId)
+        } else await this.run.engine.reviews.deny(held.reviewId)
       } catch (e) {
         if (!(e instanceof ToolgateError)) throw e // decided already (elsewhere): keep that
       }
-      this.decisions.delete(callId) // approved: decide the call again
-      this.run.resume() // the run goes on: the SDK continues its loop
+      this.decisions.delete(callId) // answered: decide the call again
+      await this.run.resume() // the run goes on (once none of its reviews is pending)
+    }
+  }
+
+  // Whether the app's `approver` lets answer `a` decide review `reviewId`. Anything but
+  // `true` — false, a throw, a rejection, a review no longer found — is a refusal.
+  async #mayDecide(reviewId, a, callId, call, messages) {
+    try {
+      const review = (await this.run.engine.reviews.list()).find((r) => r.id === reviewId)
+      if (review === undefined) return false
+      const context = {
+        approvalId: a.approvalId,
+        approved: a.approved === true,
+        reason: a.reason,
+        toolCallId: callId,
+        toolName: call?.toolName,
+        input: call?.input,
+        response: a,
+        messages,
+      }
+      return (await this.approver(review, context)) === true
+    } catch {
+      return false
     }
   }
 
   async decide(name, tags, input, callId, messages) {
     await this.settle(messages)
+    const args = jsonable(input ?? {})
+    const key = `${name}\u0000${JSON.stringify(args)}`
     const known = callId === undefined ? undefined : this.decisions.get(callId)
-    if (known !== undefined) return known
-    const d = await this.run.beforeTool({ name, args: jsonable(input ?? {}), tags, callId })
-    if (callId !== undefined) this.decisions.set(callId, d)
-    if (d.effect === 'hitl' && d.reviewId !== null && callId !== undefined) this.reviews.set(callId, d.reviewId)
-    return d
+    if (known !== undefined && known.key === key) return { d: known.d, key }
+    const d = await this.run.beforeTool({ name, args, tags, callId })
+    if (callId !== undefined) {
+      remember(this.decisions, callId, { key, d })
+      if (d.effect === 'hitl' && d.reviewId !== null) remember(this.reviews, callId, { key, reviewId: d.reviewId })
+    }
+    return { d, key }
   }
 
   wrap(name, t) {
     if (t == null || typeof t.execute !== 'function') return t // provider-executed or client-side tools
+    if (this.governed.has(t)) return t
     const gov = this
     const tags = Array.isArray(t.toolgateTags) ? t.toolgateTags : undefined
     const execute = t.execute
     const ownApproval = t.needsApproval
-    return {
+    const wrapped = {
       ...t,
       async needsApproval(input, options) {
         const own =
           typeof ownApproval === 'function' ? await ownApproval.call(this, input, options) : ownApproval === true
         const callId = options?.toolCallId
-        const d = await gov.decide(name, tags, input, callId, options?.messages)
-        // An approved call still "needs" the approval it has: v6 checks again before running it.
-        return own || d.effect === 'hitl' || (callId !== undefined && gov.approved.has(callId))
+        const { d, key } = await gov.decide(name, tags, input, callId, options?.messages)
+        // An approved call still "needs" the approval it has: v6 checks again before running
+        // it. Only for the arguments that were approved.
+        return own || d.effect === 'hitl' || (callId !== undefined && gov.approved.get(callId) === key)
       },
       async execute(input, options) {
         const callId = options?.toolCallId
-        const d = await gov.decide(name, tags, input, callId, options?.messages)
-        if (callId !== undefined) gov.decisions.delete(callId)
+        const { d } = await gov.decide(name, tags, input, callId, options?.messages)
+        if (callId !== undefined) {
+          gov.decisions.delete(callId)
+          gov.approved.delete(callId)
+        }
         if (!d.allowed) {
           throw d.effect === 'hitl' || d.abortRun ? new ReviewRequiredError(d) : new BlockedError(d)
         }
@@ -109,26 +167,46 @@ class Governor {
           throw e
         }
         const after = await gov.run.afterTool(d.callId, { output: jsonable(out), durationMs: performance.now() - started })
-        if (after !== null && !after.allowed) throw new BlockedError(after)
+        if (!after.allowed) throw new BlockedError(after)
         return out
       },
     }
+    gov.governed.add(wrapped)
+    return wrapped
   }
 }
 
 /**
  * The AI SDK tools `tools` (an object of `tool()`s, as `generateText({tools})` takes) with every
  * call decided by `run` first. Tools without `execute` are passed through. A tool's toolgate
- * tags can be given as `toolgateTags: [...]` on the tool object.
+ * tags can be given as `toolgateTags: [...]` on the tool object. A tool added to the returned
+ * object later is governed as well.
+ *
+ * `options.approver(review, context)` (sync or async): whether an answer in the app's messages
+ * may decide toolgate review `review`; `context` is `{approvalId, approved, reason, toolCallId,
+ * toolName, input, response, messages}`. Anything but `true` is a refusal: the review stays
+ * pending and the run stopped. Without it, every answer in the messages decides the review.
  */
-function governTools(tools, run) {
+function governTools(tools, run, { approver } = {}) {
   if (tools == null || typeof tools !== 'object') throw new TypeError('governTools: expected an object of AI SDK tools')
   if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('governTools: expected a toolgate Run')
-  const gov = new Governor(run)
+  if (approver !== undefined && typeof approver !== 'function') {
+    throw new TypeError('governTools: approver must be a function (review, context) => boolean (or a promise of one)')
+  }
+  const gov = new Governor(run, approver)
   const out = {}
   for (const [name, t] of Object.entries(tools)) out[name] = gov.wrap(name, t)
   Object.defineProperty(out, kGovernor, { value: gov })
-  return out
+  // Tools added later are governed too (set, Object.assign, defineProperty).
+  return new Proxy(out, {
+    set(target, prop, value) {
+      return Reflect.set(target, prop, typeof prop === 'string' ? gov.wrap(prop, value) : value)
+    },
+    defineProperty(target, prop, desc) {
+      if (typeof prop === 'string' && 'value' in desc) desc = { ...desc, value: gov.wrap(prop, desc.value) }
+      return Reflect.defineProperty(target, prop, desc)
+    },
+  })
 }
 
 /**

@@ -28,7 +28,12 @@ async function main(): Promise<void> {
   const run = engine.startRun({ agentId: 'bot', enduser: { id: 'u', tags: { tier: 'gold' } }, agentTags: ['prod'] })
   const d: Decision = await run.beforeTool({ name: 'refund', args: { amount: 1 }, tags: ['payments'] })
   const effect: 'allow' | 'block' | 'hitl' = d.effect
-  const after: Decision | null = await run.afterTool(d.callId, { output: { ok: true }, durationMs: 3 })
+  const after: Decision = await run.afterTool(d.callId, { output: { ok: true }, durationMs: 3 })
+  const allowedAfter: boolean = after.allowed
+  const resumed: boolean = await run.resume()
+  const refund = run.guard(async (orderId: string, amount: number) => amount, { name: 'refund', argNames: ['orderId', 'amount'] })
+  const refunded: number = await refund('o-1', 5)
+  const mapped = run.guard((orderId: string, amount: number) => amount, { mapArgs: (orderId, amount) => ({ orderId, amount }) })
   const text: string = refusalText(d)
   const guarded = run.guard(async ({ amount }: { amount: number }) => amount * 2, { name: 'double' })
   const doubled: number = await guarded({ amount: 2 })
@@ -37,12 +42,13 @@ async function main(): Promise<void> {
   const tools = governTools(
     { refund: tool({ description: 'refund', inputSchema: z.object({ amount: z.number() }), execute: async ({ amount }) => ({ amount }) }) },
     run,
+    { approver: async (review, ctx) => review.status === 'pending' && ctx.approved && ctx.toolName === 'refund' },
   )
   const model = new MockLanguageModelV3()
   const result = await generateText({ model, tools, prompt: 'go', stopWhen: stepCountIs(2) })
   await settleApprovals(tools, result.response.messages)
   const lc = wrapTools([lcTool(async () => 'x', { name: 'x', description: 'x', schema: z.object({}) })], run)
-  void [effect, after, text, doubled, lc, BlockedError, ReviewRequiredError, PolicyError, ToolgateError]
+  void [effect, after, allowedAfter, resumed, refunded, mapped, text, doubled, lc, BlockedError, ReviewRequiredError, PolicyError, ToolgateError]
   await run.end('success', result.text)
   await engine.shutdown()
 }
