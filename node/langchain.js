@@ -4,11 +4,14 @@
 //   const tools = wrapTools([getWeather, issueRefund], run)
 //   const model = chatModel.bindTools(tools)       // or createAgent / ToolNode with `tools`
 //
-// Each wrapped tool is the original tool with its `invoke` governed (name, description and
-// schema are the original's, so models and agents see the same tool). A blocked call never
-// runs: invoked with a tool call, the tool answers a `ToolMessage` with `status: "error"` and
+// Each wrapped tool is the original tool with its function governed (name, description and
+// schema are the original's, so models and agents see the same tool). The decision is made on
+// the arguments the tool function receives — after the tool's schema validated and coerced
+// them (`{"amount": "5000"}` with `z.coerce.number()` is decided as 5000) — whichever way the
+// tool is called: `invoke`, `call`, or its `func` directly. A blocked call never runs: called
+// with a tool call, the tool answers a `ToolMessage` with `status: "error"` and
 // `toolgate blocked this call: <reason> [<CODE>, rule <id>]` (the Python middleware's text);
-// invoked with bare args, that text. A call held for review (hitl) answers the same, naming
+// called with bare args, that text. A call held for review (hitl) answers the same, naming
 // the review; the run is then stopped (`run.aborted`: later calls are refused) until a human
 // approves it, and the agent should stop there (design §12/§13: "hitl: … the agent stops"):
 //
@@ -21,15 +24,24 @@
 
 const { refusalText, jsonable } = require('./index.js')
 
-let ToolMessage = null
-function toolMessage(fields) {
-  // @langchain/core is the app's own: loaded only when a refusal is answered to a tool call.
-  ToolMessage ??= require('@langchain/core/messages').ToolMessage
-  return new ToolMessage(fields)
+let core = null
+// @langchain/core is the app's own: loaded only when needed.
+function lc() {
+  core ??= {
+    ToolMessage: require('@langchain/core/messages').ToolMessage,
+    parseCallbackConfigArg: require('@langchain/core/callbacks/manager').parseCallbackConfigArg,
+  }
+  return core
 }
+
+const kGoverned = Symbol('toolgate.governedBy')
 
 function isToolCall(x) {
   return x !== null && typeof x === 'object' && x.type === 'tool_call'
+}
+
+function isTool(t) {
+  return t != null && typeof t.invoke === 'function' && typeof t.name === 'string'
 }
 
 function errorText(e) {
@@ -45,44 +57,84 @@ function outcome(out) {
 }
 
 function wrapTool(t, run) {
-  if (t == null || typeof t.invoke !== 'function' || typeof t.name !== 'string') {
-    throw new TypeError('wrapTools: expected LangChain tools (with a name and invoke)')
-  }
+  if (!isTool(t)) throw new TypeError('wrapTools: expected LangChain tools (with a name and invoke)')
+  if (t[kGoverned] === run) return t // already governed by this run
   const wrapped = Object.create(t)
+  Object.defineProperty(wrapped, kGoverned, { value: run })
   const tags = Array.isArray(t.tags) ? t.tags : undefined
-  const refused = (decision, callId) =>
-    callId === undefined
-      ? refusalText(decision)
-      : toolMessage({ content: refusalText(decision), tool_call_id: callId, name: t.name, status: 'error' })
-  wrapped.invoke = async function invoke(input, config) {
-    const call = isToolCall(input)
-    const args = call ? input.args : input
-    const callId = call ? input.id ?? undefined : config?.toolCall?.id ?? undefined
+  // The refusal the tool answers in place of its result (a ToolMessage when called with a tool
+  // call: `call` passes a ToolMessage through as it is).
+  const refused = (decision, callId) => {
+    const answer =
+      callId === undefined
+        ? refusalText(decision)
+        : new (lc().ToolMessage)({ content: refusalText(decision), tool_call_id: callId, name: t.name, status: 'error' })
+    return t.responseFormat === 'content_and_artifact' ? [answer, undefined] : answer
+  }
+  // Decides `args` — what the tool function receives — and runs `body` only if allowed.
+  const governed = async (args, config, body) => {
+    const callId = config?.toolCall?.id ?? undefined
     const d = await run.beforeTool({ name: t.name, args: jsonable(args ?? {}), tags, callId })
     if (!d.allowed) return refused(d, callId)
     const started = performance.now()
     let out
     try {
-      out = await t.invoke(input, config)
+      out = await body()
     } catch (e) {
       await run.afterTool(d.callId, { durationMs: performance.now() - started, error: errorText(e) })
       throw e
     }
     const after = await run.afterTool(d.callId, { ...outcome(out), durationMs: performance.now() - started })
-    if (after !== null && !after.allowed) return refused(after, callId)
+    if (!after.allowed) return refused(after, callId)
     return out
+  }
+  if (typeof t.func === 'function') {
+    // DynamicStructuredTool / DynamicTool (what `tool()` makes): `_call` calls `this.func`.
+    const func = t.func
+    wrapped.func = function (input, runManager, config) {
+      return governed(input, config, () => func.call(this, input, runManager, config))
+    }
+  } else if (typeof t._call === 'function') {
+    const call = t._call
+    wrapped._call = function (input, runManager, config) {
+      return governed(input, config, () => call.call(this, input, runManager, config))
+    }
+  } else {
+    throw new TypeError(`wrapTools: tool ${t.name} has neither func nor _call (not a LangChain tool)`)
+  }
+  if (typeof t.call === 'function') {
+    // `call(toolCall)`: the call's id reaches the function's config, as with `invoke(toolCall)`.
+    const call = t.call
+    wrapped.call = function (arg, configArg, moreTags) {
+      if (isToolCall(arg)) {
+        const config = lc().parseCallbackConfigArg(configArg)
+        if (config.toolCall === undefined) configArg = { ...config, toolCall: arg }
+      }
+      return call.call(this, arg, configArg, moreTags)
+    }
   }
   return wrapped
 }
 
 /**
  * The LangChain.js tools `tools` (an array, or one tool) with every call decided by `run` first.
- * A tool's `tags` are its toolgate tags.
+ * A tool's `tags` are its toolgate tags. A tool put into the returned array later (`push`,
+ * `splice`, an index) is governed as well.
  */
 function wrapTools(tools, run) {
   if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('wrapTools: expected a toolgate Run')
-  if (Array.isArray(tools)) return tools.map((t) => wrapTool(t, run))
-  return wrapTool(tools, run)
+  if (!Array.isArray(tools)) return wrapTool(tools, run)
+  const list = tools.map((t) => wrapTool(t, run))
+  const isIndex = (prop) => typeof prop === 'string' && /^(0|[1-9][0-9]*)$/.test(prop)
+  return new Proxy(list, {
+    set(target, prop, value) {
+      return Reflect.set(target, prop, isIndex(prop) ? wrapTool(value, run) : value)
+    },
+    defineProperty(target, prop, desc) {
+      if (isIndex(prop) && 'value' in desc) desc = { ...desc, value: wrapTool(desc.value, run) }
+      return Reflect.defineProperty(target, prop, desc)
+    },
+  })
 }
 
 /**
