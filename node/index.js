@@ -425,17 +425,6 @@ class Reviews {
   }
 }
 
-// A run the app drops without `end()` is ended when it is collected (status `abandoned`): the
-// engine releases what it keeps per run (counters, audit chain) and the trail says how it
-// ended. The native run is held here until then (decisions refer to it, not to the Run).
-const abandoned = new FinalizationRegistry((n) => {
-  try {
-    n.end('abandoned', undefined).catch(() => {})
-  } catch {
-    // The engine is gone (the environment is shutting down): nothing left to release.
-  }
-})
-
 /** Review ids a run remembers (to know whether its stop may be lifted): its most recent ones. */
 const REVIEW_IDS_KEPT = 1024
 
@@ -448,7 +437,6 @@ class Run {
     this[kReviewIds] = null // the reviews its decisions named (a Set, made on the first)
     this[kHeld] = 0 // decisions that named a review (resume() re-checks when it changes)
     Object.defineProperty(this, 'engine', { value: engine, enumerable: false })
-    abandoned.register(this, n, this)
   }
 
   // Remembers the review decision `d` names: resume() does not lift the stop while it waits.
@@ -531,7 +519,6 @@ class Run {
   /** Ends the run (`run.ended`, with `status` and the final `output`) and flushes its events. */
   async end(status = 'success', output) {
     const text = output == null ? undefined : typeof output === 'string' ? output : json(output, 'output')
-    abandoned.unregister(this)
     await this[kNative].end(String(status), text)
   }
 
