@@ -85,22 +85,30 @@ function pathOf(p, what) {
   throw new TypeError(`${what}: expected a path (string or file: URL)`)
 }
 
-// A BigInt (an integer beyond 2^53, e.g. from a schema that keeps a model's digits) is the
-// number it is: JSON has no BigInt, and the engine reads numbers as doubles anyway (past 2^1024
-// it is Infinity, which JSON writes as null: missing data for a number rule).
-function bigints(key, v) {
-  return typeof v === 'bigint' ? Number(v) : v
+// Numbers JSON cannot hold are decided as the numbers they are, as near as JSON says it: a
+// BigInt (an integer beyond 2^53, e.g. from a schema that keeps a model's digits) as its
+// double, as the engine reads every number; a BigInt past 2^1024 and ±Infinity (JSON would
+// write null: missing data, which a rule's onMissing may let through while the tool gets the
+// huge number) as the largest finite number of its sign. NaN stays null.
+function numbers(key, v) {
+  if (typeof v === 'bigint') v = Number(v)
+  else if (typeof v !== 'number') return v
+  if (v === Infinity) return Number.MAX_VALUE
+  if (v === -Infinity) return -Number.MAX_VALUE
+  return v
 }
 
-// JSON.stringify, and only when that meets a BigInt, again with BigInts as numbers (the
-// common case pays nothing for it).
+// JSON.stringify, again with `numbers` when that meets a BigInt or wrote a null (perhaps an
+// Infinity): the common case pays one scan of the text for it.
 function stringify(value) {
+  let text
   try {
-    return JSON.stringify(value)
+    text = JSON.stringify(value)
   } catch (e) {
     if (!(e instanceof TypeError) || !/BigInt/i.test(e.message)) throw e
-    return JSON.stringify(value, bigints)
+    return JSON.stringify(value, numbers)
   }
+  return text !== undefined && text.includes('null') ? JSON.stringify(value, numbers) : text
 }
 
 function json(value, what) {
@@ -116,12 +124,13 @@ function json(value, what) {
 }
 
 /**
- * `value` as JSON data: a BigInt is its number; what JSON cannot hold otherwise (a cycle, a
- * function) becomes its string.
+ * `value` as JSON data: a BigInt is its number (±Infinity and BigInts past 2^1024 the largest
+ * finite number of their sign); what JSON cannot hold otherwise (a cycle, a function) becomes
+ * its string.
  */
 function jsonable(value) {
   if (value === undefined) return null
-  if (typeof value === 'bigint') return Number(value)
+  if (typeof value === 'bigint' || typeof value === 'number') return numbers('', value)
   try {
     const text = stringify(value)
     return text === undefined ? String(value) : JSON.parse(text)

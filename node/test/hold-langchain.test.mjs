@@ -98,6 +98,9 @@ test('LangChain.js: integers beyond 64 bits are decided (as numbers), never a cr
   const out = await governed.invoke({ name: 'credit', args: { cents: big }, id: 'tc1', type: 'tool_call' })
   assert.equal(out.status, 'error')
   assert.match(out.content, /BLOCKED_RULE, rule big-credit/)
+  // Past 2^1024 (a double's range): decided as the largest number, not as missing data.
+  const huge = await governed.invoke({ cents: '1' + '0'.repeat(400) })
+  assert.match(huge, /BLOCKED_RULE, rule big-credit/)
   const ok = await governed.invoke({ cents: 7 })
   assert.equal(ok, 'credited')
   assert.deepEqual(ran, [7n])
