@@ -7,8 +7,16 @@
 //! when the decision came from an async method, else on the package's own background loop.
 //! Whatever the callback does — raise, hang past the signal timeout, return something that
 //! is not JSON — the engine sees an `Err` (missing data, with the error in the decision).
+//!
+//! Hung plain functions: a Python thread cannot be stopped from outside, so one that hangs
+//! keeps its blocking thread until it returns. The pool is bounded
+//! ([`crate::rt::MAX_BLOCKING_THREADS`]) and so is each callback: at most
+//! [`MAX_RUNNING_PER_CALLBACK`] of its calls run at once. Past that its new calls are not
+//! started (missing data at once, saying so), so a hung provider holds at most that many
+//! threads and never starves the others' calls; its calls start again as the hung ones return.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::prelude::*;
 
@@ -23,10 +31,24 @@ tokio::task_local! {
     pub static CALLER_LOOP: TaskLocals;
 }
 
+/// The most calls of one plain-function callback that run at once (see the module doc).
+pub const MAX_RUNNING_PER_CALLBACK: usize = 16;
+
 /// A Python callable and whether calling it yields a coroutine.
 pub struct PyCallback {
     func: Py<PyAny>,
     is_async: bool,
+    /// Its calls running on blocking threads now.
+    running: AtomicUsize,
+}
+
+/// A slot of [`PyCallback::running`], given back when the call returns (however late).
+struct Slot(Arc<PyCallback>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl PyCallback {
@@ -44,6 +66,7 @@ impl PyCallback {
         Ok(Arc::new(PyCallback {
             func: func.clone().unbind(),
             is_async,
+            running: AtomicUsize::new(0),
         }))
     }
 
@@ -68,7 +91,16 @@ impl PyCallback {
             })
             .map_err(describe)?
         } else {
+            let taken = self.running.fetch_add(1, Ordering::AcqRel);
+            let slot = Slot(self.clone());
+            if taken >= MAX_RUNNING_PER_CALLBACK {
+                return Err(format!(
+                    "the callback was not called: {MAX_RUNNING_PER_CALLBACK} of its calls are \
+                     still running (hung past their timeout?)"
+                ));
+            }
             tokio::task::spawn_blocking(move || {
+                let _slot = slot;
                 Python::attach(|py| {
                     let args = make_args(py)?;
                     this.func.bind(py).call1(args).map(Bound::unbind)
