@@ -198,3 +198,24 @@ def test_decide_asks_the_approver_with_its_context() -> None:
     assert [r["status"] for r in engine.reviews.list()] == ["pending"]
     toolset.decide(DeferredToolResults(approvals={req.tool_call_id: ToolDenied("no")}), context={"user": "team-lead"})
     assert [r["status"] for r in engine.reviews.list()] == ["denied"]
+
+
+async def test_adecide_asks_an_async_approver_on_the_callers_loop() -> None:
+    engine = toolgate.Engine(GATE)
+    loops: List[Any] = []
+
+    async def approver(review: dict, ctx: Any) -> bool:
+        import asyncio
+
+        loops.append(asyncio.get_running_loop())
+        return ctx == "team-lead"
+
+    toolset = ToolgateToolset(FunctionToolset([refund]), engine, "pai-bot", approver=approver)
+    agent = Agent(scripted("refund", {"amount": 700}), toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    first = await agent.run("refund 700")
+    [req] = first.output.approvals
+    await toolset.adecide(DeferredToolResults(approvals={req.tool_call_id: True}), context="team-lead")
+    import asyncio
+
+    assert loops == [asyncio.get_running_loop()]
+    assert [r["status"] for r in engine.reviews.list()] == ["approved"]

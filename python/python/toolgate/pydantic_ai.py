@@ -105,26 +105,38 @@ class ToolgateToolset(WrapperToolset[Any]):
     def decide(self, results: DeferredToolResults, context: Any = None) -> DeferredToolResults:
         """Approves or denies the toolgate reviews that ``results`` answer (each the review
         raised for that call, if ``approver`` accepts the answer, given ``context``); returns
-        ``results``."""
+        ``results``. From async code with an ``async def`` approver, use :meth:`adecide`."""
+        if self.approver is None:
+            for call_id, answer in results.approvals.items():
+                self._apply(call_id, answer)
+            return results
+        return _sync(self.adecide(results, context))
+
+    async def adecide(self, results: DeferredToolResults, context: Any = None) -> DeferredToolResults:
+        """:meth:`decide` for async code (an ``async def`` approver runs on the caller's loop)."""
         for call_id, answer in results.approvals.items():
             with self._lock:
                 held = self._reviews.get(call_id)
             if held is None:
                 continue
-            review_id = held[0]
-            if self.approver is not None and not _sync(self._may_answer(review_id, context)):
+            if not await self._may_answer(held[0], context):
                 continue  # refused: the review stays pending
-            with self._lock:
-                self._reviews.pop(call_id, None)
-            denied = answer is False or isinstance(answer, ToolDenied)
-            try:
-                if denied:
-                    self.engine.reviews.deny(review_id)
-                else:
-                    self.engine.reviews.approve(review_id)
-            except ToolgateError:
-                pass  # decided already (by another reviewer or an earlier resume)
+            self._apply(call_id, answer)
         return results
+
+    def _apply(self, call_id: str, answer: Any) -> None:
+        with self._lock:
+            held = self._reviews.pop(call_id, None)
+        if held is None:
+            return
+        denied = answer is False or isinstance(answer, ToolDenied)
+        try:
+            if denied:
+                self.engine.reviews.deny(held[0])
+            else:
+                self.engine.reviews.approve(held[0])
+        except ToolgateError:
+            pass  # decided already (by another reviewer or an earlier resume)
 
     async def _may_answer(self, review_id: str, context: Any) -> bool:
         if self.approver is None:
@@ -183,12 +195,12 @@ class ToolgateToolset(WrapperToolset[Any]):
         return out
 
 
-def _sync(aw: Awaitable[bool]) -> bool:
+def _sync(aw: Awaitable[DeferredToolResults]) -> DeferredToolResults:
     """Runs ``aw`` to completion here (``decide`` is called outside the agent's event loop);
-    from inside a running loop, on a thread of its own."""
+    from inside a running loop, on a thread of its own (use ``adecide`` there)."""
     import asyncio
 
-    async def run() -> bool:
+    async def run() -> DeferredToolResults:
         return await aw
 
     try:
