@@ -273,3 +273,25 @@ def test_hung_callbacks_hold_a_bounded_number_of_threads_and_healthy_ones_still_
         assert grown <= 40, f"{grown} threads for 300 hung calls"
     finally:
         release.set()
+
+
+def test_a_callback_busy_past_its_timeout_is_interrupted_and_gives_its_thread_back() -> None:
+    engine = toolgate.Engine(VIP, signal_timeout_ms=20)
+    stopped: List[str] = []
+
+    def spin(args: Any) -> bool:
+        try:
+            while True:
+                pass
+        except TimeoutError:
+            stopped.append("interrupted")
+            raise
+
+    engine.register_signal("crm.vip", spin)
+    run = engine.start_run("bot")
+    errors = []
+    for _ in range(40):  # more than the 16 calls one callback may have running
+        d = run.before_tool("close_account", {})
+        errors += [s.get("error", "") for s in d.to_dict()["signals"]]
+    assert not [e for e in errors if "was not called" in e], errors
+    assert stopped
