@@ -146,8 +146,8 @@ impl Run {
     }
 
     /// Why the run decides nothing more, if it does not: it has ended or been left, or its
-    /// engine has shut down. Its `before_tool` / `after_tool` then refuse every call
-    /// ([`closed_decision`]) and write nothing.
+    /// engine has shut down. Its `before_tool` / `after_tool` then refuse every call (block,
+    /// `BLOCKED_FAILURE`, the reason as `error`) and write nothing.
     pub fn closed(&self) -> Option<RunClosed> {
         if self.shared.ended.load(Ordering::Acquire) {
             Some(RunClosed::Ended)
