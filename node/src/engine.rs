@@ -201,6 +201,10 @@ impl NativeEngine {
         enduser_json: Option<String>,
         agent_tags: Option<Vec<String>>,
     ) -> Result<NativeRun> {
+        if self.engine.is_shut_down() {
+            let why = toolgate::engine::RunClosed::EngineShutDown;
+            return Err(toolgate_error("ToolgateError", why.to_string(), None, None));
+        }
         let mut ctx = RunContext::new(run_id, agent_id);
         if let Some(tags) = agent_tags {
             ctx = ctx.with_agent_tags(tags);

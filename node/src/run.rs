@@ -14,7 +14,7 @@ use toolgate::engine::{Decision, DecisionCode, Enduser, Run, ToolCall, ToolOutco
 use toolgate::policy::{EffectType, Phase};
 
 use crate::fast::{self, Filled, Strings, slot};
-use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later};
+use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later, toolgate_error};
 
 /// A run of an agent.
 #[napi]
@@ -83,6 +83,14 @@ impl Drop for NativeRun {
 }
 
 impl RunState {
+    /// A `ToolgateError` when the run decides nothing more (ended, or its engine shut down).
+    fn open(&self) -> Result<()> {
+        match self.run.closed() {
+            Some(why) => Err(toolgate_error("ToolgateError", why.to_string(), None, None)),
+            None => Ok(()),
+        }
+    }
+
     /// Decides a tool call (phase `tool.before`). A decision made at once is written to `out`
     /// (a `Float64Array`, see `fast::slot`) when it fits there, the return value then being
     /// the strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as
@@ -96,6 +104,7 @@ impl RunState {
         call_id: Option<String>,
         out: OutBuffer<'_>,
     ) -> Result<Decided<'env>> {
+        self.open()?;
         let out = fast::buffer(out)?;
         let args = json_arg("args", args_json)?;
         let (id, call_no) = match call_id {
@@ -137,6 +146,7 @@ impl RunState {
         duration_ms: Option<f64>,
         error: Option<String>,
     ) -> Result<AfterDecided<'env>> {
+        self.open()?;
         let duration = match duration_ms {
             None => Duration::ZERO,
             Some(ms) if ms.is_finite() && ms >= 0.0 => Duration::from_secs_f64(ms / 1000.0),

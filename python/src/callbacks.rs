@@ -7,8 +7,18 @@
 //! when the decision came from an async method, else on the package's own background loop.
 //! Whatever the callback does — raise, hang past the signal timeout, return something that
 //! is not JSON — the engine sees an `Err` (missing data, with the error in the decision).
+//!
+//! Hung plain functions: a Python thread cannot be stopped from outside, so one that hangs
+//! keeps its blocking thread until it returns. The pool is bounded
+//! ([`crate::rt::MAX_BLOCKING_THREADS`]) and so is each callback: at most
+//! [`MAX_RUNNING_PER_CALLBACK`] of its calls run at once. Past that its new calls are not
+//! started (missing data at once, saying so), so a hung provider holds at most that many
+//! threads and never starves the others' calls; its calls start again as the hung ones return.
+//! A call the engine stopped waiting for is interrupted (`TimeoutError` raised in its thread):
+//! one busy in Python code returns its thread at once; one blocked in a C call, when it returns.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use pyo3::prelude::*;
 
@@ -23,10 +33,24 @@ tokio::task_local! {
     pub static CALLER_LOOP: TaskLocals;
 }
 
+/// The most calls of one plain-function callback that run at once (see the module doc).
+pub const MAX_RUNNING_PER_CALLBACK: usize = 16;
+
 /// A Python callable and whether calling it yields a coroutine.
 pub struct PyCallback {
     func: Py<PyAny>,
     is_async: bool,
+    /// Its calls running on blocking threads now.
+    running: AtomicUsize,
+}
+
+/// A slot of [`PyCallback::running`], given back when the call returns (however late).
+struct Slot(Arc<PyCallback>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl PyCallback {
@@ -44,6 +68,7 @@ impl PyCallback {
         Ok(Arc::new(PyCallback {
             func: func.clone().unbind(),
             is_async,
+            running: AtomicUsize::new(0),
         }))
     }
 
@@ -68,15 +93,40 @@ impl PyCallback {
             })
             .map_err(describe)?
         } else {
-            tokio::task::spawn_blocking(move || {
+            let taken = self.running.fetch_add(1, Ordering::AcqRel);
+            let slot = Slot(self.clone());
+            if taken >= MAX_RUNNING_PER_CALLBACK {
+                return Err(format!(
+                    "the callback was not called: {MAX_RUNNING_PER_CALLBACK} of its calls are \
+                     still running (hung past their timeout?)"
+                ));
+            }
+            // The thread running the call, while it runs (0 otherwise): written under the GIL.
+            let running_on = Arc::new(AtomicU64::new(0));
+            let on = running_on.clone();
+            let mut interrupt = Interrupt(Some(running_on));
+            let done = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
                 Python::attach(|py| {
-                    let args = make_args(py)?;
-                    this.func.bind(py).call1(args).map(Bound::unbind)
+                    // SAFETY: called with the GIL held, as the C API requires.
+                    let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+                    #[allow(clippy::useless_conversion)] // c_ulong is u32 on Windows
+                    on.store(u64::from(me), Ordering::Release);
+                    let r = make_args(py).and_then(|args| this.func.bind(py).call1(args));
+                    on.store(0, Ordering::Release);
+                    // An interruption that arrived as the call returned is not left pending
+                    // for this thread's next callback.
+                    // SAFETY: GIL held; a null exception clears the thread's pending one.
+                    unsafe {
+                        pyo3::ffi::PyThreadState_SetAsyncExc(me as _, std::ptr::null_mut());
+                    }
+                    r.map(Bound::unbind)
                 })
             })
-            .await
-            .map_err(|e| format!("the callback did not finish: {e}"))?
-            .map_err(describe)?
+            .await;
+            interrupt.0 = None; // finished: nothing to interrupt
+            done.map_err(|e| format!("the callback did not finish: {e}"))?
+                .map_err(describe)?
         };
         let awaited = Python::attach(|py| -> PyResult<Option<_>> {
             let r = returned.bind(py);
@@ -103,6 +153,32 @@ impl PyCallback {
             None => returned,
         };
         Python::attach(|py| convert(value.bind(py))).map_err(describe)
+    }
+}
+
+/// Interrupts a plain-function callback the engine stopped waiting for (its timeout): a
+/// `TimeoutError` is raised in its thread at its next Python instruction, so a callback busy
+/// in Python code gives its thread back. One blocked inside a C call (a socket read, a sleep)
+/// sees it only when that call returns.
+struct Interrupt(Option<Arc<AtomicU64>>);
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        let Some(on) = self.0.take() else {
+            return;
+        };
+        let _ = Python::try_attach(|py| {
+            let thread = on.load(Ordering::Acquire);
+            if thread == 0 {
+                return; // not started yet, or finished
+            }
+            let exc = py.get_type::<pyo3::exceptions::PyTimeoutError>();
+            // SAFETY: GIL held; `thread` is the ident of a thread inside the call (it clears
+            // `on` under the GIL before it leaves), and the exception type outlives the call.
+            unsafe {
+                pyo3::ffi::PyThreadState_SetAsyncExc(thread as _, exc.as_ptr());
+            }
+        });
     }
 }
 

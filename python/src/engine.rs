@@ -21,6 +21,15 @@ use crate::{PyManualClock, error, runtime};
 #[pyclass(subclass, frozen, module = "toolgate._native", name = "Engine")]
 pub struct PyEngine {
     pub(crate) engine: GovernanceEngine,
+    /// The process it was built in (a forked child cannot use it: see `rt.rs`).
+    pub(crate) pid: u32,
+}
+
+impl PyEngine {
+    /// Fails in a forked child of the process that built the engine.
+    pub(crate) fn here(&self, py: Python<'_>) -> PyResult<()> {
+        crate::rt::same_process(py, self.pid, "toolgate.Engine")
+    }
 }
 
 /// What `policies` names: files/folders, or parsed documents.
@@ -210,11 +219,15 @@ impl PyEngine {
                 builder.build()
             })
             .map_err(|e| engine_error(py, e))?;
-        Ok(PyEngine { engine })
+        Ok(PyEngine {
+            engine,
+            pid: std::process::id(),
+        })
     }
 
     /// Registers (or replaces) the provider of signal `key`: `fn(args: dict) -> JSON value`.
     fn register_signal(&self, key: String, func: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.here(func.py())?;
         let cb = PyCallback::new(func)?;
         self.engine.register_signal(key, signal_provider(cb));
         Ok(())
@@ -222,6 +235,7 @@ impl PyEngine {
 
     /// Registers (or replaces) the `custom` condition `name`: `fn(args, call: dict) -> bool`.
     fn register_condition(&self, name: String, func: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.here(func.py())?;
         let cb = PyCallback::new(func)?;
         self.engine.register_condition(name, custom_condition(cb));
         Ok(())
@@ -235,6 +249,7 @@ impl PyEngine {
         tool_glob: &str,
         func: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        self.here(py)?;
         let cb = PyCallback::new(func)?;
         self.engine
             .register_subject_extractor(tool_glob, subject_extractor(cb))
@@ -243,6 +258,7 @@ impl PyEngine {
 
     /// Replaces the policies atomically; on error the old ones stay in place.
     fn reload(&self, py: Python<'_>, policies: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.here(py)?;
         let srcs = sources(py, policies)?;
         if srcs.iter().all(|s| matches!(s, Source::Path(_))) {
             let paths: Vec<PathBuf> = srcs
@@ -269,6 +285,7 @@ impl PyEngine {
 
     /// Every review, as dicts (camelCase keys, as `toolgate review` shows them).
     fn _reviews_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.here(py)?;
         let all = py.detach(|| self.engine.reviews().list());
         let v = serde_json::to_value(all).map_err(|e| PyValueError::new_err(e.to_string()))?;
         to_py(py, &v)
@@ -281,6 +298,7 @@ impl PyEngine {
         action: &str,
         id: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.here(py)?;
         let r = py.detach(|| {
             let reviews = self.engine.reviews();
             match action {
@@ -299,6 +317,7 @@ impl PyEngine {
 
     /// Flushes the audit trail and shuts its sinks down (bounded by the flush timeout).
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        self.here(py)?;
         let engine = self.engine.clone();
         py.detach(|| runtime().block_on(engine.shutdown()))
             .map_err(|e| error(py, "ToolgateError", format!("audit trail: {e}"), &[]))
@@ -306,9 +325,16 @@ impl PyEngine {
 
     /// Flushes the audit trail (bounded by the flush timeout).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.here(py)?;
         let engine = self.engine.clone();
         py.detach(|| runtime().block_on(engine.flush()))
             .map_err(|e| error(py, "ToolgateError", format!("audit trail: {e}"), &[]))
+    }
+
+    /// Whether `shutdown()` was called (runs then decide nothing more).
+    #[getter]
+    fn is_shut_down(&self) -> bool {
+        self.engine.is_shut_down()
     }
 
     /// Number of active rules.

@@ -7,6 +7,7 @@
 mod callbacks;
 mod convert;
 mod engine;
+mod rt;
 mod run;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -16,10 +17,7 @@ use serde_json::Value;
 
 use crate::convert::to_py;
 
-/// The tokio runtime every async method and the audit trail's workers run on.
-pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
-}
+pub(crate) use rt::runtime;
 
 /// Raises `toolgate.<name>(message, **kwargs)` (the exception classes live in Python).
 pub(crate) fn error(

@@ -11,18 +11,24 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
-use toolgate::engine::{Enduser, Run, RunContext, ToolCall, ToolOutcome};
+use toolgate::engine::{
+    Decision, DecisionCode, Enduser, Run, RunClosed, RunContext, ToolCall, ToolOutcome,
+};
+use toolgate::policy::{EffectType, Phase};
 
 use crate::callbacks::CALLER_LOOP;
 use crate::convert::to_json;
 use crate::engine::PyEngine;
-use crate::{PyDecision, json_text, runtime};
+use crate::rt::future_into_py;
+use crate::{PyDecision, error, json_text, runtime};
 
 /// A run of an agent (subclassed by `toolgate.Run`).
 #[pyclass(subclass, frozen, module = "toolgate._native", name = "Run")]
 pub struct PyRun {
     run: Arc<Run>,
     calls: AtomicU64,
+    /// The process the run was started in (a forked child cannot use it: see `rt.rs`).
+    pid: u32,
 }
 
 fn enduser(e: &Bound<'_, PyAny>) -> PyResult<Enduser> {
@@ -59,7 +65,52 @@ fn caller_loop(py: Python<'_>) -> PyResult<TaskLocals> {
     TaskLocals::with_running_loop(py)?.copy_context(py)
 }
 
+/// `toolgate.RunClosed`: the run has ended, or its engine has shut down.
+fn closed_error(py: Python<'_>, why: RunClosed) -> PyErr {
+    error(py, "RunClosed", why.message().to_string(), &[])
+}
+
+/// Raises `toolgate.RunClosed` for a decision the core refused because the run closed while
+/// it was decided (see the core's `Run::closed`).
+fn refused(py: Python<'_>, d: &Decision) -> PyResult<()> {
+    for why in [RunClosed::Ended, RunClosed::EngineShutDown] {
+        if d.code == DecisionCode::BlockedFailure && d.error.as_deref() == Some(why.message()) {
+            return Err(closed_error(py, why));
+        }
+    }
+    Ok(())
+}
+
+/// The after-phase decision when the core has none: no after-phase rule in play (allow), or
+/// no call `call_id` waiting for its result in this run (block: its output was never allowed).
+fn after_default(awaited: bool, call_id: &str) -> Decision {
+    if awaited {
+        return Decision::simple(Phase::After, EffectType::Allow, DecisionCode::Allowed, None);
+    }
+    let why = format!(
+        "call {call_id:?} was not allowed in this run (or its result was recorded already): \
+         its result is not recorded and must not reach the agent"
+    );
+    let mut d = Decision::simple(
+        Phase::After,
+        EffectType::Block,
+        DecisionCode::BlockedFailure,
+        Some(Arc::from(why.as_str())),
+    );
+    d.error = Some(why);
+    d
+}
+
 impl PyRun {
+    /// Fails in a forked child, or when the run can decide nothing more.
+    fn open(&self, py: Python<'_>) -> PyResult<()> {
+        crate::rt::same_process(py, self.pid, "toolgate.Run")?;
+        match self.run.closed() {
+            Some(why) => Err(closed_error(py, why)),
+            None => Ok(()),
+        }
+    }
+
     fn call(
         &self,
         name: String,
@@ -125,6 +176,11 @@ impl PyRun {
         {
             ctx.enduser = Some(self::enduser(e)?);
         }
+        let py = engine.py();
+        engine.here(py)?;
+        if engine.engine.is_shut_down() {
+            return Err(closed_error(py, RunClosed::EngineShutDown));
+        }
         let run = {
             let _rt = runtime().enter();
             engine.engine.start_run(ctx)
@@ -132,6 +188,7 @@ impl PyRun {
         Ok(PyRun {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
+            pid: std::process::id(),
         })
     }
 
@@ -163,11 +220,18 @@ impl PyRun {
         tags: Option<&Bound<'_, PyAny>>,
         call_id: Option<String>,
     ) -> PyResult<PyDecision> {
+        self.open(py)?;
         let empty = pyo3::types::PyTuple::empty(py);
         let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
         let id = call.id.clone();
         let run = &self.run;
-        let d = py.detach(|| run.before_tool_blocking(call));
+        // In this process's runtime: what the decision awaits runs there (not on a runtime a
+        // fork left without threads).
+        let d = py.detach(|| {
+            let _rt = runtime().enter();
+            run.before_tool_blocking(call)
+        });
+        refused(py, &d)?;
         Ok(PyDecision::new(id, d))
     }
 
@@ -181,22 +245,25 @@ impl PyRun {
         tags: Option<&Bound<'py, PyAny>>,
         call_id: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.open(py)?;
         let empty = pyo3::types::PyTuple::empty(py);
         let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
         let run = self.run.clone();
         let locals = caller_loop(py)?;
-        pyo3_async_runtimes::tokio::future_into_py(
+        future_into_py(
             py,
             CALLER_LOOP.scope(locals, async move {
                 let id = call.id.clone();
                 let d = run.before_tool(call).await;
+                Python::attach(|py| refused(py, &d))?;
                 Ok(PyDecision::new(id, d))
             }),
         )
     }
 
-    /// Records the outcome of an allowed call and decides the after-phase rules. `None` when
-    /// `call_id` was not allowed in this run (its result is ignored).
+    /// Records the outcome of an allowed call and decides the after-phase rules. Always a
+    /// decision: `ALLOWED` when no after-phase rule is in play; a block when `call_id` was not
+    /// allowed in this run (its result is not recorded).
     #[pyo3(signature = (call_id, output=None, duration_ms=None, error=None))]
     fn after_tool(
         &self,
@@ -205,11 +272,18 @@ impl PyRun {
         output: Option<&Bound<'_, PyAny>>,
         duration_ms: Option<f64>,
         error: Option<String>,
-    ) -> PyResult<Option<PyDecision>> {
+    ) -> PyResult<PyDecision> {
+        self.open(py)?;
         let outcome = outcome(output, duration_ms, error)?;
         let run = &self.run;
-        let d = py.detach(|| run.after_tool_blocking(&call_id, outcome));
-        Ok(d.map(|d| PyDecision::new(call_id, d)))
+        let d = py.detach(|| {
+            let _rt = runtime().enter();
+            let awaited = run.awaits_result(&call_id);
+            run.after_tool_blocking(&call_id, outcome)
+                .unwrap_or_else(|| after_default(awaited, &call_id))
+        });
+        refused(py, &d)?;
+        Ok(PyDecision::new(call_id, d))
     }
 
     /// `after_tool` for asyncio.
@@ -222,14 +296,20 @@ impl PyRun {
         duration_ms: Option<f64>,
         error: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.open(py)?;
         let outcome = outcome(output, duration_ms, error)?;
         let run = self.run.clone();
         let locals = caller_loop(py)?;
-        pyo3_async_runtimes::tokio::future_into_py(
+        future_into_py(
             py,
             CALLER_LOOP.scope(locals, async move {
-                let d = run.after_tool(&call_id, outcome).await;
-                Ok(d.map(|d| PyDecision::new(call_id, d)))
+                let awaited = run.awaits_result(&call_id);
+                let d = run
+                    .after_tool(&call_id, outcome)
+                    .await
+                    .unwrap_or_else(|| after_default(awaited, &call_id));
+                Python::attach(|py| refused(py, &d))?;
+                Ok(PyDecision::new(call_id, d))
             }),
         )
     }
@@ -237,6 +317,7 @@ impl PyRun {
     /// Ends the run (`run.ended`) and flushes its audit events (bounded).
     #[pyo3(signature = (status="success", output=None))]
     fn end(&self, py: Python<'_>, status: &str, output: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        crate::rt::same_process(py, self.pid, "toolgate.Run")?;
         let response = output.map(to_json).transpose()?.map(|v| json_text(&v));
         let run = self.run.clone();
         let status = status.to_string();
@@ -254,12 +335,31 @@ impl PyRun {
         status: &str,
         output: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        crate::rt::same_process(py, self.pid, "toolgate.Run")?;
         let response = output.map(to_json).transpose()?.map(|v| json_text(&v));
         let run = self.run.clone();
         let status = status.to_string();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        future_into_py(py, async move {
             run.end(&status, response.as_deref()).await;
             Ok(())
+        })
+    }
+
+    /// Lifts the pause a hitl decision put on the run. For the adapters, once the review that
+    /// paused it has been answered (it does not check that; a pending review still holds its
+    /// own call, but other calls are decided again).
+    fn _resume(&self, py: Python<'_>) -> PyResult<()> {
+        self.open(py)?;
+        self.run.resume();
+        Ok(())
+    }
+
+    /// Why the run decides nothing more (`"ended"`, `"engine shut down"`), or `None`.
+    #[getter]
+    fn closed(&self) -> Option<&'static str> {
+        self.run.closed().map(|c| match c {
+            RunClosed::Ended => "ended",
+            RunClosed::EngineShutDown => "engine shut down",
         })
     }
 

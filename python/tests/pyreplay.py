@@ -109,7 +109,7 @@ class PyReplayer:
                 after = await run.aafter_tool(line["id"], **kw)
             else:
                 after = run.after_tool(line["id"], **kw)
-            if after is not None:
+            if after.to_dict()["evaluated"]:  # after-phase rules were in play (as the CLI prints)
                 self._row(run_id, line["id"], self.tools_by_call.get((run_id, line["id"]), ""), after)
         elif t == "metric":
             self._run(line.get("runId"))[1].record_metric(line["key"], line["value"])

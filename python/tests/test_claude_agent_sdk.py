@@ -133,3 +133,32 @@ async def test_post_tool_use_after_phase_block_is_reported(tmp_path: Any) -> Non
     engine.shutdown()
     kinds = [json.loads(l)["kind"] for f in tmp_path.glob("*.jsonl") for l in f.read_text().splitlines()]
     assert "tool.result" in kinds
+
+
+# -- issue 33: a session is one run until it ends -------------------------------------------------
+
+
+async def test_a_hitl_pauses_the_sessions_run_and_its_caps_hold_after_the_review() -> None:
+    from policies_for_tests import max_calls
+
+    engine = toolgate.Engine([max_calls(2), GATE])
+    client, cli = await connected(engine)
+
+    async def denied(tool: str, args: Dict[str, Any], id: str) -> str:
+        out = (await cli.hook("PreToolUse", pre(tool, args, id), id)).get("hookSpecificOutput", {})
+        return out.get("permissionDecisionReason", "") if out.get("permissionDecision") == "deny" else ""
+
+    try:
+        assert await denied("search", {"q": 1}, "t1") == ""
+        assert await denied("search", {"q": 2}, "t2") == ""
+        assert "BLOCKED_HITL_REQUESTED" in await denied("refund", {"amount": 900}, "t3")
+        # While the review waits, the session's run stays paused: no fresh run, no fresh cap.
+        assert "BLOCKED_RUN_ABORTED" in await denied("search", {"q": 3}, "t4")
+        [review] = engine.reviews.pending()
+        engine.reviews.approve(review["id"])
+        # Answered: the same run goes on, with its counts.
+        assert await denied("refund", {"amount": 900}, "t5") == ""
+        assert "Too many searches." in await denied("search", {"q": 4}, "t6")
+        assert "Too many searches." in await denied("search", {"q": 5}, "t7")
+    finally:
+        await client.disconnect()

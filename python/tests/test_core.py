@@ -259,5 +259,7 @@ def test_after_tool_and_end() -> None:
     d = run.before_tool("read", {"p": 1})
     after = run.after_tool(d.call_id, output={"text": "x" * 20}, duration_ms=5)
     assert after is not None and after.phase == "tool.after" and after.effect == "block"
-    assert run.after_tool("never-allowed", output=1) is None
+    # A call never allowed: its result is not recorded, and must not reach the agent.
+    never = run.after_tool("never-allowed", output=1)
+    assert not never.allowed and never.phase == "tool.after" and never.code == "BLOCKED_FAILURE"
     run.end("success", output={"answer": 42})

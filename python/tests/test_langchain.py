@@ -95,3 +95,34 @@ async def test_async_invocation() -> None:
     t1, t2 = tool_messages(result)
     assert "BLOCKED_RULE" in t1.content and t2.content == "refunded 5"
     assert ran == ["refund 5"]
+
+
+# -- issue 33: the arguments decided are those the tool receives ---------------------------------
+
+from policies_for_tests import policy, rule  # noqa: E402
+
+CAP = policy(rule("refund-cap", {"kind": "toolArg", "type": "number", "op": "gt", "path": "amount", "value": 100}, "block",
+                  tool="refund", reason="Refunds above $100 are not allowed."))
+
+
+def test_a_number_sent_as_a_string_is_decided_as_the_number_the_tool_gets() -> None:
+    engine = toolgate.Engine(CAP)
+    a = agent(engine, call("refund", {"amount": "5000"}, "t1"), AIMessage(content="done"))
+    [t1] = tool_messages(a.invoke({"messages": [{"role": "user", "content": "refund"}]}))
+    assert ran == [], ran
+    assert t1.status == "error" and "BLOCKED_RULE, rule refund-cap" in t1.content
+
+
+async def test_a_number_sent_as_a_string_is_decided_as_the_number_async() -> None:
+    engine = toolgate.Engine(CAP)
+    a = agent(engine, call("refund", {"amount": "5000"}, "t1"), call("refund", {"amount": "7"}, "t2"), AIMessage(content="done"))
+    t1, t2 = tool_messages(await a.ainvoke({"messages": [{"role": "user", "content": "refund"}]}))
+    assert ran == ["refund 7"], ran
+    assert "BLOCKED_RULE" in t1.content and t2.content == "refunded 7"
+
+
+def test_arguments_the_schema_refuses_never_reach_the_tool() -> None:
+    engine = toolgate.Engine(CAP)
+    a = agent(engine, call("refund", {"amount": "lots"}, "t1"), AIMessage(content="done"))
+    [t1] = tool_messages(a.invoke({"messages": [{"role": "user", "content": "refund"}]}))
+    assert ran == [] and t1.status == "error"

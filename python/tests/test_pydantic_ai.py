@@ -104,3 +104,118 @@ async def test_test_model_async() -> None:
     agent = Agent(TestModel(), toolsets=[toolset])
     result = await agent.run("go")
     assert "BLOCKED_RULE" in result.output and ran == []
+
+
+# -- issue 33: an approval applies only to the review raised for exactly those arguments ---------
+
+from pydantic_ai import ToolApproved  # noqa: E402
+
+
+def edited_history(messages: List[ModelMessage], args: dict) -> List[ModelMessage]:
+    """The message history with the held call's arguments edited (a careless app or a hostile
+    client resending it)."""
+    import copy
+
+    out = copy.deepcopy(messages)
+    for m in out:
+        for p in getattr(m, "parts", []):
+            if isinstance(p, ToolCallPart) and p.tool_call_id == "tc-1":
+                p.args = args
+    return out
+
+
+def test_approving_a_call_whose_arguments_were_edited_does_not_run_them() -> None:
+    engine = toolgate.Engine(GATE)
+    agent, toolset = make(engine, scripted("refund", {"amount": 500}))
+    first = agent.run_sync("refund 500")
+    [req] = first.output.approvals
+    second = agent.run_sync(message_history=edited_history(first.all_messages(), {"amount": 99999}),
+                            deferred_tool_results=DeferredToolResults(approvals={req.tool_call_id: True}))
+    assert ran == [], ran
+    assert isinstance(second.output, DeferredToolRequests)  # the edited call is held afresh
+    by_amount = {r["args"]["amount"]: r["status"] for r in engine.reviews.list()}
+    assert by_amount[99999] == "pending", by_amount
+
+
+def test_decide_then_edited_arguments_are_held_afresh() -> None:
+    engine = toolgate.Engine(GATE)
+    agent, toolset = make(engine, scripted("refund", {"amount": 500}))
+    first = agent.run_sync("refund 500")
+    [req] = first.output.approvals
+    results = toolset.decide(DeferredToolResults(approvals={req.tool_call_id: True}))
+    second = agent.run_sync(message_history=edited_history(first.all_messages(), {"amount": 99999}),
+                            deferred_tool_results=results)
+    assert ran == [], ran
+    by_amount = {r["args"]["amount"]: r["status"] for r in engine.reviews.list()}
+    assert by_amount == {500: "approved", 99999: "pending"}, by_amount
+
+
+def test_override_args_are_decided_afresh() -> None:
+    engine = toolgate.Engine(GATE)
+    agent, toolset = make(engine, scripted("refund", {"amount": 500}))
+    first = agent.run_sync("refund 500")
+    [req] = first.output.approvals
+    approve = ToolApproved(override_args={"amount": 99999})
+    agent.run_sync(message_history=first.all_messages(), deferred_tool_results=DeferredToolResults(approvals={req.tool_call_id: approve}))
+    assert ran == [], ran
+
+
+# -- issue 33: who may approve -------------------------------------------------------------------
+
+
+def test_an_approver_that_refuses_leaves_the_review_pending() -> None:
+    engine = toolgate.Engine(GATE)
+    seen: List[Any] = []
+
+    def approver(review: dict, ctx: Any) -> bool:
+        seen.append(review["toolName"])
+        return getattr(ctx, "deps", None) == "team-lead"
+
+    toolset = ToolgateToolset(FunctionToolset([refund]), engine, "pai-bot", approver=approver)
+    agent = Agent(scripted("refund", {"amount": 500}), toolsets=[toolset], output_type=[str, DeferredToolRequests], deps_type=str)
+    first = agent.run_sync("refund 500", deps="end-user")
+    [req] = first.output.approvals
+    second = agent.run_sync(message_history=first.all_messages(), deps="end-user",
+                            deferred_tool_results=DeferredToolResults(approvals={req.tool_call_id: True}))
+    assert ran == [] and isinstance(second.output, DeferredToolRequests)
+    assert [r["status"] for r in engine.reviews.list()] == ["pending"] and seen == ["refund"]
+    third = agent.run_sync(message_history=first.all_messages(), deps="team-lead",
+                           deferred_tool_results=DeferredToolResults(approvals={req.tool_call_id: True}))
+    assert third.output == "tool said: refunded 500" and ran == ["refund 500"]
+
+
+def test_decide_asks_the_approver_with_its_context() -> None:
+    engine = toolgate.Engine(GATE)
+
+    async def approver(review: dict, ctx: Any) -> bool:
+        return ctx == {"user": "team-lead"}
+
+    toolset = ToolgateToolset(FunctionToolset([refund]), engine, "pai-bot", approver=approver)
+    agent = Agent(scripted("refund", {"amount": 700}), toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    first = agent.run_sync("refund 700")
+    [req] = first.output.approvals
+    toolset.decide(DeferredToolResults(approvals={req.tool_call_id: ToolDenied("no")}), context={"user": "someone"})
+    assert [r["status"] for r in engine.reviews.list()] == ["pending"]
+    toolset.decide(DeferredToolResults(approvals={req.tool_call_id: ToolDenied("no")}), context={"user": "team-lead"})
+    assert [r["status"] for r in engine.reviews.list()] == ["denied"]
+
+
+async def test_adecide_asks_an_async_approver_on_the_callers_loop() -> None:
+    engine = toolgate.Engine(GATE)
+    loops: List[Any] = []
+
+    async def approver(review: dict, ctx: Any) -> bool:
+        import asyncio
+
+        loops.append(asyncio.get_running_loop())
+        return ctx == "team-lead"
+
+    toolset = ToolgateToolset(FunctionToolset([refund]), engine, "pai-bot", approver=approver)
+    agent = Agent(scripted("refund", {"amount": 700}), toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    first = await agent.run("refund 700")
+    [req] = first.output.approvals
+    await toolset.adecide(DeferredToolResults(approvals={req.tool_call_id: True}), context="team-lead")
+    import asyncio
+
+    assert loops == [asyncio.get_running_loop()]
+    assert [r["status"] for r in engine.reviews.list()] == ["approved"]

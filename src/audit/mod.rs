@@ -31,7 +31,7 @@ pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};
 pub use config::{AuditConfig, SinkConfig};
 pub use event::{
     AuditEvent, CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECS, ENVELOPE_KEYS, EventKind, RunChain,
-    SCHEMA, canonical_json, expected_hash, sha256_hex,
+    SCHEMA, canonical_json, expected_hash, may_follow_end, sha256_hex,
 };
 pub use redact::{RedactAction, RedactionConfig, RedactionRule, Redactor};
 pub use sign::{RunSigner, RunVerifier, SignatureError};

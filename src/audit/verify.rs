@@ -10,6 +10,8 @@
 //!   this catches an edited event whose hash was recomputed ("forged"): the break is reported
 //!   at the event after it;
 //! * within one file, a run's events must appear in `seq` order (else lines were reordered);
+//! * after a run's `run.ended` come only the end's own events (`evaluation.result`,
+//!   `checkpoint`, `error`): anything else means the run went on after it ended;
 //! * each line of a file must be byte for byte the canonical JSON of its content ("not
 //!   canonical": whitespace, key order, escapes, number forms, duplicate keys).
 //!
@@ -68,6 +70,9 @@ pub enum BreakKind {
     /// Verifying with a public key: a signed run without a signed `run.ended` (cut after its
     /// last checkpoint, or still open).
     Incomplete,
+    /// An event after the run's `run.ended` other than those that belong to the end (slow
+    /// evaluations, the closing checkpoint, an `error`): the run went on after it ended.
+    AfterEnd,
 }
 
 /// One place where a chain breaks.
@@ -273,6 +278,7 @@ impl Verifier {
             hash_ok: computed.as_deref() == Some(event.hash()),
             signature,
             is_end: event.kind() == super::EventKind::RunEnded,
+            may_follow_end: super::may_follow_end(event.kind()),
         };
         let same_run = |r: &RunKey| r.0 == event.agent_id() && r.1 == event.run_id();
         if !self.streaming {

@@ -311,6 +311,7 @@ impl EngineBuilder {
                     .notify
                     .filter(|c| !c.urls.is_empty())
                     .map(|c| Arc::new(Notifier::start(c))),
+                shut_down: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

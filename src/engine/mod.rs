@@ -69,6 +69,7 @@ pub use hitl::reviews::{
     EXPIRY_REVIEWER, FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead,
     ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict, fingerprint, status_word,
 };
+pub use run::closed::RunClosed;
 pub use run::guard::{Guarded, Refusal};
 pub use run::handle::Run;
 pub use run::observe::DecisionObserver;
@@ -150,6 +151,8 @@ pub(crate) struct EngineInner {
     pub(crate) observers: run::observe::Observers,
     /// Webhooks told of reviews raised and decided (see `hitl/notify.rs`).
     pub(crate) notifier: Option<Arc<Notifier>>,
+    /// [`GovernanceEngine::shutdown`] was called: runs decide nothing more.
+    pub(crate) shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl EngineInner {
@@ -263,8 +266,12 @@ impl GovernanceEngine {
     }
 
     /// Flushes the audit sinks and shuts them down, bounded by the flush timeout; then waits
-    /// (at most [`NOTIFY_DRAIN`]) for review notifications still on their way.
+    /// (at most [`NOTIFY_DRAIN`]) for review notifications still on their way. From now on
+    /// every run of the engine refuses decisions (see [`Run::closed`]) and writes nothing.
     pub async fn shutdown(&self) -> Result<(), AuditError> {
+        self.inner
+            .shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
         let audit = match &self.inner.audit {
             Some(a) => a.drained_bus().shutdown(a.flush_timeout).await,
             None => Ok(()),
@@ -277,6 +284,14 @@ impl GovernanceEngine {
             }
         }
         audit
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called: every run then refuses decisions
+    /// (see [`Run::closed`]) and a run started now writes nothing.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner
+            .shut_down
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Flushes the audit sinks, bounded by the flush timeout.

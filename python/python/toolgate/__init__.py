@@ -36,7 +36,7 @@ from typing import (
 )
 
 from . import _native
-from ._errors import Blocked, PolicyError, ReviewRequired, ToolgateError, refusal_text
+from ._errors import Blocked, PolicyError, ReviewRequired, RunClosed, ToolgateError, refusal_text
 from ._native import Decision, ManualClock
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "ReviewRequired",
     "Reviews",
     "Run",
+    "RunClosed",
     "ToolgateError",
     "refusal_text",
 ]
@@ -206,6 +207,27 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _bind(sig: Optional[inspect.Signature], tool: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The call's arguments by parameter name, defaults applied (``**kwargs`` merged in,
+    ``*args`` under its own name): what the function will receive."""
+    if sig is None:
+        if args:
+            raise TypeError(
+                f"toolgate cannot name the positional arguments of {tool!r} (no signature): "
+                "call it with keyword arguments, or guard a function whose parameters are named"
+            )
+        return dict(kwargs)
+    bound = sig.bind(*args, **kwargs)  # a call the function would refuse is refused here
+    bound.apply_defaults()
+    out: Dict[str, Any] = {}
+    for pname, value in bound.arguments.items():
+        if sig.parameters[pname].kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        else:
+            out[pname] = value
+    return out
+
+
 def _refuse(decision: Decision) -> None:
     if decision.allowed:
         return
@@ -220,17 +242,26 @@ class Run(_native.Run):
 
     def guard(self, fn: F, name: Optional[str] = None, tags: Iterable[str] = ()) -> F:
         """Wraps tool function ``fn`` (plain or ``async def``): each call is decided first (its
-        keyword arguments are the tool's args), runs only if allowed, and its outcome is
-        recorded. Raises :class:`Blocked` (block) or :class:`ReviewRequired` (hitl)."""
+        arguments, positional ones included, bound to ``fn``'s parameter names, defaults
+        applied: what ``fn`` will receive), runs only if allowed, and its outcome is recorded.
+        Raises :class:`Blocked` (block) or :class:`ReviewRequired` (hitl); ``TypeError`` when
+        ``fn``'s parameters cannot be read (then wrap a function that names them)."""
         tool = name if name is not None else getattr(fn, "__name__", "tool")
         tool_tags = tuple(tags)
         run = self
+        try:
+            sig: Optional[inspect.Signature] = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+
+        def decided_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+            return _jsonable(_bind(sig, tool, args, kwargs))
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def aguarded(*args: Any, **kwargs: Any) -> Any:
-                d = await run.abefore_tool(tool, _jsonable(kwargs), tool_tags)
+                d = await run.abefore_tool(tool, decided_args(args, kwargs), tool_tags)
                 _refuse(d)
                 started = time.perf_counter()
                 try:
@@ -240,16 +271,14 @@ class Run(_native.Run):
                     await run.aafter_tool(d.call_id, duration_ms=ms, error=_error_text(e))
                     raise
                 ms = (time.perf_counter() - started) * 1000.0
-                after = await run.aafter_tool(d.call_id, output=_jsonable(out), duration_ms=ms)
-                if after is not None:
-                    _refuse(after)
+                _refuse(await run.aafter_tool(d.call_id, output=_jsonable(out), duration_ms=ms))
                 return out
 
             return cast(F, aguarded)
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            d = run.before_tool(tool, _jsonable(kwargs), tool_tags)
+            d = run.before_tool(tool, decided_args(args, kwargs), tool_tags)
             _refuse(d)
             started = time.perf_counter()
             try:
@@ -259,9 +288,7 @@ class Run(_native.Run):
                 run.after_tool(d.call_id, duration_ms=ms, error=_error_text(e))
                 raise
             ms = (time.perf_counter() - started) * 1000.0
-            after = run.after_tool(d.call_id, output=_jsonable(out), duration_ms=ms)
-            if after is not None:
-                _refuse(after)
+            _refuse(run.after_tool(d.call_id, output=_jsonable(out), duration_ms=ms))
             return out
 
         return cast(F, guarded)

@@ -7,11 +7,16 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from ._native import Decision
 
-__all__ = ["ToolgateError", "PolicyError", "Blocked", "ReviewRequired", "refusal_text"]
+__all__ = ["ToolgateError", "PolicyError", "Blocked", "ReviewRequired", "RunClosed", "refusal_text"]
 
 
 class ToolgateError(Exception):
     """Base class of every error toolgate raises."""
+
+
+class RunClosed(ToolgateError):
+    """The run decides nothing more: it has ended, or its engine has shut down. Nothing is
+    written to its audit chain; start a new run (or create a new engine)."""
 
 
 class PolicyError(ToolgateError):

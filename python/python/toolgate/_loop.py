@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any, Awaitable, Callable, Coroutine, Dict, Optional, Tuple
 
 _lock = threading.Lock()
 _loop: Optional[asyncio.AbstractEventLoop] = None
+_pid = os.getpid()
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
-    """The package's own event loop, running in a daemon thread (started on first use)."""
-    global _loop
+    """The package's own event loop, running in a daemon thread (started on first use, and
+    again in a forked child, where the parent's thread does not exist)."""
+    global _loop, _pid
     with _lock:
+        if _pid != os.getpid():
+            _loop, _pid = None, os.getpid()  # the parent's loop has no thread here
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
             ready = threading.Event()
@@ -57,3 +62,13 @@ def cancellable(aw: Awaitable[Any]) -> Tuple[Coroutine[Any, Any, Any], Callable[
                 pass
 
     return run(), cancel
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by a parent thread at the fork would never be released in the child.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

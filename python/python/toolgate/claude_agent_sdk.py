@@ -2,7 +2,10 @@
 
 >>> options = ClaudeAgentOptions(hooks=hooks(engine, "coding-agent"))
 
-One toolgate run per session (``session_id``). ``PreToolUse``: a blocked call or one held for
+One toolgate run per session (``session_id``), until the session's ``Stop`` hook (or
+:meth:`ToolgateHooks.end`) ends it: a hitl pauses that run (later calls are
+``BLOCKED_RUN_ABORTED``) until the review is answered, and it goes on, caps and all, rather
+than a fresh run starting. ``PreToolUse``: a blocked call or one held for
 human review (hitl) is answered ``permissionDecision: "deny"`` with
 ``toolgate blocked this call: <reason> [<CODE>, rule <id>]`` (naming the review for hitl);
 allowed calls get no decision from toolgate (the SDK's own permissions still apply).
@@ -13,13 +16,17 @@ Claude as ``decision: "block"`` with the same text).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
 from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher
 
 from . import _agent_tags, Engine, Run, _jsonable, refusal_text
 
 __all__ = ["hooks", "ToolgateHooks"]
+
+# Sessions tracked at once (the oldest, never ended, is let go past this many).
+_MAX_SESSIONS = 4096
 
 
 class ToolgateHooks:
@@ -36,21 +43,37 @@ class ToolgateHooks:
         self.agent_id = agent_id
         self.enduser = enduser
         self.agent_tags = _agent_tags(agent_tags)
-        self._runs: Dict[str, Run] = {}
+        self._runs: "OrderedDict[str, Run]" = OrderedDict()
+        # session id -> the reviews that paused its run
+        self._held: Dict[str, Set[str]] = {}
         self._lock = threading.Lock()
 
     def run(self, session_id: str) -> Run:
+        """The session's run: one run until the session ends (a hitl pauses it, never
+        replaces it); it goes on once every review that paused it has been answered."""
         with self._lock:
             run = self._runs.get(session_id)
-            if run is None or run.aborted:
+            if run is None or run.closed is not None:
                 run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self._runs[session_id] = run
-            return run
+                self._held.pop(session_id, None)
+                while len(self._runs) > _MAX_SESSIONS:
+                    old, _ = self._runs.popitem(last=False)
+                    self._held.pop(old, None)
+            held = set(self._held.get(session_id, ()))
+        if run.aborted and held:
+            pending = {r["id"] for r in self.engine.reviews.list() if r.get("status") == "pending"}
+            if not held & pending:
+                with self._lock:
+                    self._held.pop(session_id, None)
+                run._resume()
+        return run
 
     async def end(self, session_id: str, status: str = "success") -> None:
         """Ends the session's run (also done by a ``Stop`` hook, see :func:`hooks`)."""
         with self._lock:
             run = self._runs.pop(session_id, None)
+            self._held.pop(session_id, None)
         if run is not None:
             await run.aend(status)
 
@@ -59,6 +82,9 @@ class ToolgateHooks:
         run = self.run(input.get("session_id", ""))
         call_id = tool_use_id or input.get("tool_use_id")
         d = await run.abefore_tool(input["tool_name"], _jsonable(input.get("tool_input") or {}), None, call_id)
+        if d.effect == "hitl" and d.review_id is not None:
+            with self._lock:
+                self._held.setdefault(input.get("session_id", ""), set()).add(d.review_id)
         if d.allowed:
             return {}
         return {
@@ -77,7 +103,7 @@ class ToolgateHooks:
             return {}
         after = await run.aafter_tool(call_id, output=_jsonable(input.get("tool_response")),
                                       duration_ms=input.get("duration_ms"))
-        if after is not None and not after.allowed:
+        if not after.allowed:
             return {"decision": "block", "reason": refusal_text(after)}
         return {}
 

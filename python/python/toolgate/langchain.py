@@ -8,6 +8,11 @@ One toolgate run per agent invocation. A blocked call never runs: the model read
 and may go on. A call held for human review (hitl) gets the same message naming the review, and
 the agent stops before its next model call. Approving the review (``engine.reviews.approve`` or
 ``toolgate review approve``) lets the identical call through next time.
+
+The arguments decided are those the tool will receive: the model's arguments validated (and
+coerced) by the tool's own schema, so ``{"amount": "5000"}`` is decided as the number 5000 a
+schema with ``amount: int`` makes of it. Arguments the schema refuses are decided as sent (the
+tool then refuses them too).
 """
 
 from __future__ import annotations
@@ -42,6 +47,29 @@ def _output(result: ToolResult) -> Dict[str, Any]:
             return {"error": str(result.content)}
         return {"output": _jsonable(result.content)}
     return {"output": None}
+
+
+def _as_received(request: ToolCallRequest) -> Any:
+    """The call's arguments as the tool will receive them: validated and coerced by its schema
+    (as ``BaseTool.run`` does before calling it), the model-visible ones only (arguments the
+    agent injects later are not the model's). As sent when the schema refuses them."""
+    call = request.tool_call
+    raw = call.get("args") or {}
+    tool = request.tool
+    parse = getattr(tool, "_parse_input", None)
+    if not callable(parse):
+        return raw
+    try:
+        parsed = parse(raw, call.get("id"))
+    except Exception:
+        return raw  # the tool refuses these arguments too: it will not run on them
+    if not isinstance(parsed, dict):
+        return parsed
+    try:
+        visible = set(tool.args)  # type: ignore[union-attr]
+    except Exception:
+        return parsed
+    return {k: v for k, v in parsed.items() if k in visible or k in raw}
 
 
 class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
@@ -128,7 +156,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
     def _what(request: ToolCallRequest) -> tuple[str, Any, tuple[str, ...], Optional[str]]:
         call = request.tool_call
         tags = tuple(getattr(request.tool, "tags", None) or ())
-        return call["name"], _jsonable(call.get("args") or {}), tags, call.get("id")
+        return call["name"], _jsonable(_as_received(request)), tags, call.get("id")
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
@@ -145,7 +173,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
             run.after_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, error=f"{type(e).__name__}: {e}")
             raise
         after = run.after_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, **_output(result))
-        if after is not None and not after.allowed:
+        if not after.allowed:
             return self._refused(request, after)
         return result
 
@@ -164,7 +192,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
             await run.aafter_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, error=f"{type(e).__name__}: {e}")
             raise
         after = await run.aafter_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, **_output(result))
-        if after is not None and not after.allowed:
+        if not after.allowed:
             return self._refused(request, after)
         return result
 

@@ -4,36 +4,77 @@
 >>> result = await Runner.run(agent, "refund order 7")
 
 Each function tool gets a ``needs_approval`` check and a tool input guardrail; the agent gets
-hooks that record results. One toolgate run per agent run. A blocked call does not run and the
-model reads ``toolgate blocked this call: <reason> [<CODE>, rule <id>]``. A call held for human
-review (hitl) is an SDK approval interruption (``result.interruptions``); approving it through
-the SDK's ``RunState`` (``state.approve(item)``) approves the toolgate review and the call runs
-on resume; rejecting it (``state.reject(item)``) denies the review.
+hooks that record results. One toolgate run per agent run (a run resumed from its ``RunState``
+is the same run). A blocked call does not run and the model reads ``toolgate blocked this
+call: <reason> [<CODE>, rule <id>]``. A call held for human review (hitl) is an SDK approval
+interruption (``result.interruptions``); approving it through the SDK's ``RunState``
+(``state.approve(item)``) approves the toolgate review raised for exactly that call and its
+arguments, and the call runs on resume; rejecting it (``state.reject(item)``) denies the
+review. A tool's own ``needs_approval`` is kept: either asking means approval is needed.
+
+A decision belongs to one run, one call id and one set of arguments: a call id the model sends
+again (in this run or another) with other arguments is decided afresh, and an SDK approval is
+applied to one review only.
+
+``approver``: who may answer a toolgate review through the SDK. By default (``None``) whoever
+approves or rejects the interruption in the ``RunState`` decides the review, as for the tool's
+own approvals. Given a callable ``approver(review, context) -> bool`` (plain or ``async def``;
+``review`` is the review as ``engine.reviews.list()`` shows it, ``context`` the SDK's
+``RunContextWrapper``), an answer it refuses leaves the review pending: the call stays held
+until someone it accepts answers, or the review is decided in toolgate itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 import threading
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, ToolGuardrailFunctionOutput
 from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
 
 from . import _agent_tags, Decision, Engine, Run, ToolgateError, _jsonable, refusal_text
 
-__all__ = ["govern"]
+__all__ = ["govern", "Approver"]
+
+Approver = Callable[[Dict[str, Any], Any], Union[bool, Awaitable[bool]]]
+"""``approver(review, context)``: whether this answer may decide the toolgate review."""
+
+# Runs tracked per governed agent (runs interrupted and never resumed are forgotten, oldest
+# first, past this many) and decisions kept per run.
+_MAX_RUNS = 1024
+_MAX_DECISIONS = 4096
 
 
 def _args(raw: Any) -> Any:
-    import json
-
     if isinstance(raw, str):
         try:
             return json.loads(raw) if raw.strip() else {}
         except ValueError:
             return {"_raw": raw}
     return _jsonable(raw)
+
+
+def _key(call_id: str, args: Any) -> Tuple[str, str]:
+    """A decision's key in its run: the call id and the exact arguments."""
+    return call_id, json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class _RunState:
+    """One SDK run (until it is resumed from a copied ``RunState``): its toolgate run and its
+    decisions."""
+
+    def __init__(self, anchor: Any, run: Run) -> None:
+        self.anchor = anchor  # kept alive, so its id() is not reused while tracked
+        self.run = run
+        self.decisions: "OrderedDict[Tuple[str, str], Decision]" = OrderedDict()
+
+
+async def _maybe_await(v: Any) -> Any:
+    return await v if inspect.isawaitable(v) else v
 
 
 class _Governor(AgentHooks[Any]):
@@ -46,69 +87,109 @@ class _Governor(AgentHooks[Any]):
         enduser: Optional[Mapping[str, Any]],
         inner: Optional[AgentHooks[Any]],
         agent_tags: Iterable[str] = (),
+        approver: Optional[Approver] = None,
     ) -> None:
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
         self.agent_tags = _agent_tags(agent_tags)
         self.inner = inner
+        self.approver = approver
         self.lock = threading.Lock()
-        self.runs: Dict[int, Run] = {}
-        self.decisions: Dict[str, Decision] = {}
-        self.pending: Dict[str, Tuple[str, str]] = {}  # call id -> (tool name, review id)
+        self.runs: "OrderedDict[int, _RunState]" = OrderedDict()
+        # Calls the SDK was asked to hold, by (call id, arguments key): (tool, review id). An
+        # SDK answer decides the review of exactly the call it was given for, once.
+        self.held: "OrderedDict[Tuple[str, str], Tuple[str, str]]" = OrderedDict()
+
+    def state(self, ctx: Any) -> _RunState:
+        # The run's Usage object is shared by the run's context wrapper and its tool contexts.
+        anchor = getattr(ctx, "usage", ctx)
+        with self.lock:
+            st = self.runs.get(id(anchor))
+            if st is None or st.anchor is not anchor:
+                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
+                st = _RunState(anchor, run)
+                self.runs[id(anchor)] = st
+                while len(self.runs) > _MAX_RUNS:
+                    self.runs.popitem(last=False)
+            return st
 
     def run(self, ctx: Any) -> Run:
-        # The run's Usage object is shared by the run's context wrapper and its tool contexts.
-        key = id(getattr(ctx, "usage", ctx))
-        with self.lock:
-            run = self.runs.get(key)
-            if run is None:
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
-                self.runs[key] = run
-            return run
+        return self.state(ctx).run
 
-    def settle(self, ctx: Any) -> None:
-        """Applies the SDK's approvals and rejections of held calls to their toolgate reviews."""
+    async def _may_answer(self, review_id: str, ctx: Any) -> bool:
+        if self.approver is None:
+            return True
+        review = next((r for r in self.engine.reviews.list() if r.get("id") == review_id), None)
+        if review is None:
+            return False
+        return bool(await _maybe_await(self.approver(review, ctx)))
+
+    async def _answer(self, key: Tuple[str, str], approve: bool, ctx: Any) -> bool:
+        """Applies an SDK answer to the review held for ``key``; whether it was applied."""
+        with self.lock:
+            held = self.held.get(key)
+        if held is None:
+            return False
+        review_id = held[1]
+        if not await self._may_answer(review_id, ctx):
+            return False  # not this answerer's review: it stays pending
+        with self.lock:
+            if self.held.pop(key, None) is None:
+                return False  # answered meanwhile
+        try:
+            if approve:
+                self.engine.reviews.approve(review_id)
+            else:
+                self.engine.reviews.deny(review_id)
+        except ToolgateError:
+            pass  # decided already
+        return True
+
+    async def settle(self, ctx: Any) -> None:
+        """Applies the SDK's rejections of held calls to their reviews (approvals are applied
+        when the approved call is about to run, with its exact arguments in hand)."""
         is_approved = getattr(ctx, "is_tool_approved", None)
         if is_approved is None:
             return
         with self.lock:
-            items = list(self.pending.items())
-        for call_id, (tool, review_id) in items:
-            status = is_approved(tool, call_id)
-            if status is None:
-                continue
-            with self.lock:
-                self.pending.pop(call_id, None)
-            try:
-                if status:
-                    self.engine.reviews.approve(review_id)
-                else:
-                    self.engine.reviews.deny(review_id)
-            except ToolgateError:
-                pass  # decided already
+            items = list(self.held.items())
+        for key, (tool, _) in items:
+            if is_approved(tool, key[0]) is False:
+                await self._answer(key, False, ctx)
 
     async def decide(self, ctx: Any, tool: str, args: Any, call_id: str) -> Decision:
+        st = self.state(ctx)
+        key = _key(call_id, args)
         with self.lock:
-            known = self.decisions.get(call_id)
+            known = st.decisions.get(key)
         if known is not None:
             return known
-        self.settle(ctx)
-        d = await self.run(ctx).abefore_tool(tool, args, None, call_id)
+        d = await st.run.abefore_tool(tool, args, None, call_id)
         with self.lock:
-            self.decisions[call_id] = d
-            if d.effect == "hitl" and d.review_id is not None:
-                self.pending[call_id] = (tool, d.review_id)
+            st.decisions[key] = d
+            while len(st.decisions) > _MAX_DECISIONS:
+                st.decisions.popitem(last=False)
         return d
+
+    def hold(self, tool: str, key: Tuple[str, str], d: Decision) -> None:
+        """The SDK is asked to hold this call for approval: its answer will decide ``d``'s
+        review."""
+        if d.review_id is None:
+            return
+        with self.lock:
+            self.held[key] = (tool, d.review_id)
+            while len(self.held) > _MAX_DECISIONS:
+                self.held.popitem(last=False)
 
     # -- hooks ---------------------------------------------------------------------------------
     async def on_start(self, context: Any, agent: Any) -> None:
-        self.settle(context)
+        await self.settle(context)
         if self.inner is not None:
             await self.inner.on_start(context, agent)
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-        self.settle(context)
+        await self.settle(context)
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
@@ -119,19 +200,26 @@ class _Governor(AgentHooks[Any]):
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
         call_id = getattr(context, "tool_call_id", None)
         if call_id is not None:
+            st = self.state(context)
+            key = _key(call_id, _args(getattr(context, "tool_arguments", "")))
             with self.lock:
-                d = self.decisions.get(call_id)
+                d = st.decisions.pop(key, None)
             if d is not None and d.allowed:
-                await self.run(context).aafter_tool(call_id, output=_jsonable(result))
+                await st.run.aafter_tool(d.call_id, output=_jsonable(result))
         if self.inner is not None:
             await self.inner.on_tool_end(context, agent, tool, result)
 
     async def on_end(self, context: Any, agent: Any, output: Any) -> None:
-        self.settle(context)
+        await self.settle(context)
+        anchor = getattr(context, "usage", context)
         with self.lock:
-            run = self.runs.pop(id(getattr(context, "usage", context)), None)
-        if run is not None:
-            await run.aend("aborted" if run.aborted else "success")
+            st = self.runs.get(id(anchor))
+            if st is not None and st.anchor is anchor:
+                del self.runs[id(anchor)]
+            else:
+                st = None
+        if st is not None:
+            await st.run.aend("aborted" if st.run.aborted else "success")
         if self.inner is not None:
             await self.inner.on_end(context, agent, output)
 
@@ -144,10 +232,20 @@ class _Governor(AgentHooks[Any]):
             await self.inner.on_llm_end(context, agent, response)
 
     # -- per tool ------------------------------------------------------------------------------
-    def needs_approval(self, tool: str) -> Any:
+    def needs_approval(self, tool: str, own: Any) -> Any:
         async def check(ctx: RunContextWrapper[Any], params: Dict[str, Any], call_id: str) -> bool:
-            d = await self.decide(ctx, tool, _jsonable(params), call_id)
-            return d.effect == "hitl"
+            args = _jsonable(params)
+            d = await self.decide(ctx, tool, args, call_id)
+            if d.effect == "hitl":
+                approved = getattr(ctx, "is_tool_approved", lambda *_: None)(tool, call_id)
+                if approved is None:
+                    # Asked now, before any answer: the answer will be for these arguments.
+                    self.hold(tool, _key(call_id, args), d)
+                return True
+            # The tool's own setting: a bool, or a function (plain or async) of the same three.
+            if callable(own):
+                return bool(await _maybe_await(own(ctx, params, call_id)))
+            return bool(own)
 
         return check
 
@@ -155,26 +253,39 @@ class _Governor(AgentHooks[Any]):
         async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
             ctx = data.context
             call_id = ctx.tool_call_id
-            d = await self.decide(ctx, tool, _args(ctx.tool_arguments), call_id)
+            args = _args(ctx.tool_arguments)
+            key = _key(call_id, args)
+            await self.settle(ctx)
+            d = await self.decide(ctx, tool, args, call_id)
             if d.effect == "hitl":
-                self.settle(ctx)
-                with self.lock:
-                    still_pending = call_id in self.pending
-                if still_pending:
-                    # Asked before the SDK's approval step: let the interruption happen.
+                if _before_approval(ctx, tool, call_id):
+                    # The SDK's pre-approval guardrails: let the approval interruption happen.
                     return ToolGuardrailFunctionOutput.allow(output_info=d.code)
-                # The SDK approved the call: the review is approved now; decide it again.
-                with self.lock:
-                    self.decisions.pop(call_id, None)
-                run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
-                with self.lock:
-                    self.runs[id(getattr(ctx, "usage", ctx))] = run
-                d = await self.decide(ctx, tool, _args(ctx.tool_arguments), call_id)
+                approved = getattr(ctx, "is_tool_approved", lambda *_: None)(tool, call_id)
+                if approved and await self._answer(key, True, ctx):
+                    # The SDK approved exactly this held call: its review is approved; the
+                    # run goes on and the call is decided again (ALLOWED_HITL_APPROVED).
+                    st = self.state(ctx)
+                    with self.lock:
+                        st.decisions.pop(key, None)
+                    st.run._resume()
+                    d = await self.decide(ctx, tool, args, call_id)
             if d.allowed:
                 return ToolGuardrailFunctionOutput.allow(output_info=d.code)
             return ToolGuardrailFunctionOutput.reject_content(refusal_text(d), output_info=d.code)
 
         return ToolInputGuardrail(guardrail_function=check, name=f"toolgate:{tool}")
+
+
+def _before_approval(ctx: Any, tool: str, call_id: str) -> bool:
+    """Whether this guardrail runs before the SDK's approval step (the run config's
+    ``pre_approval_tool_input_guardrails``, with the call not answered yet), not before the
+    tool runs: then a held call is left to the approval interruption."""
+    execution = getattr(getattr(ctx, "run_config", None), "tool_execution", None)
+    if not getattr(execution, "pre_approval_tool_input_guardrails", False):
+        return False
+    is_approved = getattr(ctx, "is_tool_approved", None)
+    return is_approved is not None and is_approved(tool, call_id) is None
 
 
 def govern(
@@ -183,16 +294,18 @@ def govern(
     agent_id: Optional[str] = None,
     enduser: Optional[Mapping[str, Any]] = None,
     agent_tags: Iterable[str] = (),
+    approver: Optional[Approver] = None,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools toolgate decides (see the module's doc).
-    ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches."""
-    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags)
+    ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches;
+    ``approver(review, context)`` says whether an SDK answer may decide a toolgate review."""
+    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags, approver)
     tools = []
     for t in agent.tools:
         if isinstance(t, FunctionTool):
             t = dataclasses.replace(
                 t,
-                needs_approval=gov.needs_approval(t.name),
+                needs_approval=gov.needs_approval(t.name, t.needs_approval),
                 tool_input_guardrails=[*(t.tool_input_guardrails or []), gov.guardrail(t.name)],
             )
         tools.append(t)

@@ -11,14 +11,28 @@ for human review (hitl) raises ``ApprovalRequired``: the agent run ends with
 the toolgate review and runs the call. A denial never reaches a toolset in PydanticAI, so pass
 the results through :meth:`ToolgateToolset.decide` (``deferred_tool_results=toolset.decide(r)``),
 which approves or denies every review they answer.
+
+An approval applies only to the review raised for exactly the call's arguments: a call resumed
+with edited arguments (or with ``ToolApproved(override_args=...)``) is decided afresh, and a new
+review is asked for them.
+
+``approver``: who may answer a toolgate review through ``DeferredToolResults``. By default
+(``None``) whoever builds the results decides the review. Given a callable
+``approver(review, context) -> bool`` (plain or ``async def``; ``review`` as
+``engine.reviews.list()`` shows it; ``context`` the tool call's ``RunContext`` when the answer
+arrives with the resumed run, or the ``context=`` given to :meth:`ToolgateToolset.decide`), an
+answer it refuses leaves the review pending and the call deferred again.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from pydantic_ai import ApprovalRequired, DeferredToolResults, ToolDenied, WrapperToolset
 from pydantic_ai.tools import RunContext
@@ -26,7 +40,17 @@ from pydantic_ai.toolsets import ToolsetTool
 
 from . import Engine, Run, ToolgateError, _jsonable, refusal_text
 
-__all__ = ["ToolgateToolset"]
+__all__ = ["ToolgateToolset", "Approver"]
+
+Approver = Callable[[Dict[str, Any], Any], Union[bool, Awaitable[bool]]]
+"""``approver(review, context)``: whether this answer may decide the toolgate review."""
+
+# Held calls remembered (oldest forgotten first past this many).
+_MAX_HELD = 4096
+
+
+def _args_key(args: Any) -> str:
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass
@@ -41,10 +65,14 @@ class ToolgateToolset(WrapperToolset[Any]):
     """Tool tags by tool name (PydanticAI tools have none of their own)."""
     agent_tags: tuple[str, ...] = ()
     """The agent's tags, which policies' ``agentSelector`` matches."""
+    approver: Optional[Approver] = field(default=None, repr=False)
+    """``approver(review, context)``: whether an answer may decide a toolgate review (see the
+    module's doc); ``None``: any answer does."""
 
     def __post_init__(self) -> None:
         self._runs: Dict[str, Run] = {}
-        self._reviews: Dict[str, str] = {}
+        # tool call id -> (review id, arguments key): the review raised for that held call.
+        self._reviews: "OrderedDict[str, Tuple[str, str]]" = OrderedDict()
         self._entered = 0
         self._lock = threading.Lock()
 
@@ -74,21 +102,52 @@ class ToolgateToolset(WrapperToolset[Any]):
                 self._runs[key] = run
             return run
 
-    def decide(self, results: DeferredToolResults) -> DeferredToolResults:
-        """Approves or denies the toolgate reviews that ``results`` answer; returns ``results``."""
+    def decide(self, results: DeferredToolResults, context: Any = None) -> DeferredToolResults:
+        """Approves or denies the toolgate reviews that ``results`` answer (each the review
+        raised for that call, if ``approver`` accepts the answer, given ``context``); returns
+        ``results``. From async code with an ``async def`` approver, use :meth:`adecide`."""
+        if self.approver is None:
+            for call_id, answer in results.approvals.items():
+                self._apply(call_id, answer)
+            return results
+        return _sync(self.adecide(results, context))
+
+    async def adecide(self, results: DeferredToolResults, context: Any = None) -> DeferredToolResults:
+        """:meth:`decide` for async code (an ``async def`` approver runs on the caller's loop)."""
         for call_id, answer in results.approvals.items():
-            review_id = self._reviews.pop(call_id, None)
-            if review_id is None:
+            with self._lock:
+                held = self._reviews.get(call_id)
+            if held is None:
                 continue
-            denied = answer is False or isinstance(answer, ToolDenied)
-            try:
-                if denied:
-                    self.engine.reviews.deny(review_id)
-                else:
-                    self.engine.reviews.approve(review_id)
-            except ToolgateError:
-                pass  # decided already (by another reviewer or an earlier resume)
+            if not await self._may_answer(held[0], context):
+                continue  # refused: the review stays pending
+            self._apply(call_id, answer)
         return results
+
+    def _apply(self, call_id: str, answer: Any) -> None:
+        with self._lock:
+            held = self._reviews.pop(call_id, None)
+        if held is None:
+            return
+        denied = answer is False or isinstance(answer, ToolDenied)
+        try:
+            if denied:
+                self.engine.reviews.deny(held[0])
+            else:
+                self.engine.reviews.approve(held[0])
+        except ToolgateError:
+            pass  # decided already (by another reviewer or an earlier resume)
+
+    async def _may_answer(self, review_id: str, context: Any) -> bool:
+        if self.approver is None:
+            return True
+        review = next((r for r in self.engine.reviews.list() if r.get("id") == review_id), None)
+        if review is None:
+            return False
+        verdict = self.approver(review, context)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return bool(verdict)
 
     async def call_tool(
         self, name: str, tool_args: Dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -97,20 +156,28 @@ class ToolgateToolset(WrapperToolset[Any]):
         args = _jsonable(tool_args)
         tags = tuple(self.tags.get(name, ()))
         d = await run.abefore_tool(name, args, tags, ctx.tool_call_id)
-        if d.effect == "hitl" and ctx.tool_call_approved and d.review_id is not None:
+        call_id = ctx.tool_call_id
+        if d.effect == "hitl" and ctx.tool_call_approved and d.review_id is not None and call_id is not None:
             # A human approved this deferred call in the host application: that approves the
-            # toolgate review, and the call is decided again (now ALLOWED_HITL_APPROVED).
-            try:
-                self.engine.reviews.approve(d.review_id)
-            except ToolgateError:
-                pass
-            run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
+            # toolgate review raised for exactly these arguments (edited ones raise their own),
+            # and the call is decided again in the same run (now ALLOWED_HITL_APPROVED).
             with self._lock:
-                self._runs[ctx.run_id or "default"] = run
-            d = await run.abefore_tool(name, args, tags, ctx.tool_call_id)
+                held = self._reviews.get(call_id)
+            if held == (d.review_id, _args_key(args)) and await self._may_answer(d.review_id, ctx):
+                with self._lock:
+                    self._reviews.pop(call_id, None)
+                try:
+                    self.engine.reviews.approve(d.review_id)
+                except ToolgateError:
+                    pass
+                run._resume()
+                d = await run.abefore_tool(name, args, tags, call_id)
         if d.effect == "hitl":
-            if ctx.tool_call_id is not None and d.review_id is not None:
-                self._reviews[ctx.tool_call_id] = d.review_id
+            if call_id is not None and d.review_id is not None:
+                with self._lock:
+                    self._reviews[call_id] = (d.review_id, _args_key(args))
+                    while len(self._reviews) > _MAX_HELD:
+                        self._reviews.popitem(last=False)
             raise ApprovalRequired(
                 metadata={"toolgateReviewId": d.review_id, "toolgateReason": refusal_text(d)}
             )
@@ -123,6 +190,24 @@ class ToolgateToolset(WrapperToolset[Any]):
             await run.aafter_tool(d.call_id, duration_ms=(time.perf_counter() - started) * 1e3, error=f"{type(e).__name__}: {e}")
             raise
         after = await run.aafter_tool(d.call_id, output=_jsonable(out), duration_ms=(time.perf_counter() - started) * 1e3)
-        if after is not None and not after.allowed:
+        if not after.allowed:
             return refusal_text(after)
         return out
+
+
+def _sync(aw: Awaitable[DeferredToolResults]) -> DeferredToolResults:
+    """Runs ``aw`` to completion here (``decide`` is called outside the agent's event loop);
+    from inside a running loop, on a thread of its own (use ``adecide`` there)."""
+    import asyncio
+
+    async def run() -> DeferredToolResults:
+        return await aw
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run())
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, run()).result(timeout=60)

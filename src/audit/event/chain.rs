@@ -25,6 +25,9 @@ pub struct RunChain {
     /// Whether `last_hash` is known to need no escape (a hash this process computed).
     last_hash_plain: bool,
     signing: Option<Signing>,
+    /// A `run.ended` was sealed: only what may follow it is sealed now (see
+    /// [`RunChain::accepts`]).
+    ended: bool,
 }
 
 /// A signed chain's key and its progress since the last signed event.
@@ -56,6 +59,7 @@ impl RunChain {
             last_hash: None,
             last_hash_plain: false,
             signing: None,
+            ended: false,
         }
     }
 
@@ -97,6 +101,7 @@ impl RunChain {
             // Read from elsewhere: plain only if it has the form of a hash.
             last_hash_plain: last.hash().bytes().all(|b| b.is_ascii_hexdigit()),
             signing: None,
+            ended: false,
         }
     }
 
@@ -123,6 +128,19 @@ impl RunChain {
     pub fn enduser_id(&self) -> Option<&str> {
         self.ids.enduser_id()
     }
+    /// Whether an event of `kind` may be sealed now: anything before the run's `run.ended`;
+    /// after it only what belongs to the end (`evaluation.result` of slow evaluators, the
+    /// closing `checkpoint`, an `error` found while letting go of the chain). `toolgate
+    /// verify` reports anything else after `run.ended` as a break.
+    pub fn accepts(&self, kind: EventKind) -> bool {
+        !self.ended || may_follow_end(kind)
+    }
+
+    /// Whether the chain's `run.ended` has been sealed.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
     /// The `seq` the next sealed event gets.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
@@ -327,6 +345,7 @@ impl RunChain {
             }
         }
         self.next_seq += 1;
+        self.ended |= kind == EventKind::RunEnded;
         self.last_hash = Some(hash.clone());
         self.last_hash_plain = true;
         Sealed {
@@ -425,4 +444,14 @@ fn with_scratch<R>(f: impl FnOnce(&mut String, &mut String) -> R) -> R {
             &mut String::with_capacity(1024),
         ),
     })
+}
+
+/// The kinds of event that may follow a run's `run.ended` in its chain: the slow run
+/// evaluators' `evaluation.result`, the `checkpoint` that signs them and an `error` found while
+/// the chain was let go (a fork). Anything else after `run.ended` is a break for `verify`.
+pub fn may_follow_end(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::EvaluationResult | EventKind::Checkpoint | EventKind::Error
+    )
 }

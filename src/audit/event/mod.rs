@@ -32,7 +32,7 @@ pub(crate) use time_text::rfc3339;
 /// the engine writes).
 pub(crate) type Members<'a> = smallvec::SmallVec<[(&'a str, Member<'a>); 24]>;
 pub use canonical::{canonical_json, expected_hash, sha256_hex};
-pub use chain::{CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECS, RunChain};
+pub use chain::{CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECS, RunChain, may_follow_end};
 
 /// The value of the `schema` field of every event this version writes.
 pub const SCHEMA: &str = "toolgate.audit.v1";

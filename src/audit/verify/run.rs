@@ -26,6 +26,8 @@ pub(super) struct Entry {
     pub signature: Option<Result<(), SignatureError>>,
     /// The event is a `run.ended`.
     pub is_end: bool,
+    /// The event may follow the run's `run.ended` (see [`crate::audit::may_follow_end`]).
+    pub may_follow_end: bool,
 }
 
 /// Where a [`RunStream`] reports breaks.
@@ -68,6 +70,8 @@ pub(super) struct RunStream {
     allow_open: bool,
     /// A `run.ended` was met.
     saw_end: bool,
+    /// The `seq` of the first `run.ended`, once met in the chain.
+    ended_at: Option<u64>,
 }
 
 impl RunStream {
@@ -89,6 +93,7 @@ impl RunStream {
             after_count: 0,
             allow_open,
             saw_end: false,
+            ended_at: None,
         }
     }
 
@@ -112,6 +117,7 @@ impl RunStream {
             );
         }
         self.chain(&e, out);
+        self.after_end(&e, out);
         if self.with_key {
             self.signature(&e, out);
         }
@@ -164,6 +170,30 @@ impl RunStream {
             seq: e.seq,
             hash: e.hash.clone(),
         });
+    }
+
+    /// Nothing but the end's own events (slow evaluations, the closing checkpoint, an error
+    /// found letting go of the chain) follows a `run.ended`: a decision, a result or a second
+    /// `run.ended` after it means the run went on after it was reported ended.
+    fn after_end(&mut self, e: &Entry, out: &mut impl Breaks) {
+        match self.ended_at {
+            Some(end) if e.seq > end && !e.may_follow_end => {
+                let what = if e.is_end {
+                    "a second run.ended"
+                } else {
+                    "an event"
+                };
+                out.found(
+                    e.loc,
+                    &self.run,
+                    e.seq,
+                    BreakKind::AfterEnd,
+                    format!("{what} after the run's run.ended (seq {end}): the run went on after it ended"),
+                );
+            }
+            None if e.is_end => self.ended_at = Some(e.seq),
+            _ => {}
+        }
     }
 
     fn signature(&mut self, e: &Entry, out: &mut impl Breaks) {

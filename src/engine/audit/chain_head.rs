@@ -214,7 +214,11 @@ impl Run {
     }
 
     async fn leave_flushing(&self, flush: bool) {
-        if self.shared.ended.swap(true, Ordering::AcqRel) {
+        let was_ended = {
+            let _closing = self.shared.gate.write();
+            self.shared.ended.swap(true, Ordering::AcqRel)
+        };
+        if was_ended {
             return;
         }
         if let Some(store) = self.engine.shared.clone() {

@@ -106,6 +106,17 @@ impl Shared {
         for p in batch.iter_mut() {
             let (event, checkpoint) = {
                 let mut chain = p.chain.lock();
+                if !chain.accepts(p.kind) {
+                    // Nothing is appended to an ended chain (the run refuses decisions once
+                    // it has ended; this catches what raced its end).
+                    tracing::warn!(
+                        run_id = %chain.run_id(),
+                        kind = %p.kind,
+                        "audit: event after the run's run.ended not written"
+                    );
+                    p.body = Body::Taken;
+                    continue;
+                }
                 let event = seal_body(
                     &mut chain,
                     &self.redactor,

@@ -243,7 +243,9 @@ impl Decision {
         self.effect == EffectType::Allow
     }
 
-    pub(crate) fn simple(
+    /// A decision no rule made: `effect` and `code` with `reason`, nothing evaluated (e.g. a
+    /// binding's answer for an after phase with no rule in play).
+    pub fn simple(
         phase: Phase,
         effect: EffectType,
         code: DecisionCode,

@@ -10,6 +10,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use super::closed::closed_decision;
 use super::handle::{CallRecord, Run, RunShared, ToolCall, ToolOutcome, obj};
 use crate::audit::EventKind;
 use crate::engine::EngineInner;
@@ -31,7 +32,13 @@ impl Run {
     /// [`before_tool`](Run::before_tool) in this run (its result is ignored).
     ///
     /// An after-phase `block` means the output must not reach the agent; `hitl` stops the run.
+    ///
+    /// A run that has ended (or whose engine has shut down) records nothing more: the answer
+    /// is a refusal ([`Run::closed`] says why).
     pub async fn after_tool(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
+        if let Some(why) = self.closed() {
+            return Some(closed_decision(Phase::After, why));
+        }
         self.after_tool_with(call_id, outcome, None).await
     }
 
@@ -60,6 +67,12 @@ impl Run {
         decision
     }
 
+    /// Whether call `call_id` was allowed in this run and waits for its result (its
+    /// [`after_tool`](Run::after_tool) will record it).
+    pub fn awaits_result(&self, call_id: &str) -> bool {
+        self.shared.pending.lock().get(call_id).is_some()
+    }
+
     fn after_failure(&self, call_id: &str, now: DateTime<Utc>) -> Decision {
         self.failure(
             Phase::After,
@@ -73,6 +86,9 @@ impl Run {
     /// blocking when no signal provider, subject extractor or tool evaluator is in play, else
     /// waits for them as [`before_tool_blocking`](Run::before_tool_blocking) does.
     pub fn after_tool_blocking(&self, call_id: &str, outcome: ToolOutcome) -> Option<Decision> {
+        if let Some(why) = self.closed() {
+            return Some(closed_decision(Phase::After, why));
+        }
         let (policies, profile) = {
             let pending = self.shared.pending.lock();
             let call = pending.get(call_id)?;

@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+use super::closed::closed_decision;
 use crate::audit::EventKind;
-use crate::engine::audit::body::RunEndedBody;
 use crate::engine::audit::sealer::Body;
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};
@@ -51,6 +51,9 @@ pub(crate) struct RunShared {
     pub(crate) started_ms: i64,
     pub(crate) aborted: AtomicBool,
     pub(crate) ended: AtomicBool,
+    /// Held (shared) while a decision is written, taken (exclusive) when the run ends: a
+    /// decision either lands before `run.ended` or sees the run ended (see `closed.rs`).
+    pub(crate) gate: parking_lot::RwLock<()>,
     pub(crate) history: Mutex<History>,
     pub(crate) pending: Mutex<PendingCalls>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
@@ -80,51 +83,6 @@ impl RunShared {
                 Scope::Agent => self.agent_key.clone(),
                 Scope::AgentUser => self.agent_user_key.clone(),
             },
-        }
-    }
-
-    /// The body of `run.ended`.
-    fn ended_body(
-        &self,
-        status: &str,
-        final_response: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> RunEndedBody {
-        let t = &self.totals;
-        RunEndedBody {
-            status: status.to_string(),
-            calls: t.calls.load(Ordering::Relaxed),
-            allowed: t.allowed.load(Ordering::Relaxed),
-            blocked: t.blocked.load(Ordering::Relaxed),
-            hitl: t.hitl.load(Ordering::Relaxed),
-            tokens_in: t.tokens_in.load(Ordering::Relaxed),
-            tokens_out: t.tokens_out.load(Ordering::Relaxed),
-            cost_usd: t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
-            duration_ms: now.timestamp_millis() - self.started_ms,
-            aborted: self.aborted.load(Ordering::Acquire),
-            final_response: final_response.map(str::to_string),
-            evaluation: None,
-        }
-    }
-}
-
-impl Drop for RunShared {
-    /// A run dropped without [`Run::end`] releases its run-scoped state and, with the audit
-    /// trail on, ends its chain with a `run.ended` event of status `dropped`.
-    fn drop(&mut self) {
-        if self.ended.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.engine.state.forget_scope(&self.run_key);
-        super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.context, "dropped")
-        });
-        if self.engine.audit_enabled() {
-            let now = self.engine.clock.now();
-            let body = Body::RunEnded(self.ended_body("dropped", None, now));
-            self.engine.emit_body(self, EventKind::RunEnded, body, now);
-            // The run's state stays: the next holder continues its chain.
-            self.engine.leave_chain_on_drop(self);
         }
     }
 }
@@ -169,7 +127,9 @@ impl Run {
             context: Arc::new(context),
             started_ms: now.timestamp_millis(),
             aborted: AtomicBool::new(false),
-            ended: AtomicBool::new(false),
+            // A run of a shut-down engine is over before it starts: it writes nothing.
+            ended: AtomicBool::new(engine.shut_down.load(Ordering::Acquire)),
+            gate: parking_lot::RwLock::new(()),
             history: Mutex::new(History::default()),
             pending: Mutex::new(PendingCalls::default()),
             tz_cache: std::sync::OnceLock::new(),
@@ -184,7 +144,7 @@ impl Run {
         super::observe::each(&run.engine.observers, |o| {
             o.on_run_start(&run.shared.context)
         });
-        if run.engine.audit_enabled() {
+        if run.engine.audit_enabled() && !run.shared.ended.load(Ordering::Acquire) {
             let body = Body::RunStarted(run.shared.context.clone());
             run.engine
                 .emit_body(&run.shared, EventKind::RunStarted, body, now);
@@ -235,6 +195,9 @@ impl Run {
     /// signal provider or subject extractor is in play the decision is made without awaiting
     /// (see [`before_tool_blocking`](Run::before_tool_blocking) for callers that are not async).
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
+        if let Some(why) = self.closed() {
+            return closed_decision(Phase::Before, why);
+        }
         let started = Instant::now();
         let now = self.engine.clock.now();
         let mut decision = blank_decision();
@@ -262,6 +225,9 @@ impl Run {
     /// runtime's own tasks when signals are in play (it then runs them on another thread and
     /// blocks this one meanwhile); use `before_tool` there.
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
+        if let Some(why) = self.closed() {
+            return closed_decision(Phase::Before, why);
+        }
         let started = Instant::now();
         let now = self.engine.clock.now();
         let mut decision = blank_decision();
@@ -422,6 +388,11 @@ impl Run {
         started: Instant,
         now: DateTime<Utc>,
     ) -> Decision {
+        // The run may have ended while this call was decided: then it is refused, unwritten.
+        let _open = self.shared.gate.read();
+        if let Some(why) = self.closed() {
+            return closed_decision(Phase::Before, why);
+        }
         let t = &self.shared.totals;
         t.calls.fetch_add(1, Ordering::Relaxed);
         match decision.effect {
@@ -496,52 +467,6 @@ impl Run {
 
     pub(crate) fn abort(&self) {
         self.shared.aborted.store(true, Ordering::Release);
-    }
-
-    /// Ends the run with a status (e.g. `success`, `error`) and, optionally, the agent's final
-    /// response (evaluated by the run-level evaluators). Flushes the audit sinks, bounded by the
-    /// engine's flush timeout. Ending twice does nothing.
-    ///
-    /// The run's own counters and metric windows (scope `run`) are released: they can never
-    /// be read again, and a long-lived engine must not keep them. This costs the same whatever
-    /// the size of the policies (the store knows the run's keys).
-    pub async fn end(&self, status: &str, final_response: Option<&str>) {
-        if self.shared.ended.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.engine.state.forget_scope(&self.shared.run_key);
-        if let Some(store) = self.engine.shared.clone() {
-            self.end_shared(&*store).await;
-        }
-        super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, status)
-        });
-        if self.engine.audit_enabled() {
-            let now = self.engine.clock.now();
-            let mut body = self.shared.ended_body(status, final_response, now);
-            self.engine.await_background(&self.shared).await;
-            let (evaluation, slow) = self
-                .engine
-                .evaluate_run(&self.shared, final_response, status)
-                .await;
-            let late_events = slow.is_some();
-            body.evaluation = evaluation;
-            self.engine.emit_with_evaluation(
-                &self.shared,
-                EventKind::RunEnded,
-                Body::RunEnded(body),
-                now,
-                slow,
-                None,
-            );
-            self.engine.await_background(&self.shared).await;
-            if late_events {
-                // Slow run evaluations land after the signed `run.ended`: sign them too.
-                self.engine.emit_closing_checkpoint(&self.shared);
-            }
-            self.engine.leave_chain(&self.shared, true).await;
-            self.engine.flush_run_audit(&self.shared).await;
-        }
     }
 }
 
