@@ -48,6 +48,23 @@ impl Live {
         self.rx.borrow().clone()
     }
 
+    /// Shows a decision made here at once (the page a reviewer is redirected to after deciding
+    /// must not still show the review pending), then makes the poller look.
+    pub(crate) fn decided(&self, review: &crate::engine::Review) {
+        self.tx.send_modify(|snap| {
+            let snap = Arc::make_mut(snap);
+            let before = snap.pending.len();
+            snap.pending.retain(|r| r.id != review.id);
+            if snap.pending.len() < before {
+                snap.pending_total = snap.pending_total.saturating_sub(1);
+            }
+            snap.decided.retain(|r| r.id != review.id);
+            snap.decided.insert(0, review.clone());
+            snap.decided.truncate(super::store::DECIDED_SHOWN);
+        });
+        self.wake();
+    }
+
     /// Makes the poller look now (after a decision here).
     pub(crate) fn wake(&self) {
         self.wake.notify_one();

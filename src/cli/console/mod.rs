@@ -419,7 +419,7 @@ async fn decide(
     match outcome {
         Ok(review) => {
             app.effects.decided(&review).await;
-            app.live.wake();
+            app.live.decided(&review);
             Redirect::to("/").into_response()
         }
         Err(e) => {
@@ -431,6 +431,7 @@ async fn decide(
             } = &e
             {
                 app.effects.decided(r).await;
+                app.live.decided(r);
             }
             let (status, title) = match &e {
                 ReviewError::AlreadyDecided { .. } => (StatusCode::CONFLICT, "Already decided"),
