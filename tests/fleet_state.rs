@@ -202,6 +202,7 @@ fn review(i: usize) -> toolgate::engine::Review {
         rule_id: "rule".into(),
         tool_name: "pay".into(),
         args: json!({"n": i}),
+        redacted: Vec::new(),
         enduser_id: None,
         run_id: "r".into(),
         call_id: format!("c{i}"),

@@ -22,6 +22,7 @@ fn review(id: &str) -> Review {
         rule_id: "r".into(),
         tool_name: "t".into(),
         args: json!({}),
+        redacted: Vec::new(),
         enduser_id: None,
         run_id: "run".into(),
         call_id: "c".into(),

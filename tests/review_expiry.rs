@@ -264,6 +264,7 @@ fn pending(i: usize) -> Review {
         rule_id: "r".into(),
         tool_name: "t".into(),
         args: json!({"i": i}),
+        redacted: Vec::new(),
         enduser_id: None,
         run_id: "run".into(),
         call_id: "c".into(),
@@ -328,6 +329,7 @@ fn race(a: Arc<dyn ReviewStore>, b: Arc<dyn ReviewStore>, n: usize) {
                     status: *status,
                     by: by.clone(),
                     at: None,
+                    expired_now: None,
                 }
                 .to_string();
                 assert!(

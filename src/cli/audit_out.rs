@@ -69,16 +69,37 @@ impl AuditOut {
 
     /// Writes the `review.decided` event of a review decided in the console.
     pub async fn decided(&self, review: &Review, at: DateTime<Utc>) -> Result<(), String> {
+        self.decided_signed(review, at, None).await
+    }
+
+    /// Writes the `review.decided` event of a review decided in the console; with `signer`,
+    /// its run (`review-<id>`) is closed by a signed `run.ended`, so that `toolgate verify
+    /// --public-key` accepts it.
+    pub async fn decided_signed(
+        &self,
+        review: &Review,
+        at: DateTime<Utc>,
+        signer: Option<&std::sync::Arc<crate::audit::RunSigner>>,
+    ) -> Result<(), String> {
         let mut chain = RunChain::new(
             format!("review-{}", review.id),
             review.agent_id.clone(),
             review.enduser_id.clone(),
-        );
-        let event = chain.seal(EventKind::ReviewDecided, at, decided_event_body(review));
+        )
+        .with_signer(signer.cloned());
+        let mut events = vec![chain.seal(EventKind::ReviewDecided, at, decided_event_body(review))];
+        if signer.is_some() {
+            let mut body = serde_json::Map::new();
+            body.insert("status".into(), "success".into());
+            events.push(chain.seal(EventKind::RunEnded, at, body));
+        }
         match self {
             AuditOut::Dir(dir) => {
                 let dir = dir.join("toolgate-console");
-                let line = format!("{}\n", event.canonical_line());
+                let line: String = events
+                    .iter()
+                    .map(|e| format!("{}\n", e.canonical_line()))
+                    .collect();
                 let file = dir.join(format!("{}.jsonl", at.format("%Y-%m-%d")));
                 tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                     std::fs::create_dir_all(&dir)?;
@@ -86,7 +107,7 @@ impl AuditOut {
                         .create(true)
                         .append(true)
                         .open(&file)?;
-                    // One write of a whole line to a file opened for appending.
+                    // One write of whole lines to a file opened for appending.
                     f.write_all(line.as_bytes())?;
                     f.sync_data()
                 })
@@ -97,13 +118,17 @@ impl AuditOut {
             #[cfg(feature = "postgres")]
             AuditOut::Postgres(store, shown) => {
                 use crate::audit::store::EventStore;
-                let incoming = crate::audit::store::Incoming::from_value(event.to_json())
+                let incoming = events
+                    .iter()
+                    .map(|e| crate::audit::store::Incoming::from_value(e.to_json()))
+                    .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| e.to_string())?;
+                let wanted = incoming.len();
                 let outcome = store
-                    .ingest(vec![incoming])
+                    .ingest(incoming)
                     .await
                     .map_err(|e| format!("{shown}: {e}"))?;
-                if outcome.accepted + outcome.duplicates == 0 {
+                if outcome.accepted + outcome.duplicates < wanted {
                     return Err(format!("{shown}: event refused: {}", outcome.to_json()));
                 }
                 Ok(())

@@ -7,7 +7,8 @@ use crate::engine::{NotifyConfig, NotifyFormat};
 /// The body of a notification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum NotifyFormatArg {
-    /// `{"type","review","consoleUrl"?}`, signed with `X-Toolgate-Signature`.
+    /// `{"type","review","consoleUrl"?}`, signed with `X-Toolgate-Signature` (over the
+    /// timestamp and the body).
     #[default]
     Json,
     /// A Slack incoming-webhook message.
@@ -23,7 +24,7 @@ pub struct NotifyArgs {
     #[arg(long = "notify", value_name = "URL")]
     pub notify: Vec<String>,
     /// A file holding the HMAC key: each POST carries `X-Toolgate-Signature: sha256=<HMAC-SHA256
-    /// of the body>` (surrounding whitespace of the file is ignored).
+    /// of "<X-Toolgate-Timestamp>.<body>">` (surrounding whitespace of the file is ignored).
     #[arg(long, value_name = "FILE", requires = "notify")]
     pub notify_secret_file: Option<PathBuf>,
     /// `json` (default) or `slack` (a Slack incoming-webhook text message).

@@ -264,6 +264,21 @@ pub fn run(args: ReviewArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
+            // Lost to the due expiry this very command recorded: its event is written here
+            // (nobody else will).
+            if let ReviewError::AlreadyDecided {
+                expired_now: Some(r),
+                ..
+            } = &e
+                && let Some((runtime, out)) = audit
+                && let Err(e) = runtime.block_on(out.decided(r, r.decided_at.unwrap_or(now)))
+            {
+                eprintln!(
+                    "error: review {} expired, but its review.decided audit event was not written to {}: {e}",
+                    r.id,
+                    out.place()
+                );
+            }
             ExitCode::FAILURE
         }
     }

@@ -60,14 +60,16 @@ pub use decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
 pub use hitl::notify::{
-    Notifier, NotifyConfig, NotifyFormat, NotifyKind, QUEUE as NOTIFY_QUEUE, SIGNATURE_HEADER,
-    sign as notify_signature,
+    DELIVERY_HEADER, MAX_IN_FLIGHT as NOTIFY_MAX_IN_FLIGHT, Notifier, NotifyConfig, NotifyFormat,
+    NotifyKind, QUEUE as NOTIFY_QUEUE, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    delivery_signature as notify_delivery_signature, sign as notify_signature, slack_escape,
 };
 #[cfg(feature = "redis")]
 pub(crate) use hitl::reviews::resolve as resolve_review;
 pub use hitl::reviews::{
-    EXPIRY_REVIEWER, FileReviewStore, MemoryReviewStore, Review, ReviewError, ReviewHead,
-    ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict, fingerprint, status_word,
+    EXPIRY_REVIEWER, FileReviewStore, MAX_REDACTED, MemoryReviewStore, Redacted, Review,
+    ReviewError, ReviewHead, ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict,
+    fingerprint, status_word,
 };
 pub use run::closed::RunClosed;
 pub use run::guard::{Guarded, Refusal};
@@ -316,7 +318,7 @@ impl GovernanceEngine {
 }
 
 /// How long [`GovernanceEngine::shutdown`] waits for review notifications still on their way.
-pub const NOTIFY_DRAIN: Duration = Duration::from_secs(5);
+pub const NOTIFY_DRAIN: Duration = Duration::from_millis(500);
 
 /// Access to the engine's human reviews.
 #[derive(Debug)]
@@ -341,9 +343,23 @@ impl Reviews<'_> {
     /// Records a verdict (with reviewer and comment) on a pending review. Of two verdicts on
     /// one review, one wins and the other gets [`ReviewError::AlreadyDecided`].
     pub fn decide(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
-        let r = self.engine.inner.reviews.decide_with(id, verdict)?;
-        self.engine.inner.notify_decided(&r);
-        Ok(r)
+        match self.engine.inner.reviews.decide_with(id, verdict) {
+            Ok(r) => {
+                self.engine.inner.notify_decided(&r);
+                Ok(r)
+            }
+            Err(e) => {
+                // The verdict lost to the expiry it recorded: the expiry is told once, here.
+                if let ReviewError::AlreadyDecided {
+                    expired_now: Some(r),
+                    ..
+                } = &e
+                {
+                    self.engine.inner.notify_decided(r);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Approves a pending review: identical calls (same fingerprint) are allowed from now on.

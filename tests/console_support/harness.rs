@@ -11,7 +11,10 @@ use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use toolgate::engine::{FileReviewStore, Review, ReviewStatus, SIGNATURE_HEADER, notify_signature};
+use toolgate::engine::{
+    DELIVERY_HEADER, FileReviewStore, Review, ReviewStatus, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    notify_delivery_signature,
+};
 
 pub const TOKEN: &str = "alice-s3cret-token-0123456789";
 pub const SECRET: &str = "webhook-key-42";
@@ -255,15 +258,25 @@ pub async fn next_signed(
             .await
             .expect("a notification in time")
             .expect("receiver open");
-        let sig = headers
-            .get(SIGNATURE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .expect("signed")
-            .to_string();
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_else(|| panic!("no {name} header"))
+                .to_string()
+        };
+        let (sig, ts) = (header(SIGNATURE_HEADER), header(TIMESTAMP_HEADER));
+        assert!(!header(DELIVERY_HEADER).is_empty());
+        // The signature covers the timestamp and the body; the timestamp is now-ish.
         assert_eq!(
             sig,
-            format!("sha256={}", notify_signature(SECRET.as_bytes(), &body))
+            format!(
+                "sha256={}",
+                notify_delivery_signature(SECRET.as_bytes(), &ts, &body)
+            )
         );
+        let age = chrono::Utc::now().timestamp() - ts.parse::<i64>().unwrap();
+        assert!((-300..=300).contains(&age), "timestamp {ts} is {age} s old");
         let v: Value = serde_json::from_slice(&body).unwrap();
         if v["type"] == kind {
             return v;
@@ -299,6 +312,7 @@ pub fn overdue(i: u32, on_expire: toolgate::policy::OnExpire) -> Review {
         rule_id: "big-refund".into(),
         tool_name: "refund".into(),
         args: json!({"amount": 900}),
+        redacted: Vec::new(),
         enduser_id: None,
         run_id: "run-x".into(),
         call_id: "c1".into(),

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::pages::RunRow;
+use super::run_page::RunRow;
 use crate::audit::store::RunCheck;
 pub use crate::cli::audit_out::AuditOut;
 
@@ -69,6 +69,10 @@ fn dir_run(dir: &std::path::Path, agent: Option<&str>, run: &str) -> Result<Vec<
     // Canonical lines spell the run id as JSON: a cheap filter before parsing.
     let needle = format!("\"runId\":{}", Value::String(run.to_string()));
     let mut found: Vec<(u64, String)> = Vec::new();
+    if !dir.exists() {
+        // Nothing written yet: no run.
+        return Ok(Vec::new());
+    }
     for entry in walkdir::WalkDir::new(dir).follow_links(false) {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = entry.path();

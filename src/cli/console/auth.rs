@@ -1,9 +1,12 @@
 //! Login for the console: tokens from TOKENS (`{"tokens":[{"sha256","name"}]}`, only their
-//! SHA-256 is stored), sessions in memory behind an `HttpOnly`, `SameSite=Strict` cookie, and a
-//! CSRF token per session that every POST must carry (the login form's comes from a cookie of
-//! its own: double submit).
+//! SHA-256 is stored), sessions in memory behind an `HttpOnly`, `SameSite=Strict` cookie
+//! (`Secure` and `__Host-` when the console is reached over https), and a CSRF token per
+//! session that every POST must carry. The login form's CSRF token is issued and signed by the
+//! server (and also sent as a cookie: double submit), so a cookie an attacker planted does not
+//! pass. Wrong tokens are throttled per address ([`Throttle`]).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -157,13 +160,154 @@ pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a 
         .map(|(_, v)| v)
 }
 
-/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, path `/` (`max_age` 0 deletes it).
-pub fn set_cookie(name: &str, value: &str, max_age: Option<u64>) -> String {
-    let mut c = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
-    if let Some(a) = max_age {
-        c.push_str(&format!("; Max-Age={a}"));
+/// The console's cookies: their names and attributes.
+#[derive(Debug, Clone)]
+pub struct Cookies {
+    /// The session cookie's name.
+    pub session: &'static str,
+    /// The login form's CSRF cookie's name.
+    pub login: &'static str,
+    secure: bool,
+}
+
+impl Cookies {
+    /// Over https (`secure`): `Secure`, and the `__Host-` prefix (which browsers accept only
+    /// from a secure origin, for path `/`, without a domain: no sibling host can set it).
+    pub fn new(secure: bool) -> Cookies {
+        if secure {
+            Cookies {
+                session: "__Host-toolgate_session",
+                login: "__Host-toolgate_login",
+                secure,
+            }
+        } else {
+            Cookies {
+                session: SESSION_COOKIE,
+                login: LOGIN_COOKIE,
+                secure,
+            }
+        }
     }
-    c
+
+    /// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, path `/`, `Secure` over https
+    /// (`max_age` 0 deletes it).
+    pub fn set(&self, name: &str, value: &str, max_age: Option<u64>) -> String {
+        let mut c = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
+        if self.secure {
+            c.push_str("; Secure");
+        }
+        if let Some(a) = max_age {
+            c.push_str(&format!("; Max-Age={a}"));
+        }
+        c
+    }
+}
+
+/// How long a login form's CSRF token is good for.
+pub const LOGIN_CSRF_TTL_SECS: i64 = 600;
+
+/// Login CSRF tokens the server issues: `<unix time>.<nonce>.<MAC>`, the MAC (HMAC-SHA256 under
+/// a key of this process) over the time and nonce. Only a token this console issued in the
+/// last [`LOGIN_CSRF_TTL_SECS`] passes, whatever cookie the browser holds.
+pub struct LoginCsrf {
+    key: [u8; 32],
+}
+
+impl Default for LoginCsrf {
+    fn default() -> Self {
+        let mut key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        LoginCsrf { key }
+    }
+}
+
+impl std::fmt::Debug for LoginCsrf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoginCsrf")
+    }
+}
+
+impl LoginCsrf {
+    /// A new token, issued at `now` (Unix seconds).
+    pub fn issue(&self, now: i64) -> String {
+        let mut nonce = [0u8; 16];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let head = format!("{now}.{}", hex::encode(nonce));
+        let mac = crate::engine::notify_signature(&self.key, head.as_bytes());
+        format!("{head}.{mac}")
+    }
+
+    /// Whether `token` was issued by this console less than [`LOGIN_CSRF_TTL_SECS`] before
+    /// `now`.
+    pub fn check(&self, token: &str, now: i64) -> bool {
+        let Some((head, mac)) = token.rsplit_once('.') else {
+            return false;
+        };
+        let want = crate::engine::notify_signature(&self.key, head.as_bytes());
+        if !ct_eq(want.as_bytes(), mac.as_bytes()) {
+            return false;
+        }
+        let issued = head
+            .split_once('.')
+            .and_then(|(t, _)| t.parse::<i64>().ok());
+        issued.is_some_and(|t| t <= now && now - t <= LOGIN_CSRF_TTL_SECS)
+    }
+}
+
+/// Wrong tokens an address may try per minute; past it, logins from it get 429 until the
+/// minute is over.
+pub const LOGIN_FAILURES_PER_MINUTE: u32 = 10;
+/// Addresses whose failures are counted at most (the oldest windows make room).
+pub const THROTTLED_ADDRESSES: usize = 10_000;
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// Failed logins per address (IPv4, or the /64 of an IPv6 address), in one-minute windows.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    by_addr: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+/// The key an address is counted under: an IPv6 address's /64 (one host holds a whole /64).
+fn throttle_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+impl Throttle {
+    /// Whether logins from `ip` are refused for now.
+    pub fn blocked(&self, ip: IpAddr, now: Instant) -> bool {
+        let map = self.by_addr.lock();
+        map.get(&throttle_key(ip)).is_some_and(|(start, n)| {
+            now.duration_since(*start) < WINDOW && *n >= LOGIN_FAILURES_PER_MINUTE
+        })
+    }
+
+    /// Counts a failed login from `ip`; returns the failures of its window so far.
+    pub fn failed(&self, ip: IpAddr, now: Instant) -> u32 {
+        let mut map = self.by_addr.lock();
+        if map.len() >= THROTTLED_ADDRESSES {
+            map.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
+            if map.len() >= THROTTLED_ADDRESSES
+                && let Some(oldest) = map.iter().min_by_key(|(_, (s, _))| *s).map(|(k, _)| *k)
+            {
+                map.remove(&oldest);
+            }
+        }
+        let e = map.entry(throttle_key(ip)).or_insert((now, 0));
+        if now.duration_since(e.0) >= WINDOW {
+            *e = (now, 0);
+        }
+        e.1 = e.1.saturating_add(1);
+        e.1
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +325,31 @@ mod tests {
         assert_eq!(t.check("s3cre"), None);
         assert!(Tokens::parse(r#"{"tokens":[{"sha256":"zz","name":"a"}]}"#).is_err());
         assert!(Tokens::parse(r#"{"tokens":[]}"#).is_err());
+    }
+
+    #[test]
+    fn login_csrf_only_from_this_server_and_fresh() {
+        let c = LoginCsrf::default();
+        let t = c.issue(1_000);
+        assert!(c.check(&t, 1_100));
+        assert!(!c.check(&t, 1_000 + LOGIN_CSRF_TTL_SECS + 1));
+        assert!(!c.check("attacker-chosen", 1_100));
+        assert!(!LoginCsrf::default().check(&t, 1_100));
+    }
+
+    #[test]
+    fn throttle_per_address() {
+        let t = Throttle::default();
+        let now = Instant::now();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        for _ in 0..LOGIN_FAILURES_PER_MINUTE {
+            assert!(!t.blocked(a, now));
+            t.failed(a, now);
+        }
+        assert!(t.blocked(a, now));
+        assert!(!t.blocked(b, now));
+        assert!(!t.blocked(a, now + WINDOW));
     }
 
     #[test]

@@ -1,22 +1,23 @@
 //! Live updates: one poller per console looks at the review store every `--poll-ms` (a file:
-//! one `stat`, read only when it changed; Redis: one round trip for the pending page and one
-//! for the newest reviews), decides the reviews whose `onExpire` is due, and publishes a new
-//! snapshot when anything changed; each open page holds a server-sent-events stream that
-//! renders the snapshot for its session and sends it.
+//! one `stat`, read only when it changed or an expiry is due; Redis: the pending index page by
+//! page, and one round trip for the newest reviews), decides every pending review whose
+//! `onExpire` is due, and publishes a new snapshot when anything changed (or a banner when
+//! the store cannot be read); each open page holds a server-sent-events stream that renders
+//! its page of the snapshot for its session and sends it when it changed.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{Notify, watch};
 
 use super::App;
-use super::pages::{self, Viewer};
-use super::store::{DECIDED_SHOWN, PENDING_SHOWN, Snapshot, sweep_expired};
+use super::pages::{self, ListQuery, Viewer};
+use super::store::Snapshot;
 
 /// The poller's outputs.
 pub(crate) struct Live {
@@ -47,6 +48,23 @@ impl Live {
         self.rx.borrow().clone()
     }
 
+    /// Shows a decision made here at once (the page a reviewer is redirected to after deciding
+    /// must not still show the review pending), then makes the poller look.
+    pub(crate) fn decided(&self, review: &crate::engine::Review) {
+        self.tx.send_modify(|snap| {
+            let snap = Arc::make_mut(snap);
+            let before = snap.pending.len();
+            snap.pending.retain(|r| r.id != review.id);
+            if snap.pending.len() < before {
+                snap.pending_total = snap.pending_total.saturating_sub(1);
+            }
+            snap.decided.retain(|r| r.id != review.id);
+            snap.decided.insert(0, review.clone());
+            snap.decided.truncate(super::store::DECIDED_SHOWN);
+        });
+        self.wake();
+    }
+
     /// Makes the poller look now (after a decision here).
     pub(crate) fn wake(&self) {
         self.wake.notify_one();
@@ -71,11 +89,9 @@ pub(crate) fn start_poller(app: Arc<App>) {
             let reviews = Arc::clone(&app.reviews);
             let now = chrono::Utc::now();
             let current = app.live.current();
-            // Due expiries must be decided even when nothing else changed.
-            let expiry_due = current
-                .pending
-                .iter()
-                .any(|r| r.expiry_verdict(now).is_some());
+            // Due expiries must be decided even when nothing else changed (every pending
+            // review's, held or not: `next_expiry` is over all of them).
+            let expiry_due = current.next_expiry.is_some_and(|at| at <= now);
             let token = {
                 let r = Arc::clone(&reviews);
                 tokio::task::spawn_blocking(move || r.change_token())
@@ -83,21 +99,19 @@ pub(crate) fn start_poller(app: Arc<App>) {
                     .ok()
                     .flatten()
             };
-            let unchanged = token.is_some() && token == last_token && !expiry_due && !first;
+            let unchanged = token.is_some()
+                && token == last_token
+                && !expiry_due
+                && !first
+                && current.unreadable.is_none();
             if !unchanged {
-                let read = tokio::task::spawn_blocking(move || {
-                    let snap = reviews.snapshot(PENDING_SHOWN, DECIDED_SHOWN)?;
-                    let expired = sweep_expired(reviews.as_ref(), &snap, now);
-                    let snap = if expired.is_empty() {
-                        snap
-                    } else {
-                        reviews.snapshot(PENDING_SHOWN, DECIDED_SHOWN)?
-                    };
-                    Ok::<_, crate::engine::ReviewError>((snap, expired))
-                })
-                .await;
+                let read =
+                    tokio::task::spawn_blocking(move || super::store::read(reviews.as_ref(), now))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
                 match read {
-                    Ok(Ok((snap, expired))) => {
+                    Ok((snap, expired)) => {
                         for r in &expired {
                             app.effects.decided(r).await;
                         }
@@ -107,11 +121,17 @@ pub(crate) fn start_poller(app: Arc<App>) {
                         // The token read before the listing: a change in between is seen next time.
                         last_token = token;
                     }
-                    Ok(Err(e)) => {
-                        tracing::warn!("console: reviews not read: {e}");
+                    Err(e) => {
+                        // The page keeps the last lists, under a banner saying they are stale.
+                        if current.unreadable.as_ref().map(|(_, m)| m) != Some(&e) {
+                            tracing::warn!("console: reviews not read: {e}");
+                            let mut stale = Snapshot::clone(&current);
+                            let since = current.unreadable.as_ref().map_or(now, |(at, _)| *at);
+                            stale.unreadable = Some((since, e));
+                            app.live.tx.send_replace(Arc::new(stale));
+                        }
                         last_token = None;
                     }
-                    Err(e) => tracing::warn!("console: reviews not read: {e}"),
                 }
             }
             if first {
@@ -129,28 +149,48 @@ pub(crate) fn start_poller(app: Arc<App>) {
     });
 }
 
-/// `GET /events`: the reviews part of the page, rendered for this session, now and after each
-/// change (event `reviews`).
-pub(crate) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+/// `GET /events?page=…&agent=…&tool=…&rule=…`: the reviews part of the page (that page of that
+/// filter, rendered for this session: bounded however many reviews wait, and long values cut),
+/// now and after each change that alters it (event `reviews`).
+pub(crate) async fn events(
+    State(app): State<Arc<App>>,
+    Query(q): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
     let Some((_, session)) = super::session(&app, &headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     let rx = app.live.rx.clone();
-    let runs = app.runs.is_some();
-    let stream =
-        futures::stream::unfold((rx, session, true), move |(mut rx, s, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
+    let ctx = super::page_context(&app);
+    let stream = futures::stream::unfold(
+        (rx, session, true, String::new()),
+        move |(mut rx, s, mut first, mut last)| {
+            let (q, ctx) = (q.clone(), ctx.clone());
+            async move {
+                loop {
+                    if !first && rx.changed().await.is_err() {
+                        return None;
+                    }
+                    first = false;
+                    let snap = rx.borrow_and_update().clone();
+                    let viewer = Viewer {
+                        name: &s.name,
+                        csrf: &s.csrf,
+                    };
+                    let html =
+                        pages::fragment(&viewer, &snap, chrono::Utc::now(), &ctx, &q).into_string();
+                    // A change elsewhere in the store that leaves this page as it was sends
+                    // nothing.
+                    if html == last {
+                        continue;
+                    }
+                    last.clone_from(&html);
+                    let event = Event::default().event("reviews").data(html);
+                    return Some((Ok::<_, Infallible>(event), (rx, s, false, last)));
+                }
             }
-            let snap = rx.borrow_and_update().clone();
-            let viewer = Viewer {
-                name: &s.name,
-                csrf: &s.csrf,
-            };
-            let html = pages::fragment(&viewer, &snap, chrono::Utc::now(), runs).into_string();
-            let event = Event::default().event("reviews").data(html);
-            Some((Ok::<_, Infallible>(event), (rx, s, false)))
-        });
+        },
+    );
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

@@ -4,14 +4,17 @@
 //! * `store` — listing the reviews cheaply, the expiry sweep, a decision's side effects;
 //! * `audit_out` — `review.decided` events and run pages;
 //! * `auth` — tokens, sessions, CSRF;
-//! * `pages` — the HTML (maud templates);
+//! * `pages` — the HTML (maud templates); `text` — hostile text made visible, long values cut;
 //! * `live` — the poller and the server-sent events.
 
 mod audit_out;
 mod auth;
 mod live;
+mod login;
 mod pages;
+mod run_page;
 mod store;
+mod text;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,8 +29,8 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use self::audit_out::AuditOut;
-use self::auth::{LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, Tokens};
-use self::pages::Viewer;
+use self::auth::{Cookies, LoginCsrf, Session, Sessions, Throttle, Tokens};
+use self::pages::{ListQuery, PageContext, Viewer};
 use self::store::{ConsoleReviews, Effects};
 use crate::engine::{FileReviewStore, ReviewError};
 
@@ -71,6 +74,15 @@ pub struct ConsoleArgs {
     /// Webhooks told of each decision made here (see `replay --notify`).
     #[command(flatten)]
     pub notify: super::notify::NotifyArgs,
+    /// The URL reviewers reach the console at. `https://…` (a TLS proxy in front): the cookies
+    /// get `Secure` and the `__Host-` prefix.
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    /// Sign the runs of the console's `review.decided` events with this Ed25519 private key
+    /// (see `toolgate keygen`): each is closed by a signed `run.ended`, so `toolgate verify
+    /// --public-key KEY.pub` accepts them.
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
 }
 
 /// What the handlers share.
@@ -82,6 +94,17 @@ pub(crate) struct App {
     runs: Option<AuditOut>,
     effects: Effects,
     live: live::Live,
+    cookies: Cookies,
+    login_csrf: LoginCsrf,
+    throttle: Throttle,
+}
+
+/// What every page needs to know of the console.
+pub(crate) fn page_context(app: &App) -> PageContext {
+    PageContext {
+        runs: app.runs.is_some(),
+        approval_lasts: app.reviews.approval_lasts(),
+    }
 }
 
 /// Runs `toolgate console`.
@@ -127,6 +150,22 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
     let audit = runs
         .clone()
         .unwrap_or_else(|| AuditOut::Dir(args.audit.clone()));
+    let signer = match &args.signing_key {
+        Some(path) => Some(Arc::new(
+            crate::audit::RunSigner::from_file(path).map_err(|e| format!("--signing-key: {e}"))?,
+        )),
+        None => None,
+    };
+    let secure = match &args.public_url {
+        Some(u) if u.starts_with("https://") => true,
+        Some(u) if u.starts_with("http://") => false,
+        Some(u) => {
+            return Err(format!(
+                "--public-url {u:?}: expected an http:// or https:// URL"
+            ));
+        }
+        None => false,
+    };
     let notifier = args.notify.config()?.map(crate::engine::Notifier::start);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -143,8 +182,12 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
         effects: Effects {
             audit: Some(audit),
             notifier,
+            signer,
         },
         live,
+        cookies: Cookies::new(secure),
+        login_csrf: LoginCsrf::default(),
+        throttle: Throttle::default(),
     });
     live::start_poller(Arc::clone(&app));
     app.live.ready().await;
@@ -159,12 +202,15 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let served = axum::serve(listener, router(Arc::clone(&app)))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string());
+    let served = axum::serve(
+        listener,
+        router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .map_err(|e| e.to_string());
     if let Some(n) = &app.effects.notifier {
         n.drain(crate::engine::NOTIFY_DRAIN).await;
     }
@@ -175,8 +221,9 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(index))
-        .route("/login", get(login_form).post(login))
-        .route("/logout", post(logout))
+        .route("/login", get(login::login_form).post(login::login))
+        .route("/logout", post(login::logout))
+        .route("/reviews/{id}", get(review_page))
         .route("/reviews/{id}/decide", post(decide))
         .route("/runs/{run}", get(run_page))
         .route("/events", get(live::events))
@@ -236,7 +283,7 @@ async fn style() -> Response {
 
 /// The session of a request, with its cookie value.
 fn session(app: &App, headers: &HeaderMap) -> Option<(String, Session)> {
-    let id = auth::cookie(headers, SESSION_COOKIE)?;
+    let id = auth::cookie(headers, app.cookies.session)?;
     app.sessions.get(id).map(|s| (id.to_string(), s))
 }
 
@@ -259,7 +306,11 @@ fn forbidden_csrf(viewer: Option<&Viewer<'_>>) -> Response {
         .into_response()
 }
 
-async fn index(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+async fn index(
+    State(app): State<Arc<App>>,
+    Query(q): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
     let Some((_, s)) = session(&app, &headers) else {
         return Redirect::to("/login").into_response();
     };
@@ -268,96 +319,47 @@ async fn index(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         name: &s.name,
         csrf: &s.csrf,
     };
-    Html(pages::index(&viewer, &snap, chrono::Utc::now(), app.runs.is_some()).into_string())
-        .into_response()
+    let ctx = page_context(&app);
+    Html(pages::index(&viewer, &snap, chrono::Utc::now(), &ctx, &q).into_string()).into_response()
 }
 
-async fn login_form(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if session(&app, &headers).is_some() {
-        return Redirect::to("/").into_response();
-    }
-    login_page(StatusCode::OK, None)
-}
-
-/// The login page with a fresh login CSRF cookie.
-fn login_page(status: StatusCode, error: Option<&str>) -> Response {
-    let csrf = auth::random_token();
-    (
-        status,
-        [(
-            header::SET_COOKIE,
-            auth::set_cookie(LOGIN_COOKIE, &csrf, Some(600)),
-        )],
-        Html(pages::login(&csrf, error).into_string()),
-    )
-        .into_response()
-}
-
-#[derive(Debug, Deserialize)]
-struct LoginForm {
-    #[serde(default)]
-    csrf: Option<String>,
-    #[serde(default)]
-    token: String,
-}
-
-async fn login(
+/// `GET /reviews/<id>`: one review, its arguments whole.
+async fn review_page(
     State(app): State<Arc<App>>,
+    Path(id): Path<String>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
 ) -> Response {
-    let cookie = auth::cookie(&headers, LOGIN_COOKIE);
-    let csrf_matches = match (cookie, form.csrf.as_deref()) {
-        (Some(c), Some(f)) => auth::ct_eq(c.as_bytes(), f.as_bytes()),
-        _ => false,
-    };
-    if !csrf_matches {
-        return forbidden_csrf(None);
-    }
-    let Some(name) = app.tokens.check(&form.token) else {
-        tracing::warn!("console: a login with an unknown token was refused");
-        return login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid."));
-    };
-    let id = app.sessions.start(name);
-    let mut res = Redirect::to("/").into_response();
-    let h = res.headers_mut();
-    for c in [
-        auth::set_cookie(SESSION_COOKIE, &id, None),
-        auth::set_cookie(LOGIN_COOKIE, "", Some(0)),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&c) {
-            h.append(header::SET_COOKIE, v);
-        }
-    }
-    res
-}
-
-#[derive(Debug, Deserialize)]
-struct CsrfForm {
-    #[serde(default)]
-    csrf: Option<String>,
-}
-
-async fn logout(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
-) -> Response {
-    let Some((id, s)) = session(&app, &headers) else {
+    let Some((_, s)) = session(&app, &headers) else {
         return Redirect::to("/login").into_response();
     };
-    if !csrf_ok(&s, form.csrf.as_deref()) {
-        return forbidden_csrf(None);
+    let viewer = Viewer {
+        name: &s.name,
+        csrf: &s.csrf,
+    };
+    let reviews = Arc::clone(&app.reviews);
+    let found = tokio::task::spawn_blocking(move || reviews.by_id(&id))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match found {
+        Ok(Some(r)) => Html(
+            pages::review_page(&viewer, &r, chrono::Utc::now(), &page_context(&app)).into_string(),
+        )
+        .into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            Html(
+                pages::message(Some(&viewer), "No such review", "No review has this id.")
+                    .into_string(),
+            ),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Html(pages::message(Some(&viewer), "Store unavailable", &e).into_string()),
+        )
+            .into_response(),
     }
-    app.sessions.end(&id);
-    (
-        [(
-            header::SET_COOKIE,
-            auth::set_cookie(SESSION_COOKIE, "", Some(0)),
-        )],
-        Redirect::to("/login"),
-    )
-        .into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -417,10 +419,20 @@ async fn decide(
     match outcome {
         Ok(review) => {
             app.effects.decided(&review).await;
-            app.live.wake();
+            app.live.decided(&review);
             Redirect::to("/").into_response()
         }
         Err(e) => {
+            // Lost to the due expiry this very decision recorded: the expiry's event and
+            // notification are written here (nobody else will).
+            if let ReviewError::AlreadyDecided {
+                expired_now: Some(r),
+                ..
+            } = &e
+            {
+                app.effects.decided(r).await;
+                app.live.decided(r);
+            }
             let (status, title) = match &e {
                 ReviewError::AlreadyDecided { .. } => (StatusCode::CONFLICT, "Already decided"),
                 ReviewError::NotFound(_) | ReviewError::PrefixTooShort(_) => {
@@ -473,7 +485,7 @@ async fn run_page(
     };
     let (rows, verify) = match store.run(q.agent.as_deref(), &run).await {
         Ok((rows, check)) => {
-            let breaks = check
+            let breaks: Vec<String> = check
                 .breaks
                 .iter()
                 .map(|b| match b.seq {
@@ -485,6 +497,30 @@ async fn run_page(
         }
         Err(e) => (Vec::new(), Err(e)),
     };
+    // A run the store has no event of is not found (not "verified: 0 events").
+    if rows.is_empty()
+        && let Err(e) = &verify
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Html(pages::message(Some(&viewer), "Store unavailable", e).into_string()),
+        )
+            .into_response();
+    }
+    if rows.is_empty() && matches!(&verify, Ok((0, breaks)) if breaks.is_empty()) {
+        return (
+            StatusCode::NOT_FOUND,
+            Html(
+                pages::message(
+                    Some(&viewer),
+                    "No such run",
+                    "The audit store holds no event of this run.",
+                )
+                .into_string(),
+            ),
+        )
+            .into_response();
+    }
     let agent = q
         .agent
         .clone()
@@ -493,5 +529,5 @@ async fn run_page(
                 .and_then(|r| r.body["agentId"].as_str().map(str::to_string))
         })
         .unwrap_or_default();
-    Html(pages::run_page(&viewer, &run, &agent, &rows, verify).into_string()).into_response()
+    Html(run_page::run_page(&viewer, &run, &agent, &rows, verify).into_string()).into_response()
 }

@@ -9,39 +9,65 @@ use crate::engine::{
     ReviewVerdict,
 };
 
-/// Pending reviews shown at most (the oldest first).
-pub const PENDING_SHOWN: usize = 200;
+/// Pending reviews the console holds in memory at most (the oldest first); every pending
+/// review is counted and swept for expiry, held or not.
+pub const PENDING_HELD: usize = 10_000;
 /// Decided reviews shown at most (the newest first).
 pub const DECIDED_SHOWN: usize = 50;
 
-/// The reviews a page shows.
+/// What the console knows of the store: the pages are rendered from it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// Pending reviews, oldest first.
+    /// Pending reviews, oldest first, at most [`PENDING_HELD`].
     pub pending: Vec<Review>,
-    /// More pending reviews than shown.
-    pub more_pending: bool,
+    /// Every pending review in the store (held or not).
+    pub pending_total: usize,
+    /// The earliest expiry among every pending review with an `onExpire` (the next sweep due).
+    pub next_expiry: Option<DateTime<Utc>>,
     /// Decided reviews, newest decision first.
     pub decided: Vec<Review>,
+    /// The store could not be read: since when, and why (the lists are the last ones read).
+    pub unreadable: Option<(DateTime<Utc>, String)>,
 }
 
 /// A review store the console can list cheaply.
 pub trait ConsoleReviews: ReviewStore {
-    /// Pending reviews (oldest first, at most `limit`, and whether there are more) and the
-    /// newest decided ones (at most `decided`).
-    fn snapshot(&self, limit: usize, decided: usize) -> Result<Snapshot, ReviewError>;
+    /// Gives `each` every pending review, oldest first (page by page where the store pages),
+    /// then returns the newest decided ones (at most `decided`, newest decision first).
+    fn scan(
+        &self,
+        each: &mut dyn FnMut(Review),
+        decided: usize,
+    ) -> Result<Vec<Review>, ReviewError>;
+    /// The review with id `id` (whole id only).
+    fn by_id(&self, id: &str) -> Result<Option<Review>, ReviewError>;
     /// A cheap token that changes when the store may have changed (`None`: always read).
     fn change_token(&self) -> Option<String> {
         None
     }
     /// Where the reviews are, for messages.
     fn place(&self) -> String;
+    /// How long an approval lets identical calls through (`None`: until someone expires it).
+    fn approval_lasts(&self) -> Option<std::time::Duration>;
 }
 
 impl ConsoleReviews for FileReviewStore {
-    fn snapshot(&self, limit: usize, decided: usize) -> Result<Snapshot, ReviewError> {
-        let all = self.try_list()?;
-        Ok(split(all, limit, decided))
+    fn scan(
+        &self,
+        each: &mut dyn FnMut(Review),
+        decided: usize,
+    ) -> Result<Vec<Review>, ReviewError> {
+        let (mut pending, done): (Vec<Review>, Vec<Review>) = self
+            .try_list()?
+            .into_iter()
+            .partition(|r| r.status == ReviewStatus::Pending);
+        pending.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        pending.into_iter().for_each(each);
+        Ok(newest_decided(done, decided))
+    }
+
+    fn by_id(&self, id: &str) -> Result<Option<Review>, ReviewError> {
+        Ok(self.try_list()?.into_iter().find(|r| r.id == id))
     }
 
     fn change_token(&self) -> Option<String> {
@@ -62,44 +88,101 @@ impl ConsoleReviews for FileReviewStore {
     fn place(&self) -> String {
         self.path().display().to_string()
     }
+
+    fn approval_lasts(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 #[cfg(feature = "redis")]
 impl ConsoleReviews for crate::state::redis::RedisReviewStore {
-    fn snapshot(&self, limit: usize, decided: usize) -> Result<Snapshot, ReviewError> {
-        let page = self.page(true, None, limit)?;
-        let recent = self.recent(decided + limit.min(PENDING_SHOWN))?;
-        let mut snap = split(recent, 0, decided);
-        snap.more_pending = page.next.is_some();
-        snap.pending = page.reviews;
-        Ok(snap)
+    fn scan(
+        &self,
+        each: &mut dyn FnMut(Review),
+        decided: usize,
+    ) -> Result<Vec<Review>, ReviewError> {
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.page(true, after.as_deref(), crate::state::redis::REVIEW_PAGE)?;
+            page.reviews.into_iter().for_each(&mut *each);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let recent = self.recent(decided + 200)?;
+        Ok(newest_decided(
+            recent
+                .into_iter()
+                .filter(|r| r.status != ReviewStatus::Pending)
+                .collect(),
+            decided,
+        ))
+    }
+
+    fn by_id(&self, id: &str) -> Result<Option<Review>, ReviewError> {
+        self.review(id)
     }
 
     fn place(&self) -> String {
         format!("{self:?}")
     }
+
+    fn approval_lasts(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(
+            crate::state::redis::DECIDED_RETENTION_SECS,
+        ))
+    }
 }
 
-/// Splits reviews into pending (oldest first, at most `limit`) and decided (newest decision
-/// first, at most `decided`).
-fn split(all: Vec<Review>, limit: usize, decided: usize) -> Snapshot {
-    let (mut pending, mut done): (Vec<Review>, Vec<Review>) = all
-        .into_iter()
-        .partition(|r| r.status == ReviewStatus::Pending);
-    pending.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-    let more_pending = pending.len() > limit;
-    pending.truncate(limit);
+/// The newest `n` of decided reviews `done`, newest decision first.
+fn newest_decided(mut done: Vec<Review>, n: usize) -> Vec<Review> {
     done.sort_by(|a, b| {
         b.decided_at
             .cmp(&a.decided_at)
             .then(b.created_at.cmp(&a.created_at))
     });
-    done.truncate(decided);
-    Snapshot {
-        pending,
-        more_pending,
-        decided: done,
+    done.truncate(n);
+    done
+}
+
+/// Reads the store: every pending review is counted and, when its `onExpire` is due at `now`,
+/// decided by it (as a reviewer would, by `toolgate:expiry`); the oldest [`PENDING_HELD`] are
+/// held. Returns the snapshot and the reviews this read expired (their events and
+/// notifications are the caller's).
+pub fn read(
+    store: &dyn ConsoleReviews,
+    now: DateTime<Utc>,
+) -> Result<(Snapshot, Vec<Review>), ReviewError> {
+    let mut snap = Snapshot::default();
+    let mut expired = Vec::new();
+    let mut decided = store.scan(
+        &mut |r| {
+            if let Some(v) = r.expiry_verdict(now) {
+                match store.decide_with(&r.id, &v) {
+                    Ok(d) => return expired.push(d),
+                    Err(ReviewError::AlreadyDecided { .. }) => return,
+                    Err(e) => tracing::warn!("review {}: expiry not recorded: {e}", r.id),
+                }
+            }
+            snap.pending_total += 1;
+            if r.on_expire.is_some()
+                && let Some(at) = r.expires_at
+            {
+                snap.next_expiry = Some(snap.next_expiry.map_or(at, |n| n.min(at)));
+            }
+            if snap.pending.len() < PENDING_HELD {
+                snap.pending.push(r);
+            }
+        },
+        DECIDED_SHOWN,
+    )?;
+    if !expired.is_empty() {
+        decided.extend(expired.iter().cloned());
+        decided = newest_decided(decided, DECIDED_SHOWN);
     }
+    snap.decided = decided;
+    Ok((snap, expired))
 }
 
 /// The console's side effects of a decision: the audit event and the notification.
@@ -108,6 +191,8 @@ pub struct Effects {
     pub audit: Option<AuditOut>,
     /// Webhooks.
     pub notifier: Option<Notifier>,
+    /// The key that signs the runs of `review.decided` events (`--signing-key`).
+    pub signer: Option<std::sync::Arc<crate::audit::RunSigner>>,
 }
 
 impl Effects {
@@ -116,7 +201,7 @@ impl Effects {
     pub async fn decided(&self, review: &Review) {
         if let Some(a) = &self.audit {
             let at = review.decided_at.unwrap_or_else(Utc::now);
-            if let Err(e) = a.decided(review, at).await {
+            if let Err(e) = a.decided_signed(review, at, self.signer.as_ref()).await {
                 tracing::warn!(
                     "review {}: review.decided event not written: {e}",
                     review.id
@@ -128,26 +213,6 @@ impl Effects {
             n.send(NotifyKind::Decided, review);
         }
     }
-}
-
-/// Decides the reviews of `snap` whose `onExpire` is due at `now` (as a reviewer would, by
-/// `toolgate:expiry`); returns the reviews so decided.
-pub fn sweep_expired(
-    store: &dyn ConsoleReviews,
-    snap: &Snapshot,
-    now: DateTime<Utc>,
-) -> Vec<Review> {
-    let mut out = Vec::new();
-    for r in &snap.pending {
-        if let Some(v) = r.expiry_verdict(now) {
-            match store.decide_with(&r.id, &v) {
-                Ok(d) => out.push(d),
-                Err(ReviewError::AlreadyDecided { .. }) => {}
-                Err(e) => tracing::warn!("review {}: expiry not recorded: {e}", r.id),
-            }
-        }
-    }
-    out
 }
 
 /// A verdict from the console.

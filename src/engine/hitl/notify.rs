@@ -2,9 +2,20 @@
 //! decided (design §15), or a Slack incoming-webhook message.
 //!
 //! The decision path only hands the review to a bounded queue ([`Notifier::send`] never
-//! waits: a full queue drops the notification with a warning); a worker thread of its own posts
-//! it to every URL, retrying network errors and 5xx answers with exponential backoff. So a
-//! webhook that never answers delays no decision: nothing on the decision path waits for it.
+//! waits: a full queue drops the notification, counted and logged); a worker thread of its own
+//! posts it to every URL, at most [`MAX_IN_FLIGHT`] posts at a time, retrying network errors
+//! and 5xx answers with exponential backoff. So a webhook that never answers delays no
+//! decision and holds at most [`MAX_IN_FLIGHT`] connections: nothing on the decision path
+//! waits for it, and a notification may be dropped, a review never.
+//!
+//! Each POST carries `X-Toolgate-Timestamp` (Unix seconds), `X-Toolgate-Delivery` (one id per
+//! notification, the same on every retry and every URL) and, with a secret,
+//! `X-Toolgate-Signature: sha256=<HMAC-SHA256 of "<timestamp>.<body>">` (see
+//! [`delivery_signature`]): a receiver that checks the signature and refuses a timestamp
+//! outside its tolerance (5 minutes, say) and a delivery id it has seen cannot be replayed.
+//!
+//! At shutdown ([`Notifier::drain`]) retries stop: what is queued or waiting for a retry gets
+//! one last attempt within the drain's limit, and what is left is reported once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +28,17 @@ use sha2::{Digest, Sha256};
 
 use super::reviews::{Review, status_word};
 
-/// The header carrying the body's HMAC-SHA256: `sha256=<hex>`.
+/// The header carrying the HMAC-SHA256 of `<timestamp>.<body>`: `sha256=<hex>`.
 pub const SIGNATURE_HEADER: &str = "X-Toolgate-Signature";
+/// The header carrying the time of the POST, in Unix seconds (signed with the body).
+pub const TIMESTAMP_HEADER: &str = "X-Toolgate-Timestamp";
+/// The header carrying the notification's id: the same on each retry and each URL.
+pub const DELIVERY_HEADER: &str = "X-Toolgate-Delivery";
 
 /// Notifications waiting for the worker past which new ones are dropped.
 pub const QUEUE: usize = 1024;
+/// Posts under way at most (over every URL); the others wait in the queue.
+pub const MAX_IN_FLIGHT: usize = 16;
 
 /// What is posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -114,26 +131,57 @@ pub fn body(kind: NotifyKind, review: &Review, config: &NotifyConfig) -> Value {
                     review.decided_by.as_deref().unwrap_or("someone")
                 ),
             };
+            // Every field from a call (or a reviewer) is escaped: Slack reads `<…>` as a link
+            // or a mention (`<!channel>`) and `&` starts an entity.
             let mut text = format!(
-                "toolgate: agent `{}` calling `{}` {what} (rule `{}`{})",
-                review.agent_id,
-                review.tool_name,
-                review.rule_id,
+                "toolgate: agent `{}` calling `{}` {} (rule `{}`{})",
+                slack_escape(&review.agent_id),
+                slack_escape(&review.tool_name),
+                slack_escape(&what),
+                slack_escape(&review.rule_id),
                 review
                     .reason
                     .as_deref()
-                    .map(|r| format!(": {r}"))
+                    .map(|r| format!(": {}", slack_escape(r)))
                     .unwrap_or_default()
             );
             if let Some(c) = &review.comment {
-                text.push_str(&format!(" — “{c}”"));
+                text.push_str(&format!(" — “{}”", slack_escape(c)));
             }
             if let Some(u) = &config.console_url {
-                text.push_str(&format!(" <{u}|Open the console>"));
+                // The operator's URL: escaped too, and `|` (which ends a link's URL) encoded.
+                text.push_str(&format!(
+                    " <{}|Open the console>",
+                    slack_escape(u).replace('|', "%7C")
+                ));
             }
             json!({ "text": text })
         }
     }
+}
+
+/// `text` with `&`, `<` and `>` escaped as Slack's message format asks.
+pub fn slack_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The signature a notification carries in [`SIGNATURE_HEADER`] (without `sha256=`):
+/// HMAC-SHA256 under `key` of the timestamp header's value, a `.`, and the raw body.
+pub fn delivery_signature(key: &[u8], timestamp: &str, body: &[u8]) -> String {
+    let mut msg = Vec::with_capacity(timestamp.len() + 1 + body.len());
+    msg.extend_from_slice(timestamp.as_bytes());
+    msg.push(b'.');
+    msg.extend_from_slice(body);
+    sign(key, &msg)
 }
 
 /// HMAC-SHA256 of `body` under `key` (RFC 2104), hex.
@@ -157,16 +205,24 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
     hex::encode(outer)
 }
 
-/// A notification on its way: the body, serialized once.
+/// A notification on its way: the body, serialized once, and its delivery id.
 struct Job {
     body: Arc<Vec<u8>>,
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    delivery: Arc<str>,
 }
 
-/// Notifications queued or being posted, and a signal each time that number drops.
+/// Notifications queued or being posted, and a signal each time that number drops; whether
+/// the notifier is closing (retries stop); how many were dropped.
 #[derive(Default)]
 struct Outstanding {
     count: std::sync::atomic::AtomicUsize,
     done: tokio::sync::Notify,
+    closing: std::sync::atomic::AtomicBool,
+    close: tokio::sync::Notify,
+    dropped: std::sync::atomic::AtomicU64,
+    /// Posts given up on once the notifier closed (their last attempt failed or was cut).
+    lost_at_close: std::sync::atomic::AtomicUsize,
 }
 
 impl Outstanding {
@@ -181,6 +237,29 @@ impl Outstanding {
 
     fn pending(&self) -> usize {
         self.count.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    fn lost_at_close(&self) {
+        self.lost_at_close
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    fn closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until the notifier closes.
+    #[cfg(feature = "http")]
+    async fn closed(&self) {
+        let notified = self.close.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.closing() {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -222,10 +301,27 @@ impl Notifier {
         }
     }
 
-    /// Waits until every notification queued so far was posted (or given up on), at most
-    /// `limit`: for a process about to exit (`GovernanceEngine::shutdown`). Returns how many
-    /// are still outstanding.
+    /// For a process about to exit (`GovernanceEngine::shutdown`): retries stop, so each
+    /// notification queued or waiting for a retry gets one last attempt (bounded by `limit`),
+    /// and this waits until all are posted or given up on, at most `limit`. Returns how many
+    /// posts were not delivered: still outstanding at `limit`, or given up on since the
+    /// notifier closed (the caller reports them once).
     pub async fn drain(&self, limit: std::time::Duration) -> usize {
+        self.outstanding
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.outstanding.close.notify_waiters();
+        let left = self.idle(limit).await;
+        left + self
+            .outstanding
+            .lost_at_close
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until every notification queued so far was posted (or given up on, retries
+    /// included), at most `limit`; returns how many are still outstanding. Unlike
+    /// [`drain`](Self::drain), retries go on as configured.
+    pub async fn idle(&self, limit: std::time::Duration) -> usize {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let done = self.outstanding.done.notified();
@@ -246,7 +342,15 @@ impl Notifier {
         &self.config
     }
 
-    /// Queues a notification; never waits (a full queue drops it, with a warning).
+    /// Notifications dropped so far (a full queue, or a notifier closed).
+    pub fn dropped(&self) -> u64 {
+        self.outstanding
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Queues a notification; never waits (a full queue drops it: counted, see
+    /// [`dropped`](Self::dropped), and logged).
     pub fn send(&self, kind: NotifyKind, review: &Review) {
         if self.config.urls.is_empty() {
             return;
@@ -262,6 +366,7 @@ impl Notifier {
         self.outstanding.add(posts);
         let sent = self.tx.try_send(Job {
             body: Arc::new(body),
+            delivery: uuid::Uuid::now_v7().to_string().into(),
         });
         if sent.is_err() {
             for _ in 0..posts {
@@ -270,11 +375,21 @@ impl Notifier {
         }
         match sent {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => tracing::warn!(
-                "review {}: {} notification dropped: {QUEUE} are waiting for the webhooks",
-                review.id,
-                kind.as_str()
-            ),
+            Err(TrySendError::Full(_)) => {
+                let n = self
+                    .outstanding
+                    .dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                // Logged at the first drop, then every 100th: a flood does not flood the log.
+                if n == 1 || n.is_multiple_of(100) {
+                    tracing::warn!(
+                        "review {}: {} notification dropped: {QUEUE} are waiting for the webhooks ({n} dropped so far)",
+                        review.id,
+                        kind.as_str()
+                    );
+                }
+            }
             Err(TrySendError::Closed(_)) => {
                 tracing::warn!("review {}: notification worker is gone", review.id)
             }
@@ -303,42 +418,87 @@ fn worker(config: Arc<NotifyConfig>, mut rx: Receiver<Job>, outstanding: Arc<Out
     };
     runtime.block_on(async move {
         let mut tasks = tokio::task::JoinSet::new();
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         // Each URL of each notification is posted (and retried) by a task of its own, so a
-        // dead webhook holds back neither the others nor later notifications.
+        // dead webhook holds back neither the others nor later notifications; at most
+        // `MAX_IN_FLIGHT` at a time, the rest wait in the (bounded) queue.
         while let Some(job) = rx.recv().await {
             for url in &config.urls {
-                let (client, url, body, config, outstanding) = (
+                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                    outstanding.finish();
+                    continue;
+                };
+                let (client, url, job, config, outstanding) = (
                     client.clone(),
                     url.clone(),
-                    Arc::clone(&job.body),
+                    Job {
+                        body: Arc::clone(&job.body),
+                        delivery: Arc::clone(&job.delivery),
+                    },
                     Arc::clone(&config),
                     Arc::clone(&outstanding),
                 );
                 tasks.spawn(async move {
-                    post(&client, &url, &body, &config).await;
+                    post(&client, &url, &job, &config, &outstanding).await;
+                    drop(slot);
                     outstanding.finish();
                 });
+                while tasks.try_join_next().is_some() {}
             }
-            while tasks.try_join_next().is_some() {}
         }
         // The engine is gone: finish what is under way.
         while tasks.join_next().await.is_some() {}
     });
 }
 
+/// How long one attempt may take once the notifier is closing: the drain's bound, not the
+/// configured per-attempt timeout.
 #[cfg(feature = "http")]
-async fn post(client: &reqwest::Client, url: &str, body: &[u8], config: &NotifyConfig) {
+const CLOSING_ATTEMPT: Duration = Duration::from_millis(400);
+
+#[cfg(feature = "http")]
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    job: &Job,
+    config: &NotifyConfig,
+    outstanding: &Outstanding,
+) {
+    let body: &[u8] = &job.body;
     let mut delay = config.backoff;
     let attempts = config.attempts.max(1);
     for attempt in 1..=attempts {
+        let closing = outstanding.closing();
+        let timestamp = chrono::Utc::now().timestamp().to_string();
         let mut req = client
             .post(url)
             .header("content-type", "application/json")
+            .header(TIMESTAMP_HEADER, &timestamp)
+            .header(DELIVERY_HEADER, &*job.delivery)
             .body(body.to_vec());
-        if let Some(key) = &config.secret {
-            req = req.header(SIGNATURE_HEADER, format!("sha256={}", sign(key, body)));
+        if closing {
+            req = req.timeout(CLOSING_ATTEMPT.min(config.timeout));
         }
-        match req.send().await {
+        if let Some(key) = &config.secret {
+            req = req.header(
+                SIGNATURE_HEADER,
+                format!("sha256={}", delivery_signature(key, &timestamp, body)),
+            );
+        }
+        let sent = tokio::select! {
+            r = req.send() => Some(r),
+            // Closing: an attempt under way gets at most `CLOSING_ATTEMPT` more.
+            () = async {
+                outstanding.closed().await;
+                tokio::time::sleep(CLOSING_ATTEMPT).await;
+            }, if !closing => None,
+        };
+        let Some(sent) = sent else {
+            tracing::debug!("webhook {}: attempt {attempt} cut at shutdown", redact(url));
+            outstanding.lost_at_close();
+            return;
+        };
+        match sent {
             Ok(r) if r.status().is_success() => return,
             Ok(r) if !r.status().is_server_error() && r.status().as_u16() != 429 => {
                 tracing::warn!(
@@ -355,8 +515,19 @@ async fn post(client: &reqwest::Client, url: &str, body: &[u8], config: &NotifyC
                 e.without_url()
             ),
         }
+        if closing {
+            // The one attempt at shutdown was made.
+            tracing::debug!("webhook {}: not delivered at shutdown", redact(url));
+            outstanding.lost_at_close();
+            return;
+        }
         if attempt < attempts {
-            tokio::time::sleep(delay).await;
+            // A retry waits for its backoff, or for the notifier to close (then the next
+            // attempt is the last).
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = outstanding.closed() => {}
+            }
             delay = (delay * 2).min(Duration::from_secs(60));
         }
     }
@@ -507,7 +678,7 @@ mod tests {
         config.backoff = Duration::from_millis(5);
         let notifier = Notifier::start(config);
         notifier.send(NotifyKind::Created, &review());
-        assert_eq!(notifier.drain(Duration::from_secs(30)).await, 0);
+        assert_eq!(notifier.idle(Duration::from_secs(30)).await, 0);
         let answered = answered.lock().unwrap().clone();
         assert_eq!(answered["flaky"], vec![503, 502, 200]);
         assert_eq!(answered["limited"], vec![429, 200]);
@@ -529,7 +700,7 @@ mod tests {
         })
         .join()
         .map(|notifier| {
-            assert_eq!(rt.block_on(notifier.drain(Duration::from_secs(30))), 0);
+            assert_eq!(rt.block_on(notifier.idle(Duration::from_secs(30))), 0);
         })
         .unwrap();
         assert_eq!(answered.lock().unwrap()["plain"], vec![200]);

@@ -31,8 +31,15 @@ pub struct Review {
     pub rule_id: String,
     /// The tool.
     pub tool_name: String,
-    /// The arguments.
+    /// The arguments, as the call's audit event holds them: the spans `sensitiveData`
+    /// detected replaced by `[redacted:<detector>]` (see [`redacted`](Self::redacted)), then
+    /// the audit trail's redaction rules. Never the real arguments (the fingerprint is of them).
     pub args: Value,
+    /// Where the engine redacted [`args`](Self::args), and by which detector (at most
+    /// [`MAX_REDACTED`] entries, each path and detector once). A `[redacted:…]` text not listed
+    /// here was written so by the agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redacted: Vec<Redacted>,
     /// The end user, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enduser_id: Option<String>,
@@ -64,6 +71,20 @@ pub struct Review {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
 }
+
+/// One redaction of a review's arguments: the dot path of the string (as in the audit
+/// event's `detected`) and the detector whose match in it was replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redacted {
+    /// Dot path of the string in the arguments (`cmd`, `items.0.body`; empty for the
+    /// arguments themselves).
+    pub path: String,
+    /// The detector (`email`, `credit_card`, …).
+    pub detector: String,
+}
+
+/// Redactions a review lists at most.
+pub const MAX_REDACTED: usize = 64;
 
 /// A decision on a review: its new status, when, by whom and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,14 +156,17 @@ impl Review {
     /// Records a decision on this review: only a pending review can be approved or denied;
     /// any review can be expired (the next identical call asks again). A pending review whose
     /// `onExpire` is due at the verdict's time is decided by it first, and the verdict then
-    /// conflicts with that decision (the caller writes the review back when it changed, even
-    /// on `Err`).
+    /// conflicts with that decision, carrying the review so expired in
+    /// [`ReviewError::AlreadyDecided::expired_now`] (the caller writes the review back when it
+    /// changed, even on `Err`, and writes the expiry's event and notification).
     pub(crate) fn set_decision(&mut self, v: &ReviewVerdict) -> Result<(), ReviewError> {
+        let mut expired_now = false;
         if v.status != ReviewStatus::Expired
             && v.by.as_deref() != Some(EXPIRY_REVIEWER)
             && let Some(exp) = self.expiry_verdict(v.at)
         {
             self.apply(&exp);
+            expired_now = true;
         }
         if self.status != ReviewStatus::Pending && v.status != ReviewStatus::Expired {
             return Err(ReviewError::AlreadyDecided {
@@ -150,6 +174,7 @@ impl Review {
                 status: self.status,
                 by: self.decided_by.clone(),
                 at: self.decided_at,
+                expired_now: expired_now.then(|| Box::new(self.clone())),
             });
         }
         self.apply(v);
@@ -259,6 +284,12 @@ pub enum ReviewError {
         by: Option<String>,
         /// When, if recorded.
         at: Option<DateTime<Utc>>,
+        /// The review as its `onExpire` decided it when this very verdict found the expiry
+        /// due and recorded it (the verdict lost to it): the caller writes the expiry's
+        /// `review.decided` event and notification, which nobody else will (the expiry is
+        /// recorded exactly once, so exactly one caller gets it). `None` when someone else
+        /// decided the review before.
+        expired_now: Option<Box<Review>>,
     },
     /// An id prefix matches more than one review.
     #[error("review id prefix {prefix} is ambiguous; it matches {}", candidates.join(", "))]

@@ -4,7 +4,9 @@
 use super::handle::{Run, ToolCall};
 use crate::audit::EventKind;
 use crate::engine::decide::decision::{Decision, DecisionCode, HitlInfo, ReviewStatus};
-use crate::engine::hitl::reviews::{Review, ReviewError, ReviewHead, decided_event_body};
+use crate::engine::hitl::reviews::{
+    MAX_REDACTED, Redacted, Review, ReviewError, ReviewHead, decided_event_body,
+};
 use crate::policy::EffectType;
 
 impl Run {
@@ -63,6 +65,7 @@ impl Run {
                     rule_id: rule_id.to_string(),
                     tool_name: call.name.clone(),
                     args: self.review_args(call, d),
+                    redacted: review_redactions(d),
                     enduser_id: enduser.map(str::to_string),
                     run_id: ctx.run_id.clone(),
                     call_id: call.id.clone(),
@@ -162,4 +165,28 @@ impl Run {
             ),
         }
     }
+}
+
+/// Where the engine redacts a review's arguments: each redacting detection of the decision
+/// (path and detector once each, at most [`MAX_REDACTED`]).
+fn review_redactions(d: &Decision) -> Vec<Redacted> {
+    let mut out: Vec<Redacted> = Vec::new();
+    let found = d
+        .evaluated
+        .iter()
+        .flat_map(|e| e.detected.iter().flat_map(|x| x.iter()))
+        .filter(|x| x.redact);
+    for x in found {
+        if out.len() >= MAX_REDACTED {
+            break;
+        }
+        let r = Redacted {
+            path: x.path.clone(),
+            detector: x.detector.as_str().to_string(),
+        };
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
 }

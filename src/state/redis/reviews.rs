@@ -368,6 +368,16 @@ impl RedisReviewStore {
         }
     }
 
+    /// The review with id `id` (the whole id), if stored: one round trip.
+    pub fn review(&self, id: &str) -> Result<Option<Review>, ReviewError> {
+        let text: Option<String> = self.with(|con| {
+            redis::cmd("GET")
+                .arg(self.key("r:", id))
+                .query::<Option<String>>(con)
+        })?;
+        Ok(text.and_then(|t| serde_json::from_str::<Review>(&t).ok()))
+    }
+
     /// All reviews, or the error that kept them from being read.
     pub fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
         self.try_list_filtered(false)
