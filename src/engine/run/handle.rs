@@ -237,6 +237,9 @@ impl Run {
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
+        if let Some(d) = self.refuse_too_deep(&call, now) {
+            return d;
+        }
         let mut decision = blank_decision();
         let proceeds = match self.before_sync(&call, now, &mut decision) {
             Ok(p) => p,
@@ -264,6 +267,9 @@ impl Run {
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
         let started = Instant::now();
         let now = self.engine.clock.now();
+        if let Some(d) = self.refuse_too_deep(&call, now) {
+            return d;
+        }
         let mut decision = blank_decision();
         let proceeds = match self.before_sync(&call, now, &mut decision) {
             Ok(p) => p,
@@ -586,6 +592,7 @@ pub(crate) fn call_view<'a>(
         tags_lc: &profile.tags_lc,
         args: &call.args,
         duration_ms,
+        output: None,
     }
 }
 

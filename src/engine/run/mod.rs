@@ -8,6 +8,7 @@
 //! records what happened.
 
 pub(super) mod after;
+pub(super) mod edge;
 pub(super) mod guard;
 pub(super) mod handle;
 pub(super) mod observe;
