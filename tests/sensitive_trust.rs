@@ -400,3 +400,60 @@ fn tool_output_is_checked_for_its_phase() {
     assert!(e.to_string().contains("tool.after"), "{e}");
     policy(&output_rule());
 }
+
+// Point 13: `replay` decides a trace's result line by the toolOutput rule.
+#[test]
+fn replay_blocks_a_result_line_holding_a_secret_and_the_trail_has_no_copy() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let policy_file = dir.path().join("p.json");
+    std::fs::write(&policy_file, output_rule()).unwrap();
+    let key = "AKIAIOSFODNN7EXAMPLE";
+    let trace = [
+        r#"{"type":"run.start","runId":"r1","agentId":"a","at":"2026-01-05T10:00:00Z"}"#
+            .to_string(),
+        r#"{"type":"tool.call","runId":"r1","id":"c1","tool":{"name":"read_env"},"args":{}}"#
+            .to_string(),
+        format!(r#"{{"type":"tool.result","runId":"r1","id":"c1","output":{{"t":"{key}"}}}}"#),
+        r#"{"type":"run.end","runId":"r1","status":"success"}"#.to_string(),
+    ]
+    .join("\n");
+    let trace_file = dir.path().join("t.jsonl");
+    std::fs::write(&trace_file, trace).unwrap();
+    let audit = dir.path().join("audit");
+    let out = assert_cmd::Command::cargo_bin("toolgate")
+        .unwrap()
+        .arg("replay")
+        .arg("-p")
+        .arg(&policy_file)
+        .arg("-t")
+        .arg(&trace_file)
+        .args(["--format", "jsonl", "--audit"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let after = rows
+        .iter()
+        .find(|r| r["phase"] == "tool.after")
+        .unwrap_or_else(|| panic!("no after row: {stdout}"));
+    assert_eq!(after["effect"], "block", "{after}");
+    assert_eq!(after["line"], 3);
+    fn read_all(dir: &std::path::Path, into: &mut String) {
+        for f in std::fs::read_dir(dir).unwrap() {
+            let p = f.unwrap().path();
+            if p.is_dir() {
+                read_all(&p, into);
+            } else {
+                into.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+            }
+        }
+    }
+    let mut trail = String::new();
+    read_all(&audit, &mut trail);
+    assert!(!trail.is_empty());
+    assert!(!trail.contains(key), "{trail}");
+}
