@@ -109,6 +109,9 @@ async fn live_calls_are_scanned_whatever_stand_ins_they_hold() {
     )
     .await;
     assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    // A card as an object key reaches the tool too.
+    let d = decide(&engine, json!({"b": {CARD: "x"}})).await;
+    assert_eq!(d.effect, EffectType::Block, "{d:?}");
     // A bare stand-in is text: no detector finds anything in it live.
     let d = decide(&engine, json!({"b": "[redacted:credit_card]"})).await;
     assert_eq!(d.effect, EffectType::Allow, "{d:?}");
@@ -137,11 +140,18 @@ async fn json_integers_are_read_by_credit_card_and_redacted() {
     let d = decide(&engine, json!({"b": 4111111111111112u64, "n": 1234})).await;
     assert_eq!(d.effect, EffectType::Allow, "{d:?}");
     let (engine, sink) = audited(&card_rule("tool.before", "block"));
-    let d = decide(&engine, json!({"b": 4111111111111111u64})).await;
+    let d = decide(&engine, json!({"b": 4111111111111111u64, "n": 3})).await;
     assert_eq!(d.effect, EffectType::Block);
     engine.flush().await.unwrap();
-    let text = trail_text(&sink.events());
+    let events = sink.events();
+    let text = trail_text(&events);
     assert!(!text.contains(CARD), "{text}");
+    // Other numbers stay numbers.
+    let before = events
+        .iter()
+        .find(|e| e.kind() == EventKind::ToolDecision)
+        .unwrap();
+    assert_eq!(before.body()["args"]["n"], json!(3));
 }
 
 // Point 2.

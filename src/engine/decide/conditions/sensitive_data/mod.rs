@@ -231,7 +231,9 @@ pub(crate) fn redact_found(v: &mut Value, detectors: &[Detector]) {
 fn redact_found_in(v: &mut Value, detectors: &[Detector], cards: bool, depth: usize) {
     match v {
         Value::String(_) => redact_strings(v, detectors),
-        Value::Number(_) if cards => redact_value(v, Detector::CreditCard),
+        Value::Number(n) if cards && detect(Detector::CreditCard, &n.to_string(), None) => {
+            redact_value(v, Detector::CreditCard)
+        }
         Value::Array(a) if depth < crate::json::MAX_EVENT_DEPTH => a
             .iter_mut()
             .for_each(|x| redact_found_in(x, detectors, cards, depth + 1)),

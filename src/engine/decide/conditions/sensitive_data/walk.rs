@@ -1,5 +1,5 @@
-//! The walk of a `sensitiveData` condition over the scanned value: every string leaf (and, for
-//! `credit_card`, every integer), each detector's answer per string, the detections kept (at
+//! The walk of a `sensitiveData` condition over the scanned value: every string leaf and
+//! object key (and, for `credit_card`, every integer), each detector's answer per string, the detections kept (at
 //! most [`MAX_DETECTIONS`] per condition and call; the rest counted), and what could not be
 //! answered: the part of a string past the scan limit (live), or a trail's stand-in a
 //! detector would have to see through (what-if only).
@@ -94,6 +94,8 @@ impl Scan<'_> {
             Value::Object(m) if segs.len() < MAX_VALUE_DEPTH => {
                 for (k, x) in m {
                     segs.push(ArgPathSeg::Key(k));
+                    // A key reaches the tool as surely as a value: it is scanned too.
+                    self.string(k, segs);
                     self.value(x, segs);
                     segs.pop();
                 }
@@ -107,10 +109,46 @@ impl Scan<'_> {
         if self.found.len() < MAX_DETECTIONS {
             let mut det = Detection::new(d, segs, self.cond.redact);
             det.in_output = self.cond.target == Target::ToolOutput;
+            if let Some(p) = self.safe_path(segs) {
+                det.path = p;
+            }
             self.found.push(det);
         } else {
             self.more = self.more.saturating_add(1);
         }
+    }
+
+    /// The path with each key in which a detector of the condition finds something written
+    /// as its stand-in (the decision, handed to the caller and its observers, names where
+    /// data was found, never the data); `None` when no key needs it.
+    fn safe_path(&self, segs: &Segs<'_>) -> Option<String> {
+        let found = |k: &str| {
+            self.cond
+                .detectors
+                .iter()
+                .find(|(d, _)| detect_bytes(*d, scan::bounded(k), None))
+                .map(|(d, _)| *d)
+        };
+        if !segs
+            .iter()
+            .any(|s| matches!(s, ArgPathSeg::Key(k) if found(k).is_some()))
+        {
+            return None;
+        }
+        let mut path = String::new();
+        for (i, s) in segs.iter().enumerate() {
+            if i > 0 {
+                path.push('.');
+            }
+            match s {
+                ArgPathSeg::Key(k) => match found(k) {
+                    Some(d) => path.push_str(&format!("[redacted:{d}]")),
+                    None => path.push_str(k),
+                },
+                ArgPathSeg::Index(n) => path.push_str(&n.to_string()),
+            }
+        }
+        Some(path)
     }
 
     /// A JSON integer (or a float with no fraction, as some clients send big integers) is
