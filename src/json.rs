@@ -30,9 +30,13 @@ pub const MAX_VALUE_DEPTH: usize = 100;
 /// Whether `v` nests arrays and objects deeper than `limit` levels (scalars are level 0; looks
 /// no deeper than `limit + 1`).
 pub fn deeper_than(v: &Value, limit: usize) -> bool {
+    // Scalars are skipped without a call: most arguments are flat.
+    let nested = |x: &Value| matches!(x, Value::Array(_) | Value::Object(_));
     match v {
-        Value::Array(a) => limit == 0 || a.iter().any(|x| deeper_than(x, limit - 1)),
-        Value::Object(m) => limit == 0 || m.values().any(|x| deeper_than(x, limit - 1)),
+        Value::Array(a) => limit == 0 || a.iter().any(|x| nested(x) && deeper_than(x, limit - 1)),
+        Value::Object(m) => {
+            limit == 0 || m.values().any(|x| nested(x) && deeper_than(x, limit - 1))
+        }
         _ => false,
     }
 }

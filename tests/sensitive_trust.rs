@@ -137,6 +137,10 @@ async fn json_integers_are_read_by_credit_card_and_redacted() {
     let engine = engine(&card_rule("tool.before", "block"), &clock());
     let d = decide(&engine, json!({"b": 4111111111111111u64})).await;
     assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    let d = decide(&engine, json!({"b": -4111111111111111i64})).await;
+    assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    let d = decide(&engine, json!({"b": 4.111111111111111e15})).await;
+    assert_eq!(d.effect, EffectType::Block, "{d:?}");
     let d = decide(&engine, json!({"b": 4111111111111112u64, "n": 1234})).await;
     assert_eq!(d.effect, EffectType::Allow, "{d:?}");
     let (engine, sink) = audited(&card_rule("tool.before", "block"));
@@ -205,6 +209,14 @@ async fn one_depth_limit_refuses_deeper_arguments_and_what_is_accepted_verifies(
     let events = sink.events();
     assert_verifies(&events);
     assert!(!trail_text(&events).contains(CARD));
+    // Without a trail nothing deep is written; the scan still cannot vouch for it: blocked.
+    let engine = common::engine(&card_rule("tool.before", "block"), &clock());
+    let d = decide(&engine, nested(150, json!("nothing here"))).await;
+    assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    assert!(
+        d.evaluated[0].missing[0].contains("deeper than 100"),
+        "{d:?}"
+    );
 }
 
 /// A policy in play with a redacting card rule that sees only part of each event.
@@ -306,6 +318,14 @@ async fn past_the_scan_limit_the_rest_is_missing_data_and_blocks() {
     let engine = common::engine(&meta, &clock());
     let d = decide(&engine, json!({ "b": text })).await;
     assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    // The trail does not keep what was not scanned.
+    let (engine, sink) = audited(&card_rule("tool.before", "block"));
+    let d = decide(&engine, json!({ "b": text })).await;
+    assert_eq!(d.effect, EffectType::Block, "{d:?}");
+    engine.flush().await.unwrap();
+    let trail = trail_text(&sink.events());
+    assert!(!trail.contains(CARD));
+    assert!(trail.contains("[unscanned: 16 bytes cut]"));
 }
 
 // Point 11.

@@ -33,8 +33,12 @@ impl Run {
     /// The decision on a call whose arguments nest too deep (blocked whatever the failure
     /// mode: not an engine fault), written to the trail with a stand-in for its arguments;
     /// `None` for any other call.
+    ///
+    /// Checked when the engine writes a trail (what it writes must verify); without one, a
+    /// value nested too deep is never written, and a `sensitiveData` condition that meets it
+    /// answers missing data (it cannot scan it), so a decision never rests on unscanned text.
     pub(crate) fn refuse_too_deep(&self, call: &ToolCall, now: DateTime<Utc>) -> Option<Decision> {
-        if !deeper_than(&call.args, MAX_VALUE_DEPTH) {
+        if !self.engine.audit_enabled() || !deeper_than(&call.args, MAX_VALUE_DEPTH) {
             return None;
         }
         let msg = too_deep_message("arguments");

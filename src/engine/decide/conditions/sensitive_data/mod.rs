@@ -206,7 +206,7 @@ pub(crate) fn redact_value(v: &mut Value, detector: Detector) {
         Value::String(_) => redact_strings(v, &[detector]),
         Value::Number(n) => {
             let stand_in = Value::String(format!("[redacted:{detector}]"));
-            let mut digits = Value::String(n.to_string());
+            let mut digits = Value::String(n.to_string().trim_start_matches('-').to_string());
             redact_strings(&mut digits, &[detector]);
             *v = if digits.as_str().is_some_and(|s| s.contains("[redacted:")) {
                 digits
@@ -221,7 +221,8 @@ pub(crate) fn redact_value(v: &mut Value, detector: Detector) {
 /// Redacts everything `detectors` find in `v`, wherever it lies: strings, object keys, and
 /// (for `credit_card`) integers. What the audit trail does to every event of a run under a
 /// policy with a redacting `sensitiveData` condition, and what the hitl fingerprint is taken
-/// over. Walks at most [`crate::json::MAX_EVENT_DEPTH`] levels (what an event may nest).
+/// over. A string longer than the scan limit (1 MiB) keeps its scanned part only (followed
+/// by `[unscanned: N bytes cut]`). Walks at most [`crate::json::MAX_EVENT_DEPTH`] levels (what an event may nest).
 pub(crate) fn redact_found(v: &mut Value, detectors: &[Detector]) {
     if !detectors.is_empty() {
         redact_found_in(v, detectors, detectors.contains(&Detector::CreditCard), 0);
@@ -230,8 +231,26 @@ pub(crate) fn redact_found(v: &mut Value, detectors: &[Detector]) {
 
 fn redact_found_in(v: &mut Value, detectors: &[Detector], cards: bool, depth: usize) {
     match v {
-        Value::String(_) => redact_strings(v, detectors),
-        Value::Number(n) if cards && detect(Detector::CreditCard, &n.to_string(), None) => {
+        Value::String(s) => {
+            // What the detectors cannot read is not kept: a string longer than the scan
+            // limit keeps its scanned part only.
+            let (kept, cut) = scan::bounded_to(s, scan::MAX_SCAN);
+            if cut {
+                let dropped = s.len() - kept.len();
+                let mut t = scan::text(kept).to_string();
+                t.push_str(&format!("[unscanned: {dropped} bytes cut]"));
+                *s = t;
+            }
+            redact_strings(v, detectors)
+        }
+        Value::Number(n)
+            if cards
+                && detect(
+                    Detector::CreditCard,
+                    n.to_string().trim_start_matches('-'),
+                    None,
+                ) =>
+        {
             redact_value(v, Detector::CreditCard)
         }
         Value::Array(a) if depth < crate::json::MAX_EVENT_DEPTH => a

@@ -100,6 +100,13 @@ impl Scan<'_> {
                     segs.pop();
                 }
             }
+            Value::Array(_) | Value::Object(_) => {
+                // Past the one depth limit for values: not scanned, so not known to be clean.
+                self.unknown = u32::MAX;
+                if self.cut.is_none() {
+                    self.cut = Some((path_of(segs), 0));
+                }
+            }
             _ => {}
         }
     }
@@ -167,11 +174,12 @@ impl Scan<'_> {
         let text = if let Some(u) = n.as_u64() {
             buf.format(u)
         } else if let Some(x) = n.as_i64() {
-            buf.format(x)
+            // The digits of a negative number reach the tool all the same.
+            buf.format(x.unsigned_abs())
         } else {
             match n.as_f64() {
                 Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e20 => {
-                    digits = format!("{f:.0}");
+                    digits = format!("{:.0}", f.abs());
                     &digits
                 }
                 _ => return,
@@ -278,11 +286,16 @@ pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
     if !scan.found.is_empty() || scan.more > 0 {
         ctx.add_detections(std::mem::take(&mut scan.found), scan.more);
     }
-    if let Some((path, len)) = &scan.cut {
-        ctx.note_missing(format!(
+    match &scan.cut {
+        Some((path, 0)) => ctx.note_missing(format!(
+            "sensitiveData: the value at {path:?} nests deeper than {MAX_VALUE_DEPTH} levels; \
+             not scanned"
+        )),
+        Some((path, len)) => ctx.note_missing(format!(
             "{CUT_NOTE}: the string at {:?} is {len} bytes; only its first {} were scanned",
             path, scan.mode.limit
-        ));
+        )),
+        None => {}
     }
     let n = c.detectors.len().min(32);
     let want = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
