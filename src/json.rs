@@ -9,9 +9,37 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-/// Deepest nesting of arrays and objects accepted in a JSON document (the outermost array or
-/// object is level 1).
+/// Deepest nesting of arrays and objects accepted in a JSON file toolgate reads (policies,
+/// trace lines, policy tests; the outermost array or object is level 1). The values inside
+/// (a trace line's arguments) are held to [`MAX_VALUE_DEPTH`] by the engine.
 pub const MAX_JSON_DEPTH: usize = 256;
+
+/// serde_json's own nesting limit (it refuses the 128th level): what audit events are read
+/// with (`verify`, `whatif`, the collector). Events wrap a value in at most a few levels, so
+/// an event holding a value of [`MAX_VALUE_DEPTH`] stays well within it.
+pub const MAX_EVENT_DEPTH: usize = 127;
+
+/// Deepest nesting of a value handed to the engine (a call's arguments, a tool's result; the
+/// outermost array or object is level 1): the one limit every reader and writer of such
+/// values shares (the engine, its scanners, the bindings' conversions, the MCP gateway through
+/// the engine). Deeper values are refused at the edge (the engine blocks the call with an
+/// error saying so; the bindings raise), so that the event holding one stays within
+/// [`MAX_EVENT_DEPTH`] (every reader's limit), and every level of it is scanned.
+pub const MAX_VALUE_DEPTH: usize = 100;
+
+/// Whether `v` nests arrays and objects deeper than `limit` levels (scalars are level 0; looks
+/// no deeper than `limit + 1`).
+pub fn deeper_than(v: &Value, limit: usize) -> bool {
+    // Scalars are skipped without a call: most arguments are flat.
+    let nested = |x: &Value| matches!(x, Value::Array(_) | Value::Object(_));
+    match v {
+        Value::Array(a) => limit == 0 || a.iter().any(|x| nested(x) && deeper_than(x, limit - 1)),
+        Value::Object(m) => {
+            limit == 0 || m.values().any(|x| nested(x) && deeper_than(x, limit - 1))
+        }
+        _ => false,
+    }
+}
 
 /// What went wrong in [`parse_strict`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

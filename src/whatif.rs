@@ -83,12 +83,18 @@ pub struct WhatIfCall {
     pub recorded_code: String,
     /// The new decision code.
     pub new_code: String,
+    /// Why the new policy cannot be decided from the trail for this call: a stand-in
+    /// (`[redacted:<detector>]`) hides text a detector or sub-condition of the new policy
+    /// would have to scan. The new effect is then only what the condition's `onMissing` made
+    /// of it, and the call is counted apart (not as changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undecidable: Option<String>,
 }
 
 impl WhatIfCall {
-    /// Whether the call's effect would change.
+    /// Whether the call's effect would change (an undecidable call is not counted as one).
     pub fn changed(&self) -> bool {
-        self.recorded_effect != self.new_effect
+        self.undecidable.is_none() && self.recorded_effect != self.new_effect
     }
 }
 
@@ -122,6 +128,12 @@ impl WhatIfReport {
         self.calls.iter().filter(|c| c.changed())
     }
 
+    /// The calls the new policy cannot decide from the trail (see
+    /// [`WhatIfCall::undecidable`]).
+    pub fn undecidable(&self) -> impl Iterator<Item = &WhatIfCall> {
+        self.calls.iter().filter(|c| c.undecidable.is_some())
+    }
+
     /// Counts of each change (`(recorded, new)` effect), most frequent first.
     pub fn transitions(&self) -> Vec<((String, String), usize)> {
         let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
@@ -136,8 +148,20 @@ impl WhatIfReport {
     }
 
     /// `1,204 calls: 37 would change: 30 allow→block, 7 block→allow` (or `…: none would
-    /// change`).
+    /// change`), then `; 3 undecidable from the trail` when some are.
     pub fn summary(&self) -> String {
+        let mut s = self.changes();
+        let u = self.undecidable().count();
+        if u > 0 {
+            s.push_str(&format!(
+                "; {} undecidable from the trail (stand-ins hide what the new policy scans)",
+                thousands(u)
+            ));
+        }
+        s
+    }
+
+    fn changes(&self) -> String {
         let n = self.changed().count();
         let calls = thousands(self.calls.len());
         if n == 0 {
@@ -259,7 +283,8 @@ async fn replay<S: rebuild::RunSource>(
     org_timezone: Option<chrono_tz::Tz>,
     mut merge: rebuild::Merge<S>,
 ) -> Result<WhatIfReport, EngineError> {
-    let mut replayer = Replayer::with_builder(builder, org_timezone)?;
+    // Stand-ins are honoured here only (live calls are scanned whatever they hold).
+    let mut replayer = Replayer::with_builder(builder.replaying_trail(), org_timezone)?;
     let mut report = WhatIfReport {
         runs: merge.runs,
         skipped: std::mem::take(&mut merge.skipped),
@@ -279,7 +304,15 @@ async fn replay<S: rebuild::RunSource>(
             let Some(rec) = rec.as_ref() else {
                 continue;
             };
+            let undecidable = row.decision.as_ref().and_then(|d| {
+                d.evaluated
+                    .iter()
+                    .flat_map(|e| e.missing.iter())
+                    .find(|m| m.starts_with(crate::engine::conditions::UNDECIDABLE_NOTE))
+                    .cloned()
+            });
             report.calls.push(WhatIfCall {
+                undecidable,
                 run_id: row.run_id,
                 call_id: row.call_id,
                 agent_id: rec.agent_id.clone(),

@@ -285,7 +285,7 @@ fn new_shapes_are_validated_with_json_paths() {
         (
             r#"{"kind": "sensitiveData", "target": "toolOutput", "detectors": [{"detector": "email"}]}"#,
             "rules[0].condition.target",
-            "is not one of",
+            "only in a rule whose selector.phase is \"tool.after\"",
         ),
         (
             r#"{"kind": "sensitiveData", "target": "toolArg", "detectors": []}"#,

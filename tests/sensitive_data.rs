@@ -322,7 +322,7 @@ async fn scan_all_walks_nested_arrays_and_objects_and_names_paths_not_text() {
         "to": "a@b.com",
         "attachments": [{"name": "x", "notes": ["fine", {"deep": format!("pay with {CARD}")}]}],
         "headers": {"auth": KEY},
-        CARD: "keys are not scanned",
+        CARD: "keys are scanned too (issue 32)",
         "n": 4111111111111111u64,
     });
     let d = run.before_tool(call("c", "send_email", args)).await;
@@ -333,8 +333,10 @@ async fn scan_all_walks_nested_arrays_and_objects_and_names_paths_not_text() {
     assert_eq!(
         detected,
         &json!([
+            {"detector": "credit_card", "path": "[redacted:credit_card]"},
             {"detector": "credit_card", "path": "attachments.0.notes.1.deep"},
             {"detector": "secret_key", "path": "headers.auth"},
+            {"detector": "credit_card", "path": "n"},
         ])
     );
     let d = run
@@ -490,14 +492,15 @@ async fn a_five_megabyte_argument_is_decided_in_bounded_time() {
     let d = run
         .before_tool(call("c", "send_x", json!({"body": big})))
         .await;
-    // Only the first MiB is scanned: a card after it is not seen.
-    assert_eq!(d.effect, EffectType::Allow);
+    // Only the first MiB is scanned: the rest is missing data, which blocks (issue 32).
+    assert_eq!(d.effect, EffectType::Block);
+    assert!(d.evaluated[0].missing[0].contains("scan limit"), "{d:?}");
     let mut tail = "x".repeat((1 << 20) + 10);
     tail.push_str(CARD);
     let d = run
         .before_tool(call("c2", "send_x", json!({"body": tail})))
         .await;
-    assert_eq!(d.effect, EffectType::Allow);
+    assert_eq!(d.effect, EffectType::Block);
     // A generous bound that a backtracking scanner (quadratic on this input) would miss.
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }

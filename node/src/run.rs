@@ -158,9 +158,7 @@ impl RunState {
         };
         let output = match output_json {
             None => Value::Null,
-            Some(t) => {
-                serde_json::from_str(&t).map_err(|e| invalid(format!("output: not JSON: {e}")))?
-            }
+            Some(t) => json_value("output", &t)?,
         };
         let outcome = match error {
             Some(e) => ToolOutcome::err(e, duration),
@@ -281,8 +279,26 @@ pub(crate) fn enduser(text: &str) -> Result<Enduser> {
 fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
     match text {
         None => Ok(Value::Object(Default::default())),
-        Some(t) => serde_json::from_str(&t).map_err(|e| invalid(format!("{what}: not JSON: {e}"))),
+        Some(t) => json_value(what, &t),
     }
+}
+
+/// A JSON text as a value the engine takes: refused (with the limit named) when it nests
+/// deeper than toolgate's one limit for values.
+fn json_value(what: &str, text: &str) -> Result<Value> {
+    use toolgate::json::{MAX_VALUE_DEPTH, deeper_than};
+    let too_deep = || invalid(format!("{what}: nested deeper than {MAX_VALUE_DEPTH} levels"));
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            too_deep()
+        } else {
+            invalid(format!("{what}: not JSON: {e}"))
+        }
+    })?;
+    if deeper_than(&v, MAX_VALUE_DEPTH) {
+        return Err(too_deep());
+    }
+    Ok(v)
 }
 
 /// The `Float64Array` a decision made at once is written to (a type alias: napi-derive reads

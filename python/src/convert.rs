@@ -5,8 +5,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-/// Nesting past which a value is refused (the engine's own JSON limit is of the same order).
-const MAX_DEPTH: usize = 128;
+/// Nesting past which a value is refused: toolgate's one limit for values (the outermost
+/// dict or list is level 1).
+const MAX_DEPTH: usize = toolgate::json::MAX_VALUE_DEPTH;
 
 /// A Python value as JSON: `None`, `bool`, `int`, `float` (finite), `str`, `dict` with `str`
 /// keys, `list` and `tuple`. Anything else is a `TypeError` naming where it sits.
@@ -15,7 +16,12 @@ pub fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
 }
 
 fn to_json_at(obj: &Bound<'_, PyAny>, depth: usize, at: &mut String) -> PyResult<Value> {
-    if depth > MAX_DEPTH {
+    // `depth` containers enclose `obj`: one more is one too many past the limit.
+    if depth >= MAX_DEPTH
+        && (obj.cast::<PyDict>().is_ok()
+            || obj.cast::<PyList>().is_ok()
+            || obj.cast::<PyTuple>().is_ok())
+    {
         return Err(PyValueError::new_err(format!(
             "{at}: nested deeper than {MAX_DEPTH} levels"
         )));

@@ -1,10 +1,15 @@
 //! Redaction of event bodies (tool args, outputs, ...) before events are sealed.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use globset::{GlobSet, GlobSetBuilder};
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{AuditError, EventKind, canonical_json, sha256_hex};
+use crate::policy::Detector;
 
 /// What to do with a value a redaction rule matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,11 +67,21 @@ struct CompiledRule {
     kinds: Option<Vec<EventKind>>,
 }
 
-/// A compiled [`RedactionConfig`].
+/// A compiled [`RedactionConfig`], plus the detectors of the engine's redacting
+/// `sensitiveData` conditions (shared by the clones: set when policies are loaded).
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     rules: Vec<CompiledRule>,
     salt: String,
+    found: Arc<FoundDetectors>,
+}
+
+/// The detectors whose findings are redacted from every event (see
+/// [`Redactor::set_detectors`]).
+#[derive(Debug, Default)]
+struct FoundDetectors {
+    any: AtomicBool,
+    list: RwLock<Arc<[Detector]>>,
 }
 
 impl RedactionConfig {
@@ -128,6 +143,7 @@ impl Redactor {
         Ok(Redactor {
             rules,
             salt: config.salt.clone().unwrap_or_default(),
+            found: Arc::default(),
         })
     }
 
@@ -136,17 +152,38 @@ impl Redactor {
         self.rules.is_empty()
     }
 
+    /// Sets the detectors whose findings are redacted from every event body, wherever they
+    /// lie (strings, keys, integers for `credit_card`): those of the loaded policies'
+    /// redacting `sensitiveData` conditions.
+    pub(crate) fn set_detectors(&self, detectors: Arc<[Detector]>) {
+        self.found
+            .any
+            .store(!detectors.is_empty(), Ordering::Release);
+        *self.found.list.write() = detectors;
+    }
+
     /// Whether a rule may apply to events of `kind` (its `kinds` include it or are absent;
-    /// tools are not looked at). When none does, the body needs no redaction.
+    /// tools are not looked at), or detectors are set. When neither, the body needs no
+    /// redaction.
     pub fn applies_to(&self, kind: EventKind) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.kinds.as_ref().is_none_or(|k| k.contains(&kind)))
+        self.found.any.load(Ordering::Acquire)
+            || self
+                .rules
+                .iter()
+                .any(|r| r.kinds.as_ref().is_none_or(|k| k.contains(&kind)))
     }
 
     /// Redacts `body` of an event of `kind` in place. Call it before [`super::RunChain::seal`],
     /// so the hash covers the redacted body.
     pub fn redact(&self, kind: EventKind, body: &mut Map<String, Value>) {
+        if self.found.any.load(Ordering::Acquire) {
+            let detectors = self.found.list.read().clone();
+            let mut v = Value::Object(std::mem::take(body));
+            crate::engine::conditions::redact_found(&mut v, &detectors);
+            if let Value::Object(m) = v {
+                *body = m;
+            }
+        }
         if self.rules.is_empty() {
             return;
         }

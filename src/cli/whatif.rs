@@ -119,7 +119,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     let shown: Vec<&WhatIfCall> = report
         .calls
         .iter()
-        .filter(|c| args.all || c.changed())
+        .filter(|c| args.all || c.changed() || c.undecidable.is_some())
         .collect();
     let mut out = std::io::stdout().lock();
     match args.format {
@@ -170,7 +170,9 @@ fn print_table(out: &mut impl Write, calls: &[&WhatIfCall]) {
                 c.run_id.clone(),
                 c.call_id.clone(),
                 c.tool.clone(),
-                if c.changed() {
+                if c.undecidable.is_some() {
+                    format!("{} → undecidable", c.recorded_effect)
+                } else if c.changed() {
                     format!("{} → {}", c.recorded_effect, c.new_effect)
                 } else {
                     format!("{} (same)", c.new_effect)

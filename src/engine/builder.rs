@@ -27,6 +27,8 @@ pub struct EngineBuilder {
     pub(super) observers: Vec<Arc<dyn DecisionObserver>>,
     pub(super) customs: decide::custom::CustomRegistry,
     pub(super) notify: Option<NotifyConfig>,
+    pub(super) scan_limit: usize,
+    pub(super) stand_ins: bool,
 }
 
 impl Default for EngineBuilder {
@@ -54,6 +56,8 @@ impl Default for EngineBuilder {
             observers: Vec::new(),
             customs: decide::custom::CustomRegistry::new(),
             notify: None,
+            scan_limit: decide::conditions::DEFAULT_SCAN_LIMIT,
+            stand_ins: false,
         }
     }
 }
@@ -135,6 +139,22 @@ impl EngineBuilder {
     /// Sets the review store (default: in memory).
     pub fn review_store(mut self, store: Arc<dyn ReviewStore>) -> Self {
         self.reviews = store;
+        self
+    }
+
+    /// `sensitiveData` scans at most `bytes` of each string (default 1 MiB). Past it, a
+    /// detector's answer on the rest is missing data: the condition resolves it by its own or
+    /// its rule's `onMissing`, else to block (never silently allowed), and the decision's
+    /// `missing` records the cut.
+    pub fn sensitive_scan_limit(mut self, bytes: usize) -> Self {
+        self.scan_limit = bytes.max(1);
+        self
+    }
+
+    /// A what-if replay of a recorded trail: `sensitiveData` honours the trail's stand-ins
+    /// (`[redacted:<detector>]`), and reports what they hide from it as undecidable.
+    pub(crate) fn replaying_trail(mut self) -> Self {
+        self.stand_ins = true;
         self
     }
 
@@ -287,6 +307,9 @@ impl EngineBuilder {
                 source,
             })?);
         }
+        if let Some(a) = &audit {
+            a.redactor.set_detectors(compiled.redacting.clone());
+        }
         Ok(GovernanceEngine {
             inner: Arc::new(EngineInner {
                 policies: ArcSwap::from_pointee(compiled),
@@ -312,6 +335,10 @@ impl EngineBuilder {
                     .filter(|c| !c.urls.is_empty())
                     .map(|c| Arc::new(Notifier::start(c))),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
+                scan_mode: decide::conditions::ScanMode {
+                    limit: self.scan_limit,
+                    stand_ins: self.stand_ins,
+                },
             }),
         })
     }

@@ -155,6 +155,23 @@ pub(crate) struct EngineInner {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// [`GovernanceEngine::shutdown`] was called: runs decide nothing more.
     pub(crate) shut_down: std::sync::atomic::AtomicBool,
+    /// How `sensitiveData` reads strings: the scan limit; stand-ins honoured (what-if only).
+    pub(crate) scan_mode: decide::conditions::ScanMode,
+}
+
+impl EngineInner {
+    /// Tells the audit trail which detectors' findings to redact from every event: those of
+    /// `compiled`'s redacting `sensitiveData` conditions.
+    pub(crate) fn set_redacting(&self, compiled: &CompiledPolicies) {
+        if let Some(a) = &self.audit {
+            a.redactor.set_detectors(compiled.redacting.clone());
+        }
+    }
+
+    /// How `sensitiveData` conditions read strings.
+    pub(crate) fn scan_mode(&self) -> decide::conditions::ScanMode {
+        self.scan_mode
+    }
 }
 
 impl EngineInner {
@@ -251,6 +268,7 @@ impl GovernanceEngine {
     /// error the old policies stay in place.
     pub fn reload(&self, policies: Vec<Policy>) -> Result<(), EngineError> {
         let compiled = CompiledPolicies::compile(policies, &[])?;
+        self.inner.set_redacting(&compiled);
         self.inner.policies.store(Arc::new(compiled));
         Ok(())
     }
@@ -258,6 +276,7 @@ impl GovernanceEngine {
     /// Reloads from policy files or folders.
     pub fn reload_paths(&self, paths: &[PathBuf]) -> Result<(), EngineError> {
         let compiled = load_policies(paths)?;
+        self.inner.set_redacting(&compiled);
         self.inner.policies.store(Arc::new(compiled));
         Ok(())
     }

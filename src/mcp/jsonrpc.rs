@@ -136,12 +136,31 @@ pub fn outcome_of(response: &Value) -> (Option<Value>, Option<String>) {
         };
         return (None, Some(msg));
     }
-    let out = r
-        .get("structuredContent")
-        .or_else(|| r.get("content"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let out = match (r.get("structuredContent"), r.get("content")) {
+        // Both reach the client: both are decided on (a `toolOutput` condition scans what the
+        // model would read), unless the content is the structured content's JSON text.
+        (Some(s), Some(c)) if !is_json_text_of(c, s) => {
+            serde_json::json!({"content": c, "structuredContent": s})
+        }
+        (Some(s), _) => s.clone(),
+        (None, Some(c)) => c.clone(),
+        (None, None) => Value::Null,
+    };
     (Some(out), None)
+}
+
+/// Whether `content` adds nothing to `structured`: empty, or one text block holding it as
+/// JSON (what the MCP spec asks servers to send beside structured content).
+fn is_json_text_of(content: &Value, structured: &Value) -> bool {
+    match content.as_array().map(Vec::as_slice) {
+        Some([]) => true,
+        Some([one]) => one
+            .get("text")
+            .and_then(Value::as_str)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .is_some_and(|v| &v == structured),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +201,15 @@ mod tests {
         assert_eq!(outcome_of(&ok).0.unwrap()[0]["text"], "x");
         let structured = json!({"result": {"content": [], "structuredContent": {"a": 1}}});
         assert_eq!(outcome_of(&structured).0.unwrap(), json!({"a": 1}));
+        let same = json!({"result": {"content": [{"type": "text", "text": "{\"a\": 1}"}],
+            "structuredContent": {"a": 1}}});
+        assert_eq!(outcome_of(&same).0.unwrap(), json!({"a": 1}));
+        // A text beside a structured content that is not its JSON is decided on too.
+        let beside = json!({"result": {"content": [{"type": "text", "text": "key AKIA…"}],
+            "structuredContent": {"a": 1}}});
+        let out = outcome_of(&beside).0.unwrap();
+        assert_eq!(out["content"][0]["text"], "key AKIA…");
+        assert_eq!(out["structuredContent"], json!({"a": 1}));
         let failed =
             json!({"result": {"isError": true, "content": [{"type": "text", "text": "boom"}]}});
         assert_eq!(outcome_of(&failed).1.unwrap(), "boom");

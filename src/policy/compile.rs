@@ -54,6 +54,10 @@ pub struct CompiledPolicies {
     /// Some policy has an `agentSelector`: decisions skip the rules of policies that do not
     /// select the run's agent.
     pub(crate) agent_gated: bool,
+    /// The detectors of the policies' redacting `sensitiveData` conditions (enabled rules,
+    /// shadow ones included): whatever they find in any event of a run is redacted, wherever
+    /// it lies, whether or not its condition was evaluated.
+    pub(crate) redacting: Arc<[Detector]>,
     pub(crate) source: Vec<Policy>,
 }
 
@@ -389,6 +393,12 @@ struct Compiler<'a> {
     file: Option<&'a Path>,
     /// The current policy's `redactDetected`.
     redact_detected: bool,
+    /// The current rule's own `onMissing` (not its policy's default).
+    rule_on_missing: Option<EffectType>,
+    /// The current rule's phase.
+    phase: Phase,
+    /// The detectors of the redacting `sensitiveData` conditions compiled so far.
+    redacting: Vec<Detector>,
 }
 
 struct CounterIndexBuilder {
@@ -716,15 +726,39 @@ impl Compiler<'_> {
                 args: args.clone().unwrap_or(Value::Null),
             },
             Condition::SensitiveData {
+                target,
                 path: p,
                 all,
                 detectors,
-            } => CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
-                p.as_deref(),
-                *all,
-                detectors,
-                self.redact_detected,
-            ))),
+                on_missing,
+            } => {
+                if *target == SensitiveTarget::ToolOutput && self.phase != Phase::After {
+                    self.err(
+                        format!("{path}.target"),
+                        "\"toolOutput\" scans the tool's result: only in a rule with \
+                         selector.phase \"tool.after\""
+                            .to_string(),
+                    );
+                    return None;
+                }
+                if self.redact_detected {
+                    for d in detectors {
+                        if !self.redacting.contains(&d.detector) {
+                            self.redacting.push(d.detector);
+                        }
+                    }
+                }
+                CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
+                    *target,
+                    p.as_deref(),
+                    *all,
+                    detectors,
+                    self.redact_detected,
+                    on_missing
+                        .or(self.rule_on_missing)
+                        .unwrap_or(EffectType::Block),
+                )))
+            }
             Condition::And(cs) | Condition::Or(cs) => {
                 let mut out = Vec::with_capacity(cs.len());
                 let key = if matches!(c, Condition::And(_)) {
@@ -805,12 +839,17 @@ impl CompiledPolicies {
             errors: Vec::new(),
             file: None,
             redact_detected: true,
+            rule_on_missing: None,
+            phase: Phase::Before,
+            redacting: Vec::new(),
         };
         for (pi, ri) in order {
             let policy = &policies[pi];
             let rule = &policy.rules[ri];
             c.file = files.get(pi).copied().flatten();
             c.redact_detected = policy.meta.redact_detected;
+            c.rule_on_missing = rule.on_missing;
+            c.phase = rule.selector.phase;
             let mode = rule.mode.unwrap_or(policy.meta.mode);
             let Some(tool) = &rule.selector.tool else {
                 continue;
@@ -940,6 +979,7 @@ impl CompiledPolicies {
         }
         Ok(CompiledPolicies {
             policies: infos,
+            redacting: c.redacting.into(),
             agent_gated,
             rules,
             phases,

@@ -69,6 +69,7 @@ pub fn parse_policy_value(value: &Value, file: Option<&Path>) -> Result<Policy, 
     let mut p = Parser {
         errors: Vec::new(),
         file: file.map(Path::to_path_buf),
+        phase: None,
     };
     let default_name = file
         .and_then(|f| f.file_stem())
@@ -130,6 +131,8 @@ fn type_name(v: &Value) -> &'static str {
 struct Parser {
     errors: Vec<PolicyError>,
     file: Option<std::path::PathBuf>,
+    /// The phase of the rule being read (`toolOutput` needs the after phase).
+    phase: Option<Phase>,
 }
 
 /// Reads the fields of one JSON object, remembering which keys were used so that unknown keys
@@ -390,6 +393,7 @@ impl Parser {
         let selector = self
             .req(&o, "selector")
             .and_then(|s| self.selector(s, &join(path, "selector")));
+        self.phase = selector.as_ref().map(|s| s.phase);
         let condition = self
             .req(&o, "condition")
             .and_then(|c| self.condition(c, &join(path, "condition"), 0));

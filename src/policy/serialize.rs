@@ -386,11 +386,16 @@ impl Condition {
                 }
             }
             Condition::SensitiveData {
+                target,
                 path,
                 all,
                 detectors,
+                on_missing,
             } => {
-                m.insert("target".into(), "toolArg".into());
+                m.insert("target".into(), target.as_str().into());
+                if let Some(e) = on_missing {
+                    m.insert("onMissing".into(), e.as_str().into());
+                }
                 put_opt(&mut m, "path", path.clone());
                 m.insert("op".into(), if *all { "allOf" } else { "anyOf" }.into());
                 let entries = detectors

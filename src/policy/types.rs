@@ -345,12 +345,18 @@ pub enum Condition {
     },
     /// Detects sensitive data (card numbers, keys, …) in the arguments.
     SensitiveData {
-        /// Dot path of the value scanned; every string leaf of the arguments when absent.
+        /// What is scanned: the arguments (`toolArg`) or, after the call, its result
+        /// (`toolOutput`).
+        target: SensitiveTarget,
+        /// Dot path of the value scanned; every string leaf of the target when absent.
         path: Option<String>,
         /// `allOf`: every detector must match somewhere; `anyOf` (default): one.
         all: bool,
         /// The detectors (at least one).
         detectors: Vec<DetectorEntry>,
+        /// What an answer that could not be given (text past the scan limit) resolves to;
+        /// when absent, the rule's `onMissing`, else block (never the policy's default).
+        on_missing: Option<EffectType>,
     },
     /// All must hold.
     And(Vec<Condition>),

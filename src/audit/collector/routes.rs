@@ -152,23 +152,36 @@ pub(super) async fn post_events(
         );
     }
     let parsed = tokio::task::spawn_blocking(move || super::body::incoming(events)).await;
-    let batch = match parsed {
-        Ok(Ok(b)) => b,
-        Ok(Err(m)) => return error(StatusCode::BAD_REQUEST, m),
+    let (batch, bad) = match parsed {
+        Ok(b) => b,
         Err(e) => return fault("cannot parse events", &e),
     };
+    // A batch of bad events only is refused whole; otherwise each bad event alone (the
+    // others, maybe another agent's run, are stored).
+    if batch.is_empty()
+        && let Some(first) = bad.first()
+    {
+        return error(StatusCode::BAD_REQUEST, first.reason.clone());
+    }
+    for b in &bad {
+        tracing::warn!(index = b.index, "collector refused an event: {}", b.reason);
+    }
     match c.shared.store.ingest(batch).await {
         Ok(outcome) => {
             c.count(&outcome);
             for r in &outcome.rejected {
                 tracing::warn!(id = %r.id, "collector rejected an event: {}", r.reason);
             }
-            let status = if outcome.rejected.is_empty() {
+            let status = if outcome.rejected.is_empty() && bad.is_empty() {
                 StatusCode::OK
             } else {
                 StatusCode::CONFLICT
             };
-            json_response(status, outcome.to_json().to_string())
+            let mut body = outcome.to_json();
+            if let Some(Value::Array(r)) = body.get_mut("rejected") {
+                r.extend(bad.iter().map(super::body::BadEvent::to_json));
+            }
+            json_response(status, body.to_string())
         }
         Err(e) => store_fault("cannot store events", &e),
     }

@@ -70,7 +70,9 @@ fn decisions() -> Vec<Decision> {
                 path: "card.\"no\"".into(),
                 segs: Vec::new(),
                 redact: true,
+                in_output: false,
             }])),
+            detected_more: 3,
         },
         EvaluatedRule {
             rule_id: Arc::from("shadowed"),
@@ -80,6 +82,7 @@ fn decisions() -> Vec<Decision> {
             missing: vec!["signal:risk".into()],
             error: Some("timeout\u{0}".into()),
             detected: None,
+            detected_more: 0,
         },
     ];
     block.signals = vec![SignalRecord {

@@ -88,6 +88,14 @@ pub struct EvaluatedRule {
     /// (`None` when nothing was detected: the common case costs one null pointer.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detected: Option<Box<[Detection]>>,
+    /// Detections past the ones kept in `detected` (at most 16 per condition and call),
+    /// counted.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub detected_more: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Serialize for Detector {
@@ -124,6 +132,9 @@ pub struct Detection {
     /// The string is redacted from the audit trail (`redactDetected`).
     #[serde(skip)]
     pub(crate) redact: bool,
+    /// Found in the tool's result (`target: "toolOutput"`): the path is in the result.
+    #[serde(skip)]
+    pub(crate) in_output: bool,
 }
 
 impl Detection {
@@ -150,6 +161,7 @@ impl Detection {
             path,
             segs: owned,
             redact,
+            in_output: false,
         }
     }
 }

@@ -39,7 +39,16 @@ impl EvaluatedRule {
                 write_string(&d.path, out);
                 out.push('}');
             }
-            out.push_str("],\"effect\":\"");
+            out.push(']');
+            if self.detected_more > 0 {
+                out.push_str(",\"detectedMore\":");
+                write_int(u64::from(self.detected_more), out);
+            }
+            out.push_str(",\"effect\":\"");
+        } else if self.detected_more > 0 {
+            out.push_str("{\"detectedMore\":");
+            write_int(u64::from(self.detected_more), out);
+            out.push_str(",\"effect\":\"");
         } else {
             out.push_str("{\"effect\":\"");
         }
@@ -197,6 +206,7 @@ mod tests {
             shadow: true,
             missing: vec!["signal x: \u{1}".into(), "tz".into()],
             detected: None,
+            detected_more: 0,
             error: Some("bad".into()),
         }];
         d.signals = vec![SignalRecord {
@@ -242,7 +252,7 @@ mod tests {
                 reason.map(Arc::from));
             d.rule_id = rule.map(Arc::from);
             d.evaluated = rules.into_iter().map(|(id, t, e, s, missing, error)| EvaluatedRule {
-                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error, detected: None,
+                rule_id: Arc::from(id), triggered: t, effect: effect(e), shadow: s, missing, error, detected: None, detected_more: 0,
             }).collect();
             d.hitl = hitl.map(|(id, s, fp)| HitlInfo {
                 review_id: id,

@@ -28,6 +28,8 @@ pub(crate) struct CallView<'a> {
     pub(crate) tags_lc: &'a [String],
     pub(crate) args: &'a Value,
     pub(crate) duration_ms: Option<f64>,
+    /// The tool's result (after phase): its output, or its error as a string.
+    pub(crate) output: Option<&'a Value>,
 }
 
 /// Everything one decision reads and accumulates.
@@ -50,6 +52,8 @@ pub(crate) struct DecisionCtx<'a> {
     /// What `sensitiveData` conditions detected in the current rule (`None` when nothing was:
     /// a policy without `sensitiveData` pays one null pointer, moved into each evaluated rule).
     pub(crate) detections: Option<Box<[super::decision::Detection]>>,
+    /// Detections of the current rule past those kept, counted.
+    pub(crate) detected_more: u32,
     /// On a shared state store: what the decision read from it (conditions read here).
     pub(crate) remote: Option<crate::engine::run::shared_state::RemoteView>,
 }
@@ -79,6 +83,7 @@ impl<'a> DecisionCtx<'a> {
             missing: Vec::new(),
             effect_override: None,
             detections: None,
+            detected_more: 0,
             remote: None,
         }
     }
@@ -91,7 +96,11 @@ impl DecisionCtx<'_> {
 
     /// Adds detections of a `sensitiveData` condition to the current rule's.
     #[cold]
-    pub(crate) fn add_detections(&mut self, found: Vec<super::decision::Detection>) {
+    pub(crate) fn add_detections(&mut self, found: Vec<super::decision::Detection>, more: u32) {
+        self.detected_more = self.detected_more.saturating_add(more);
+        if found.is_empty() {
+            return;
+        }
         self.detections = Some(match self.detections.take() {
             None => found.into_boxed_slice(),
             Some(had) => {
@@ -420,6 +429,7 @@ impl Combiner {
             missing: std::mem::take(&mut ctx.missing),
             error: None,
             detected: ctx.detections.take(),
+            detected_more: std::mem::take(&mut ctx.detected_more),
         });
     }
 

@@ -127,6 +127,16 @@ impl Run {
         looked_up: Option<LookedUp>,
     ) -> Option<Decision> {
         let started = Instant::now();
+        // A result nested deeper than any reader takes is not decided on nor recorded: a
+        // stand-in takes its place, and the after decision blocks it.
+        let mut outcome = outcome;
+        let too_deep = outcome
+            .output
+            .as_ref()
+            .is_some_and(|o| crate::json::deeper_than(o, crate::json::MAX_VALUE_DEPTH));
+        if too_deep {
+            outcome.output = Some(super::edge::too_deep_stand_in());
+        }
         let (policies, profile) = looked_up.unwrap_or_else(|| {
             let policies = self.engine.policies.load_full();
             let profile = policies
@@ -174,6 +184,8 @@ impl Run {
         }
 
         let rules = &profile.rules[1];
+        // What `toolOutput` conditions scan: the output, or the error the tool reported.
+        let error_text = outcome.error.clone().map(Value::String);
         let decision = if rules.is_empty() {
             None
         } else {
@@ -184,6 +196,7 @@ impl Run {
                 tags_lc: &profile.tags_lc,
                 args: &pending.args,
                 duration_ms: Some(duration_ms),
+                output: outcome.output.as_ref().or(error_text.as_ref()),
             };
             let mut ctx = DecisionCtx::new(
                 &self.engine,
@@ -229,6 +242,11 @@ impl Run {
             }
             d.latency_ns = started.elapsed().as_nanos() as u64;
             Some(d)
+        };
+        let decision = if too_deep {
+            Some(super::edge::too_deep_after(decision))
+        } else {
+            decision
         };
 
         match &shared_store {

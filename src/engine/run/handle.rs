@@ -200,6 +200,9 @@ impl Run {
         }
         let started = Instant::now();
         let now = self.engine.clock.now();
+        if let Some(d) = self.refuse_too_deep(&call, now) {
+            return d;
+        }
         let mut decision = blank_decision();
         let proceeds = match self.before_sync(&call, now, &mut decision) {
             Ok(p) => p,
@@ -230,6 +233,9 @@ impl Run {
         }
         let started = Instant::now();
         let now = self.engine.clock.now();
+        if let Some(d) = self.refuse_too_deep(&call, now) {
+            return d;
+        }
         let mut decision = blank_decision();
         let proceeds = match self.before_sync(&call, now, &mut decision) {
             Ok(p) => p,
@@ -511,6 +517,7 @@ pub(crate) fn call_view<'a>(
         tags_lc: &profile.tags_lc,
         args: &call.args,
         duration_ms,
+        output: None,
     }
 }
 

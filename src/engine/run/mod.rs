@@ -9,6 +9,7 @@
 
 pub(super) mod after;
 pub(super) mod closed;
+pub(super) mod edge;
 pub(super) mod guard;
 pub(super) mod handle;
 pub(super) mod observe;

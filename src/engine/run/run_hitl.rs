@@ -20,10 +20,23 @@ impl Run {
         let ctx = &self.shared.context;
         let rule_id = d.rule_id.as_deref().unwrap_or("");
         let enduser = ctx.enduser.as_ref().map(|u| u.id.as_str());
-        let fp =
-            self.engine
-                .fingerprints
-                .get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser);
+        // Taken over the arguments as the trail holds them (what a redacting sensitiveData
+        // condition of the policies finds, redacted): the fingerprint, written in the trail,
+        // must not let a guess of the redacted text be checked.
+        let redacting = self.engine.policies.load().redacting.clone();
+        let redacted;
+        let args = if redacting.is_empty() {
+            &call.args
+        } else {
+            let mut a = call.args.clone();
+            crate::engine::decide::conditions::redact_found(&mut a, &redacting);
+            redacted = a;
+            &redacted
+        };
+        let fp = self
+            .engine
+            .fingerprints
+            .get(&ctx.agent_id, rule_id, &call.name, args, enduser);
         let store = &self.engine.reviews;
         let mut head = store.head(&fp);
         // A pending review past its expiry with an `onExpire` is decided by it, as a reviewer
@@ -113,8 +126,8 @@ impl Run {
 
     /// The arguments a review shows: redacted as the call's `tool.decision` audit event
     /// redacts them (detected sensitive data, then the audit trail's redaction rules), so the
-    /// review store and the console hold no more than the audit trail does. (The fingerprint
-    /// is of the real arguments.)
+    /// review store and the console hold no more than the audit trail does. (So is the
+    /// fingerprint's input.)
     fn review_args(&self, call: &ToolCall, d: &Decision) -> serde_json::Value {
         let args = crate::engine::decide::conditions::redaction(&call.args, None, &d.evaluated)
             .map_or_else(|| call.args.clone(), |r| r.args);

@@ -11,17 +11,33 @@ impl Parser {
             v,
             path,
             "a sensitiveData condition",
-            &["kind", "target", "path", "op", "detectors"],
+            &["kind", "target", "path", "op", "detectors", "onMissing"],
         )?;
-        let target = self.req_enum(&o, "target", &[("toolArg", ())]);
+        let target = self.req_enum(
+            &o,
+            "target",
+            &[
+                ("toolArg", SensitiveTarget::ToolArg),
+                ("toolOutput", SensitiveTarget::ToolOutput),
+            ],
+        );
+        if target == Some(SensitiveTarget::ToolOutput) && self.phase == Some(Phase::Before) {
+            self.err(
+                join(&o.path, "target"),
+                "\"toolOutput\" scans the tool's result: only in a rule whose selector.phase \
+                 is \"tool.after\"",
+            );
+        }
+        let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let arg_path = match o.map.get("path") {
             None => Some(None),
             Some(_) => self.dot_path(&o, "path").map(Some),
         };
         let all = self.opt_enum(&o, "op", &[("anyOf", false), ("allOf", true)]);
         let detectors = self.detectors(&o);
-        target?;
         Some(Condition::SensitiveData {
+            target: target?,
+            on_missing: on_missing?,
             path: arg_path?,
             all: all?.unwrap_or(false),
             detectors: detectors?,

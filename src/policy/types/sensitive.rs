@@ -168,3 +168,24 @@ pub struct DetectorEntry {
     /// Which of its detections count (all when absent).
     pub sub_condition: Option<SubCondition>,
 }
+
+/// What a `sensitiveData` condition scans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SensitiveTarget {
+    /// The call's arguments (Handlebar's `toolArg`).
+    #[default]
+    ToolArg,
+    /// The tool's result, in the after phase (`toolOutput`: a toolgate extension; Handlebar's
+    /// schema says it will come).
+    ToolOutput,
+}
+
+impl SensitiveTarget {
+    /// The name as written in a policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SensitiveTarget::ToolArg => "toolArg",
+            SensitiveTarget::ToolOutput => "toolOutput",
+        }
+    }
+}

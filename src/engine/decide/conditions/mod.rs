@@ -16,7 +16,10 @@ mod tool_tag;
 
 use futures::future::BoxFuture;
 
-pub(crate) use sensitive_data::{CSensitive, Redaction, redact_strings, redaction};
+pub(crate) use sensitive_data::{
+    CSensitive, DEFAULT_SCAN_LIMIT, Redaction, ScanMode, UNDECIDABLE_NOTE, redact_found,
+    redact_strings, redaction,
+};
 
 use super::evaluate::DecisionCtx;
 use crate::policy::{CCond, EffectType};

@@ -1,7 +1,10 @@
-//! `sensitiveData`: scans the string leaves of a call's arguments (or of the value at a path)
-//! with hand-written linear detectors, one file per detector family. At most the first 1 MiB
-//! of each string is scanned; nothing is copied. The decision's `evaluated` entry records the
-//! detectors that matched and the argument paths — never the matched text.
+//! `sensitiveData`: scans the string leaves (and, for `credit_card`, the integers) of a call's
+//! arguments or, after the call, of its result (or of the value at a path) with hand-written
+//! linear detectors, one file per detector family. At most the scan limit of each string is
+//! scanned (1 MiB by default; past it the answer is missing data); nothing is copied. The
+//! decision's `evaluated` entry records the detectors that matched and the paths — never the
+//! matched text. Live calls are scanned whatever they hold; only a what-if replay honours the
+//! trail's stand-ins (`walk.rs`).
 
 mod contact;
 mod finance;
@@ -13,17 +16,16 @@ pub(crate) mod scan;
 mod secrets;
 #[cfg(test)]
 mod skip_tests;
+mod walk;
+
+pub(crate) use scan::MAX_SCAN as DEFAULT_SCAN_LIMIT;
+pub(crate) use walk::{ScanMode, UNDECIDABLE_NOTE, eval};
 
 use serde_json::Value;
-use smallvec::SmallVec;
 
-use super::{Tri, json_path};
-use crate::engine::decision::{ArgPathSeg, Detection};
-use crate::engine::evaluate::DecisionCtx;
-use crate::policy::{Detector, DetectorEntry, SubCheck, SubCondition, SubOp};
-
-/// Deepest argument nesting scanned (deeper values are not looked at).
-const MAX_DEPTH: usize = 128;
+use crate::json::MAX_VALUE_DEPTH as MAX_DEPTH;
+pub(crate) use crate::policy::SensitiveTarget as Target;
+use crate::policy::{Detector, DetectorEntry, EffectType, SubCheck, SubCondition, SubOp};
 
 /// A compiled sub-condition (values lowercased).
 #[derive(Debug)]
@@ -63,6 +65,11 @@ impl CSub {
 /// A compiled `sensitiveData` condition.
 #[derive(Debug)]
 pub(crate) struct CSensitive {
+    /// What is scanned: the call's arguments, or (after phase) the tool's result.
+    target: Target,
+    /// What a missing answer (text past the scan limit, a stand-in in what-if) resolves to:
+    /// the condition's `onMissing`, else its rule's, else block (never the policy's default).
+    on_missing: EffectType,
     path: Option<Vec<String>>,
     all: bool,
     detectors: Vec<(Detector, Option<CSub>)>,
@@ -92,16 +99,20 @@ fn shared_mask(detectors: &[(Detector, Option<CSub>)]) -> u8 {
 impl CSensitive {
     /// Compiles a condition's parts.
     pub(crate) fn compile(
+        target: Target,
         path: Option<&str>,
         all: bool,
         detectors: &[DetectorEntry],
         redact: bool,
+        on_missing: EffectType,
     ) -> CSensitive {
         let detectors: Vec<_> = detectors
             .iter()
             .map(|d| (d.detector, d.sub_condition.as_ref().map(CSub::compile)))
             .collect();
         CSensitive {
+            target,
+            on_missing,
             path: path.map(|p| p.split('.').map(str::to_string).collect()),
             all,
             shared: shared_mask(&detectors),
@@ -111,14 +122,14 @@ impl CSensitive {
     }
 }
 
-/// Whether `detector` finds a detection in `s` that `sub` (if any) accepts.
+/// Whether `detector` finds a detection in (the first [`scan::MAX_SCAN`] bytes of) `s` that
+/// `sub` (if any) accepts. Whatever `s` holds is scanned: a stand-in is plain text here.
 pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
-    // The audit trail's stand-in for a string this detector matched: a what-if replay of a
-    // redacted trail decides it as it was decided live (sub-conditions cannot be re-checked).
-    if let Some(name) = stand_in(s) {
-        return name == detector.as_str();
-    }
-    let b = scan::bounded(s);
+    detect_bytes(detector, scan::bounded(s), sub)
+}
+
+/// [`detect`] over bytes already bounded.
+pub(crate) fn detect_bytes(detector: Detector, b: &[u8], sub: Option<&CSub>) -> bool {
     match detector {
         Detector::Email | Detector::EmailDomain => {
             contact::emails(b, &mut |domain| sub.is_none_or(|c| c.accepts("", domain)))
@@ -137,122 +148,10 @@ pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
     }
 }
 
-/// The detector named by the audit trail's stand-in for a redacted string, if `s` is one.
-fn stand_in(s: &str) -> Option<&str> {
-    s.strip_prefix("[redacted:")
-        .and_then(|r| r.strip_suffix(']'))
-}
-
 /// The first detector of `detectors` that matches `s`, if any (sub-conditions ignored): what
 /// the audit trail's redaction of outputs uses.
 pub(crate) fn first_match(detectors: &[Detector], s: &str) -> Option<Detector> {
     detectors.iter().copied().find(|&d| detect(d, s, None))
-}
-
-type Segs<'a> = SmallVec<[ArgPathSeg<'a>; 8]>;
-
-struct Scan<'c> {
-    cond: &'c CSensitive,
-    /// Bit i: detector i matched somewhere.
-    mask: u32,
-    found: Vec<Detection>,
-}
-
-impl Scan<'_> {
-    fn value<'v>(&mut self, v: &'v Value, segs: &mut Segs<'v>) {
-        match v {
-            Value::String(s) => self.string(s, segs),
-            Value::Array(a) if segs.len() < MAX_DEPTH => {
-                for (i, x) in a.iter().enumerate() {
-                    segs.push(ArgPathSeg::Index(i));
-                    self.value(x, segs);
-                    segs.pop();
-                }
-            }
-            Value::Object(m) if segs.len() < MAX_DEPTH => {
-                for (k, x) in m {
-                    segs.push(ArgPathSeg::Key(k));
-                    self.value(x, segs);
-                    segs.pop();
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn string(&mut self, s: &str, segs: &Segs<'_>) {
-        // A redacted stand-in is answered by `detect` (it names its detector).
-        let shared = if stand_in(s).is_some() {
-            0
-        } else {
-            self.cond.shared
-        };
-        let found = if shared != 0 {
-            first_pass::first_pass(scan::bounded(s), shared)
-        } else {
-            0
-        };
-        for (i, (d, sub)) in self.cond.detectors.iter().enumerate() {
-            let bit = shared_bit(*d) & shared;
-            let hit = if bit != 0 {
-                found & bit != 0
-            } else {
-                detect(*d, s, sub.as_ref())
-            };
-            if hit {
-                self.mask |= 1 << i;
-                self.found.push(Detection::new(*d, segs, self.cond.redact));
-            }
-        }
-    }
-}
-
-/// True when the detectors match per `op` (anyOf: one of them somewhere; allOf: each of them
-/// somewhere). A `path` that is absent is false: nothing is sent. Never missing data.
-pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
-    let root = match &c.path {
-        None => Some(ctx.call.args),
-        Some(p) => json_path(ctx.call.args, p),
-    };
-    let Some(root) = root else {
-        return Tri::False;
-    };
-    let mut scan = Scan {
-        cond: c,
-        mask: 0,
-        found: Vec::new(),
-    };
-    let mut segs: Segs<'_> = SmallVec::new();
-    if let Some(p) = &c.path {
-        // The path's own segments: resolved against the arguments as `json_path` does.
-        let mut cur = ctx.call.args;
-        for k in p {
-            match cur {
-                Value::Object(m) => {
-                    segs.push(ArgPathSeg::Key(k));
-                    cur = m.get(k.as_str()).unwrap_or(&Value::Null);
-                }
-                Value::Array(a) => {
-                    let i = k.parse::<usize>().unwrap_or(usize::MAX);
-                    segs.push(ArgPathSeg::Index(i));
-                    cur = a.get(i).unwrap_or(&Value::Null);
-                }
-                _ => break,
-            }
-        }
-    }
-    scan.value(root, &mut segs);
-    if !scan.found.is_empty() {
-        ctx.add_detections(scan.found);
-    }
-    let n = c.detectors.len().min(32);
-    let want = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
-    let hit = if c.all {
-        scan.mask & want == want
-    } else {
-        scan.mask != 0
-    };
-    hit.into()
 }
 
 /// What the audit trail writes instead of the arguments of a call in which `sensitiveData`
@@ -286,17 +185,99 @@ pub(crate) fn redaction(
         },
     };
     for d in found {
-        if let Some(v) = at_path_mut(&mut out.args, &d.segs)
-            && v.is_string()
-            && !v.as_str().is_some_and(|s| s.starts_with("[redacted:"))
+        // A detection in the tool's result names no place in the arguments.
+        if !d.in_output
+            && let Some(v) = at_path_mut(&mut out.args, &d.segs)
         {
-            *v = Value::String(format!("[redacted:{}]", d.detector));
+            redact_value(v, d.detector);
         }
         if !out.detectors.contains(&d.detector) {
             out.detectors.push(d.detector);
         }
     }
     Some(out)
+}
+
+/// Redacts what `detector` found in `v`: a string as [`redact_strings`] does; an integer
+/// (`credit_card`) becomes its digits, redacted, or the whole stand-in when they are not
+/// found again.
+pub(crate) fn redact_value(v: &mut Value, detector: Detector) {
+    match v {
+        Value::String(_) => redact_strings(v, &[detector]),
+        Value::Number(n) => {
+            let stand_in = Value::String(format!("[redacted:{detector}]"));
+            let mut digits = Value::String(n.to_string().trim_start_matches('-').to_string());
+            redact_strings(&mut digits, &[detector]);
+            *v = if digits.as_str().is_some_and(|s| s.contains("[redacted:")) {
+                digits
+            } else {
+                stand_in
+            };
+        }
+        _ => {}
+    }
+}
+
+/// Redacts everything `detectors` find in `v`, wherever it lies: strings, object keys, and
+/// (for `credit_card`) integers. What the audit trail does to every event of a run under a
+/// policy with a redacting `sensitiveData` condition, and what the hitl fingerprint is taken
+/// over. A string longer than the scan limit (1 MiB) keeps its scanned part only (followed
+/// by `[unscanned: N bytes cut]`). Walks at most [`crate::json::MAX_EVENT_DEPTH`] levels (what an event may nest).
+pub(crate) fn redact_found(v: &mut Value, detectors: &[Detector]) {
+    if !detectors.is_empty() {
+        redact_found_in(v, detectors, detectors.contains(&Detector::CreditCard), 0);
+    }
+}
+
+fn redact_found_in(v: &mut Value, detectors: &[Detector], cards: bool, depth: usize) {
+    match v {
+        Value::String(s) => {
+            // What the detectors cannot read is not kept: a string longer than the scan
+            // limit keeps its scanned part only.
+            let (kept, cut) = scan::bounded_to(s, scan::MAX_SCAN);
+            if cut {
+                let dropped = s.len() - kept.len();
+                let mut t = scan::text(kept).to_string();
+                t.push_str(&format!("[unscanned: {dropped} bytes cut]"));
+                *s = t;
+            }
+            redact_strings(v, detectors)
+        }
+        Value::Number(n)
+            if cards
+                && detect(
+                    Detector::CreditCard,
+                    n.to_string().trim_start_matches('-'),
+                    None,
+                ) =>
+        {
+            redact_value(v, Detector::CreditCard)
+        }
+        Value::Array(a) if depth < crate::json::MAX_EVENT_DEPTH => a
+            .iter_mut()
+            .for_each(|x| redact_found_in(x, detectors, cards, depth + 1)),
+        Value::Object(m) if depth < crate::json::MAX_EVENT_DEPTH => {
+            if m.keys().any(|k| first_match(detectors, k).is_some()) {
+                let old = std::mem::take(m);
+                for (k, x) in old {
+                    let mut key = Value::String(k);
+                    redact_strings(&mut key, detectors);
+                    let mut k = match key {
+                        Value::String(k) => k,
+                        _ => String::new(),
+                    };
+                    // Two keys redacted alike both stay.
+                    while m.contains_key(&k) {
+                        k.push('\'');
+                    }
+                    m.insert(k, x);
+                }
+            }
+            m.values_mut()
+                .for_each(|x| redact_found_in(x, detectors, cards, depth + 1));
+        }
+        _ => {}
+    }
 }
 
 /// Redacts, in an output, each string in which one of `detectors` matches.

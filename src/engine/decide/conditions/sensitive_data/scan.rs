@@ -2,19 +2,26 @@
 //! (the patterns are ASCII; a non-ASCII byte is a boundary), never copies the input, and
 //! moves forward only: each byte is looked at a bounded number of times.
 
-/// At most this many bytes of each string are scanned (1 MiB).
+/// The scan limit by default: at most this many bytes of each string are scanned (1 MiB;
+/// `EngineBuilder::sensitive_scan_limit` sets another).
 pub(crate) const MAX_SCAN: usize = 1 << 20;
 
 /// The first [`MAX_SCAN`] bytes of `s` (cut at a character boundary).
 pub(crate) fn bounded(s: &str) -> &[u8] {
-    if s.len() <= MAX_SCAN {
-        return s.as_bytes();
+    bounded_to(s, MAX_SCAN).0
+}
+
+/// The first `limit` bytes of `s` (cut at a character boundary), and whether that cut
+/// anything off.
+pub(crate) fn bounded_to(s: &str, limit: usize) -> (&[u8], bool) {
+    if s.len() <= limit {
+        return (s.as_bytes(), false);
     }
-    let mut end = MAX_SCAN;
+    let mut end = limit;
     while end > 0 && !s.is_char_boundary(end) {
         end -= 1;
     }
-    &s.as_bytes()[..end]
+    (&s.as_bytes()[..end], true)
 }
 
 #[inline]

@@ -1,0 +1,73 @@
+//! The collector refuses only the bad event of a batch: an event nested deeper than any reader
+//! takes (or otherwise not an audit event) is refused alone, and the other events of its
+//! batch — another agent's run — are stored (issue 32, point 3).
+#![cfg(feature = "http")]
+
+mod collect_support;
+use collect_support::Collect;
+
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use toolgate::audit::{AuditEvent, EventKind, RunChain, verify_paths};
+
+fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
+    let mut chain = RunChain::new(run_id, agent, None);
+    (0..n)
+        .map(|i| {
+            let kind = if i == 0 {
+                EventKind::RunStarted
+            } else {
+                EventKind::ToolResult
+            };
+            let mut body = Map::new();
+            body.insert("callId".into(), json!(format!("c{i}")));
+            chain.seal(kind, Utc::now(), body)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_too_deep_event_is_refused_alone_and_the_rest_of_its_batch_is_stored() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = dir.path().join("store");
+    let c = Collect::start_with(&store, &[], &[]);
+    let good: Vec<String> = events("other-run", "other-agent", 3)
+        .iter()
+        .map(|e| e.to_json().to_string())
+        .collect();
+    // An event whose output nests 130 levels: past serde_json's limit (and toolgate's).
+    let deep = format!(
+        r#"{{"id":"0190b0c0-0000-7000-8000-000000000000","output":{}1{}}}"#,
+        "[".repeat(130),
+        "]".repeat(130)
+    );
+    let body = format!(
+        r#"{{"events":[{},{deep},{}]}}"#,
+        good[..2].join(","),
+        good[2]
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/events", c.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["accepted"], json!(3), "{answer}");
+    let rejected = answer["rejected"].as_array().unwrap();
+    assert_eq!(rejected.len(), 1, "{answer}");
+    assert_eq!(rejected[0]["index"], json!(2));
+    let page: Value = reqwest::get(format!("{}/v1/runs/other-run", c.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(3), "{page}");
+    drop(c);
+    let report = verify_paths(&[&store]);
+    assert!(report.is_ok(), "{:?}", report.breaks);
+}
