@@ -13,6 +13,9 @@ pub(crate) mod scan;
 mod secrets;
 #[cfg(test)]
 mod skip_tests;
+mod spans;
+#[cfg(test)]
+mod spans_tests;
 
 use serde_json::Value;
 use smallvec::SmallVec;
@@ -111,13 +114,9 @@ impl CSensitive {
     }
 }
 
-/// Whether `detector` finds a detection in `s` that `sub` (if any) accepts.
+/// Whether `detector` finds a detection in `s` that `sub` (if any) accepts (stand-ins are
+/// answered by the scan, see [`stand_ins`]).
 pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
-    // The audit trail's stand-in for a string this detector matched: a what-if replay of a
-    // redacted trail decides it as it was decided live (sub-conditions cannot be re-checked).
-    if let Some(name) = stand_in(s) {
-        return name == detector.as_str();
-    }
     let b = scan::bounded(s);
     match detector {
         Detector::Email | Detector::EmailDomain => {
@@ -137,16 +136,33 @@ pub(crate) fn detect(detector: Detector, s: &str, sub: Option<&CSub>) -> bool {
     }
 }
 
-/// The detector named by the audit trail's stand-in for a redacted string, if `s` is one.
-fn stand_in(s: &str) -> Option<&str> {
-    s.strip_prefix("[redacted:")
-        .and_then(|r| r.strip_suffix(']'))
+fn stand_in_bit(d: Detector) -> u16 {
+    1 << (d as u16)
 }
 
-/// The first detector of `detectors` that matches `s`, if any (sub-conditions ignored): what
-/// the audit trail's redaction of outputs uses.
-pub(crate) fn first_match(detectors: &[Detector], s: &str) -> Option<Detector> {
-    detectors.iter().copied().find(|&d| detect(d, s, None))
+/// The detectors named by the audit trail's stand-ins (`[redacted:<detector>]`, written for
+/// the spans a detector matched) in `s`, as a mask of [`stand_in_bit`]s: a what-if replay of
+/// a redacted trail decides them as they were decided live (sub-conditions cannot be
+/// re-checked). A stand-in never hides the rest of the string from the detectors.
+fn stand_ins(s: &str) -> u16 {
+    const OPEN: &[u8] = b"[redacted:";
+    let b = s.as_bytes();
+    let mut m = 0;
+    for i in memchr::memchr_iter(b'[', b) {
+        let Some(rest) = b[i..].strip_prefix(OPEN) else {
+            continue;
+        };
+        let Some(end) = memchr::memchr(b']', &rest[..rest.len().min(16)]) else {
+            continue;
+        };
+        if let Some(d) = Detector::ALL
+            .iter()
+            .find(|d| d.as_str().as_bytes() == &rest[..end])
+        {
+            m |= stand_in_bit(*d);
+        }
+    }
+    m
 }
 
 type Segs<'a> = SmallVec<[ArgPathSeg<'a>; 8]>;
@@ -181,12 +197,8 @@ impl Scan<'_> {
     }
 
     fn string(&mut self, s: &str, segs: &Segs<'_>) {
-        // A redacted stand-in is answered by `detect` (it names its detector).
-        let shared = if stand_in(s).is_some() {
-            0
-        } else {
-            self.cond.shared
-        };
+        let stand = stand_ins(s);
+        let shared = self.cond.shared;
         let found = if shared != 0 {
             first_pass::first_pass(scan::bounded(s), shared)
         } else {
@@ -194,11 +206,12 @@ impl Scan<'_> {
         };
         for (i, (d, sub)) in self.cond.detectors.iter().enumerate() {
             let bit = shared_bit(*d) & shared;
-            let hit = if bit != 0 {
-                found & bit != 0
-            } else {
-                detect(*d, s, sub.as_ref())
-            };
+            let hit = stand & stand_in_bit(*d) != 0
+                || if bit != 0 {
+                    found & bit != 0
+                } else {
+                    detect(*d, s, sub.as_ref())
+                };
             if hit {
                 self.mask |= 1 << i;
                 self.found.push(Detection::new(*d, segs, self.cond.redact));
@@ -286,11 +299,15 @@ pub(crate) fn redaction(
         },
     };
     for d in found {
-        if let Some(v) = at_path_mut(&mut out.args, &d.segs)
-            && v.is_string()
-            && !v.as_str().is_some_and(|s| s.starts_with("[redacted:"))
-        {
-            *v = Value::String(format!("[redacted:{}]", d.detector));
+        if let Some(Value::String(s)) = at_path_mut(&mut out.args, &d.segs) {
+            match spans::redact_spans(s, &[d.detector]) {
+                Some(r) => *s = r,
+                // Detected, but no span found to replace (never expected): the whole string.
+                None if stand_ins(s) & stand_in_bit(d.detector) == 0 => {
+                    *s = format!("[redacted:{}]", d.detector)
+                }
+                None => {}
+            }
         }
         if !out.detectors.contains(&d.detector) {
             out.detectors.push(d.detector);
@@ -299,7 +316,8 @@ pub(crate) fn redaction(
     Some(out)
 }
 
-/// Redacts, in an output, each string in which one of `detectors` matches.
+/// Redacts, in an output, each span of a string that one of `detectors` finds: the span
+/// becomes `[redacted:<detector>]`, the rest of the string is kept.
 pub(crate) fn redact_strings(v: &mut Value, detectors: &[Detector]) {
     redact_in(v, detectors, 0);
 }
@@ -307,8 +325,8 @@ pub(crate) fn redact_strings(v: &mut Value, detectors: &[Detector]) {
 fn redact_in(v: &mut Value, detectors: &[Detector], depth: usize) {
     match v {
         Value::String(s) => {
-            if let Some(d) = first_match(detectors, s) {
-                *v = Value::String(format!("[redacted:{d}]"));
+            if let Some(r) = spans::redact_spans(s, detectors) {
+                *s = r;
             }
         }
         Value::Array(a) if depth < MAX_DEPTH => a
