@@ -96,6 +96,7 @@ async fn cards_beside_other_digits_are_found_and_dates_amounts_phones_are_not() 
         "x.4111111111111111",
         "+1 4111 1111 1111 1111",
         "4111 1111 1111 1111x 5555 5555 5555 4444",
+        "41 11 11 11 11 11 11 11",
     ] {
         cases.push(("credit_card", hit, true));
     }
@@ -184,6 +185,7 @@ async fn quoted_and_ip_literal_emails_pem_escapes_and_key_prefixes() {
         ("email_not_corp", "x@[192.0.2.1]", true),
         ("email_not_corp", "x@corp.example", false),
         ("email", "x@[999.1.1.1]", false),
+        ("email", "ssh x@10.0.0.1", false),
         ("email", "\"unterminated @evil.example", false),
         ("private_key", pem_escaped, true),
         ("private_key", pem_double, true),
@@ -247,6 +249,7 @@ async fn lowercase_iban_and_nino_layouts() {
         ("uk_nino", "AB 123456 C", true),
         ("uk_nino", "ab123456c", true),
         ("uk_nino", "ni: ab 12 34 56 c", true),
+        ("uk_nino", "AB-12-34-56-C", true),
         ("uk_nino", "AB123456", false),
         ("uk_nino", "BG 123456 C", false),
         ("uk_nino", "AB 123456 E", false),
