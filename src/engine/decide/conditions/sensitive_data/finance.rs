@@ -290,11 +290,6 @@ const IBAN_LENGTHS: &[(&[u8; 2], u8)] = &[
     (b"XK", 20),
 ];
 
-#[inline(always)]
-fn alnum_space(b: u8) -> bool {
-    alnum(b) || b == b' ' || b == b'-'
-}
-
 /// An IBAN: a country code of the registry, two check digits, then the country's length of
 /// letters and digits (either case; single spaces or hyphens allowed between characters, as
 /// in the usual groups of four), not preceded or followed by a letter or digit, whose mod-97
@@ -308,22 +303,22 @@ pub(crate) fn iban_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
     if s.len() < 15 {
         return false;
     }
-    let mut i = 0;
-    while i < s.len() - 3 {
-        // An IBAN spans at least 15 bytes of letters, digits, spaces and hyphens: when the
-        // byte 14 ahead is none of these, no IBAN starts in `i..=i + 14`.
-        if i + 14 < s.len() && !alnum_space(s[i + 14]) {
-            i += 15;
+    // The check digits are the first digits after the two letters: an IBAN starts two bytes
+    // before the start of a run of digits (in prose digits are rare: found a word at a time).
+    let mut d = 0;
+    loop {
+        d = next_digit(s, d);
+        if d >= s.len() {
+            return false;
+        }
+        let run = run_end(s, d, |b| b.is_ascii_digit());
+        let at = d;
+        d = run;
+        if at < 2 || at + 1 >= s.len() || !s[at + 1].is_ascii_digit() {
             continue;
         }
-        i += 1;
-        let i = i - 1;
-        if !(s[i].is_ascii_alphabetic()
-            && s[i + 1].is_ascii_alphabetic()
-            && s[i + 2].is_ascii_digit()
-            && s[i + 3].is_ascii_digit()
-            && left_boundary(s, i))
-        {
+        let i = at - 2;
+        if !(s[i].is_ascii_alphabetic() && s[i + 1].is_ascii_alphabetic() && left_boundary(s, i)) {
             continue;
         }
         let cc = [s[i].to_ascii_uppercase(), s[i + 1].to_ascii_uppercase()];
@@ -352,7 +347,6 @@ pub(crate) fn iban_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
             return true;
         }
     }
-    false
 }
 
 /// ISO 7064 mod 97-10 over an IBAN (first four characters moved to the end, letters as 10–35).
@@ -383,19 +377,36 @@ pub(crate) fn nino_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
     if s.len() < 9 {
         return false;
     }
-    let mut i = 0;
-    while i < s.len() - 8 {
-        // A number spans at least 9 bytes of letters, digits, spaces and hyphens: when the
-        // byte 8 ahead is none of these, no number starts in `i..=i + 8`.
-        if !alnum_space(s[i + 8]) {
-            i += 9;
-            continue;
+    // The six digits start a run of digits two bytes after the prefix, or three (a
+    // separator between): candidates are found from the runs of digits.
+    let mut d = 0;
+    loop {
+        d = next_digit(s, d);
+        if d >= s.len() {
+            return false;
         }
-        i += 1;
-        let i = i - 1;
+        let at = d;
+        d = run_end(s, d, |b| b.is_ascii_digit());
+        for back in [2, 3] {
+            if at < back || (back == 3 && !matches!(s[at - 1], b' ' | b'-')) {
+                continue;
+            }
+            let i = at - back;
+            if let Some(end) = nino_at(s, i)
+                && f(i..end)
+            {
+                return true;
+            }
+        }
+    }
+}
+
+/// The end of the NINO starting at `i`, if one does.
+fn nino_at(s: &[u8], i: usize) -> Option<usize> {
+    {
         let (a, b) = (s[i].to_ascii_uppercase(), s[i + 1].to_ascii_uppercase());
         if !a.is_ascii_uppercase() || !b.is_ascii_uppercase() || !left_boundary(s, i) {
-            continue;
+            return None;
         }
         if b"DFIQUV".contains(&a)
             || b"DFIOQUV".contains(&b)
@@ -403,16 +414,10 @@ pub(crate) fn nino_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
                 .iter()
                 .any(|p| p[..] == [a, b])
         {
-            continue;
-        }
-        if let Some(end) = nino_rest(s, i + 2)
-            && right_boundary(s, end)
-            && f(i..end)
-        {
-            return true;
+            return None;
         }
     }
-    false
+    nino_rest(s, i + 2).filter(|&end| right_boundary(s, end))
 }
 
 /// One optional separator (a space or a hyphen) at `p`.
