@@ -510,3 +510,49 @@ fn warnings_where_toolgate_reads_handlebar_differently_and_for_custom_conditions
         assert!(l.starts_with(e.as_str()), "`{l}` should start with `{e}`");
     }
 }
+
+/// Handlebar's schema says `min(1)` for tags, slugs, patterns and string values: an empty one
+/// never matches, so the rule would silently never apply. `check` rejects each, naming the file
+/// and the JSON path (issue 32, point 12).
+#[test]
+fn empty_strings_where_handlebar_needs_one_character_are_rejected() {
+    let t = TempDir::new().unwrap();
+    let mut tag_filter = rule("tag-filter");
+    tag_filter["condition"] = json!({"kind": "maxCalls",
+        "selector": {"by": "toolName", "patterns": ["send_*"]}, "max": 3, "tagFilter": [""]});
+    let mut tags = rule("tags");
+    tags["condition"] = json!({"kind": "toolTag", "op": "anyOf", "tags": ["pii", ""]});
+    let mut value = rule("value");
+    value["condition"] =
+        json!({"kind": "toolArg", "type": "string", "op": "eq", "path": "to", "value": ""});
+    let mut selector = rule("selector");
+    selector["selector"]["tool"] = json!({"name": "shell", "tagsAny": [""]});
+    let doc = json!({"policy": {"name": "p", "agentSelector": {"anyOfSlugs": [""]}},
+        "rules": [tag_filter, tags, value, selector]});
+    let f = write(t.path(), "empty.json", doc.to_string());
+    let o = check(&[&f]);
+    assert_eq!(o.code, Some(1), "{}", o.stdout);
+    let shown = f.display();
+    for path in [
+        "policy.agentSelector.anyOfSlugs[0]",
+        "rules[0].condition.tagFilter[0]",
+        "rules[1].condition.tags[1]",
+        "rules[2].condition.value",
+        "rules[3].selector.tool.tagsAny[0]",
+    ] {
+        let line = format!("{shown}: error: {path}: must not be empty");
+        assert!(
+            o.stdout.lines().any(|l| l.starts_with(&line)),
+            "missing `{line}` in:\n{}",
+            o.stdout
+        );
+    }
+    assert_eq!(o.stdout.lines().count(), 5, "{}", o.stdout);
+    // enduserTag hasValueAny may list an empty value (Handlebar's schema allows it).
+    let mut any = rule("any");
+    any["condition"] =
+        json!({"kind": "enduserTag", "op": "hasValueAny", "tag": "tier", "values": [""]});
+    let f = write(t.path(), "ok.json", policy(vec![any]));
+    let o = check(&[&f]);
+    assert_eq!(o.code, Some(0), "{}", o.stdout);
+}

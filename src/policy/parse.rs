@@ -15,6 +15,9 @@ mod sensitive;
 mod signals;
 mod tools;
 
+/// The error for an empty string where Handlebar's schema needs at least one character.
+const EMPTY_STRING: &str = "must not be empty (Handlebar's schema requires at least one character; an empty string never matches, so the rule would silently never apply)";
+
 /// Deepest nesting of `and`/`or`/`not` accepted in a condition.
 pub const MAX_CONDITION_DEPTH: usize = 64;
 

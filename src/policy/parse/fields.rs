@@ -82,10 +82,20 @@ impl Parser {
         }
     }
 
+    /// An optional string that, when present, must not be empty.
+    pub(super) fn opt_non_empty_str(&mut self, o: &Obj<'_>, key: &str) -> Option<Option<String>> {
+        let s = self.opt_str(o, key)?;
+        if s.as_deref() == Some("") {
+            self.err(join(&o.path, key), EMPTY_STRING);
+            return None;
+        }
+        Some(s)
+    }
+
     pub(super) fn non_empty_str(&mut self, o: &Obj<'_>, key: &str) -> Option<String> {
         let s = self.req_str(o, key)?;
         if s.is_empty() {
-            self.err(join(&o.path, key), "must not be empty");
+            self.err(join(&o.path, key), EMPTY_STRING);
             return None;
         }
         Some(s)
@@ -104,19 +114,44 @@ impl Parser {
         Some(p)
     }
 
+    /// A list of strings (or, with `allow_single`, one string). Each string must be non-empty,
+    /// as Handlebar's schema says (`z.string().min(1)`): an empty tag, slug or pattern never
+    /// matches, so a rule holding one would silently never apply.
     pub(super) fn str_list(
         &mut self,
         v: &Value,
         path: &str,
         allow_single: bool,
     ) -> Option<Vec<String>> {
+        self.str_list_of(v, path, allow_single, false)
+    }
+
+    /// [`Self::str_list`], with empty strings allowed when `empty_ok` (enduserTag
+    /// `hasValueAny` values: Handlebar's schema allows them there).
+    pub(super) fn str_list_of(
+        &mut self,
+        v: &Value,
+        path: &str,
+        allow_single: bool,
+        empty_ok: bool,
+    ) -> Option<Vec<String>> {
         match v {
-            Value::String(s) if allow_single => Some(vec![s.clone()]),
+            Value::String(s) if allow_single => {
+                if s.is_empty() && !empty_ok {
+                    self.err(path, EMPTY_STRING);
+                    return None;
+                }
+                Some(vec![s.clone()])
+            }
             Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 let mut ok = true;
                 for (i, item) in items.iter().enumerate() {
                     match self.str_value(item, &idx(path, i)) {
+                        Some(s) if s.is_empty() && !empty_ok => {
+                            self.err(idx(path, i), EMPTY_STRING);
+                            ok = false;
+                        }
                         Some(s) => out.push(s),
                         None => ok = false,
                     }
@@ -141,9 +176,20 @@ impl Parser {
         key: &str,
         allow_single: bool,
     ) -> Option<Vec<String>> {
+        self.req_str_list_of(o, key, allow_single, false)
+    }
+
+    /// [`Self::req_str_list`], with empty strings allowed when `empty_ok`.
+    pub(super) fn req_str_list_of(
+        &mut self,
+        o: &Obj<'_>,
+        key: &str,
+        allow_single: bool,
+        empty_ok: bool,
+    ) -> Option<Vec<String>> {
         let v = self.req(o, key)?;
         let path = join(&o.path, key);
-        let list = self.str_list(v, &path, allow_single)?;
+        let list = self.str_list_of(v, &path, allow_single, empty_ok)?;
         if list.is_empty() {
             self.err(path, "must not be empty");
             return None;

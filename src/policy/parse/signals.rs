@@ -236,8 +236,8 @@ impl Parser {
             &["kind", "subjectType", "idSystem", "role"],
         )?;
         let subject_type = self.non_empty_str(&o, "subjectType");
-        let id_system = self.opt_str(&o, "idSystem");
-        let role = self.opt_str(&o, "role");
+        let id_system = self.opt_non_empty_str(&o, "idSystem");
+        let role = self.opt_non_empty_str(&o, "role");
         Some(Condition::RequireSubject(SubjectTest {
             subject_type: subject_type?,
             id_system: id_system?,
@@ -260,6 +260,11 @@ impl Parser {
                 let mut out = BTreeMap::new();
                 let mut ok = true;
                 for (name, b) in m {
+                    if name.is_empty() {
+                        self.err(join(&ap, name), EMPTY_STRING);
+                        ok = false;
+                        continue;
+                    }
                     match self.binding(b, &join(&ap, name)) {
                         Some(b) => {
                             out.insert(name.clone(), b);
@@ -377,7 +382,7 @@ impl Parser {
             4 => SignalBinding::ToolArg(self.dot_path(&o, "path")?),
             5 => {
                 let subject_type = self.non_empty_str(&o, "subjectType");
-                let role = self.opt_str(&o, "role");
+                let role = self.opt_non_empty_str(&o, "role");
                 let field = self.opt_enum(
                     &o,
                     "field",

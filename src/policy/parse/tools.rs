@@ -46,6 +46,10 @@ impl Parser {
             return self.str_list(v, &vp, false).map(StringOp::In);
         }
         let s = self.str_value(v, &vp)?;
+        if s.is_empty() {
+            self.err(vp, EMPTY_STRING);
+            return None;
+        }
         Some(match op {
             0 => StringOp::Eq(s),
             1 => StringOp::Neq(s),
@@ -202,7 +206,7 @@ impl Parser {
             }
             _ => {
                 self.forbid(&o, "value", "op \"hasValueAny\" takes \"values\"");
-                let values = self.req_str_list(&o, "values", false);
+                let values = self.req_str_list_of(&o, "values", false, true);
                 EnduserTagOp::HasValueAny {
                     tag: tag?,
                     values: values?,

@@ -1,21 +1,101 @@
 //! Detectors for contact data: `email` / `email_domain`, `url`, `phone`.
 
+use std::ops::Range;
+
 use super::scan::{alnum, left_boundary, right_boundary, run_end, text, valid_domain};
 
+/// A byte of an unquoted local part: RFC 5322 `atext` and dots, without `/` (which keeps a
+/// URL's path out of an address found in it).
 fn local_char(b: u8) -> bool {
-    alnum(b) || matches!(b, b'.' | b'_' | b'%' | b'+' | b'-')
+    alnum(b)
+        || matches!(
+            b,
+            b'.' | b'_'
+                | b'%'
+                | b'+'
+                | b'-'
+                | b'!'
+                | b'#'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'='
+                | b'?'
+                | b'^'
+                | b'`'
+                | b'{'
+                | b'|'
+                | b'}'
+                | b'~'
+        )
 }
 
 fn host_char(b: u8) -> bool {
     alnum(b) || matches!(b, b'.' | b'-')
 }
 
-/// Calls `f` with the domain of each e-mail address (`local@domain`, the local part of
-/// letters, digits and `._%+-`, the domain a valid DNS name with an alphabetic TLD) until it
-/// returns true. Each `@` looks left no further than the previous one: linear.
+/// Calls `f` with the domain of each e-mail address (see [`email_spans`]) until it returns
+/// true.
 pub(crate) fn emails(s: &[u8], f: &mut dyn FnMut(&str) -> bool) -> bool {
+    email_spans(s, |domain, _| f(domain))
+}
+
+/// The longest quoted local part (RFC 5321: 64 octets, the quotes included).
+const MAX_QUOTED_LOCAL: usize = 64;
+
+/// Where the quoted local part that ends with the quote at `q` starts (its opening quote), if
+/// there is one within [`MAX_QUOTED_LOCAL`] bytes: `"john doe"@example.com`.
+fn quoted_local(s: &[u8], q: usize) -> Option<usize> {
+    let floor = q.saturating_sub(MAX_QUOTED_LOCAL);
+    let mut k = q;
+    while k > floor {
+        k -= 1;
+        match s[k] {
+            b'\r' | b'\n' => return None,
+            b'"' => {
+                // Escaped (an odd number of backslashes before it) or the opening quote.
+                let mut b = k;
+                while b > floor && s[b - 1] == b'\\' {
+                    b -= 1;
+                }
+                if (k - b).is_multiple_of(2) {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The end of an address literal `[192.0.2.1]` or `[IPv6:2001:db8::1]` whose `[` is at `b`.
+fn address_literal(s: &[u8], b: usize) -> Option<usize> {
+    let end = b + 1 + memchr::memchr(b']', s.get(b + 1..(b + 48).min(s.len()))?)?;
+    let inner = text(&s[b + 1..end]);
+    let ok = match inner.get(..5) {
+        Some(tag) if tag.eq_ignore_ascii_case("ipv6:") => {
+            inner[5..].parse::<std::net::Ipv6Addr>().is_ok()
+        }
+        _ => inner.parse::<std::net::Ipv4Addr>().is_ok(),
+    };
+    ok.then_some(end + 1)
+}
+
+/// Calls `f` with the domain and the byte range of each e-mail address until it returns true.
+/// An address is `local@domain`: the local part is letters, digits and ``!#$%&'*+-=?^_`{|}~.``
+/// or a quoted string (`"x y"@`, up to 64 bytes); the domain a valid DNS name with an
+/// alphabetic TLD, or an address literal (`[192.0.2.1]`, `[IPv6:…]`, passed to `f` with its
+/// brackets). Each `@` looks left no further than the previous one (or 64 bytes for a quoted
+/// local part): linear.
+pub(crate) fn email_spans(s: &[u8], mut f: impl FnMut(&str, Range<usize>) -> bool) -> bool {
     let mut floor = 0;
     for at in memchr::memchr_iter(b'@', s) {
+        let quoted = if at >= 2 && s[at - 1] == b'"' {
+            quoted_local(s, at - 1)
+        } else {
+            None
+        };
         let mut l = at;
         while l > floor && local_char(s[l - 1]) {
             l -= 1;
@@ -24,7 +104,17 @@ pub(crate) fn emails(s: &[u8], f: &mut dyn FnMut(&str) -> bool) -> bool {
         while l < at && s[l] == b'.' {
             l += 1;
         }
-        if l == at {
+        let l = match quoted {
+            Some(q) => q,
+            None if l == at => continue,
+            None => l,
+        };
+        if s.get(at + 1) == Some(&b'[') {
+            if let Some(end) = address_literal(s, at + 1)
+                && f(text(&s[at + 1..end]), l..end)
+            {
+                return true;
+            }
             continue;
         }
         let end = run_end(s, at + 1, host_char);
@@ -33,45 +123,153 @@ pub(crate) fn emails(s: &[u8], f: &mut dyn FnMut(&str) -> bool) -> bool {
             r -= 1;
         }
         let domain = &s[at + 1..r];
-        if valid_domain(domain) && f(text(domain)) {
+        if valid_domain(domain) && f(text(domain), l..r) {
             return true;
         }
     }
     false
 }
 
-/// Calls `f` with the scheme (`http`/`https`, lowercased) and host of each URL until it returns
-/// true. A URL is `http://` or `https://` (any case, not preceded by a letter or digit)
-/// followed by a host of letters, digits, dots and hyphens (an optional `user@` is skipped).
+/// Calls `f` with the scheme (`http`/`https`) and host of each URL until it returns true.
 pub(crate) fn urls(s: &[u8], f: &mut dyn FnMut(&str, &str) -> bool) -> bool {
-    for sep in memchr::memmem::find_iter(s, b"://") {
-        let scheme = if sep >= 5 && s[sep - 5..sep].eq_ignore_ascii_case(b"https") {
-            &s[sep - 5..sep]
-        } else if sep >= 4 && s[sep - 4..sep].eq_ignore_ascii_case(b"http") {
-            &s[sep - 4..sep]
+    url_spans(s, |scheme, host, _| f(scheme, host))
+}
+
+/// Bytes that end a URL in running text (the linkifier's reading): whitespace, controls,
+/// quotes and angle brackets.
+fn ends_url(b: u8) -> bool {
+    b <= 0x20 || matches!(b, b'"' | b'<' | b'>' | b'`' | 0x7f)
+}
+
+/// Like [`ends_url`], but a tab or line break does not end the URL: WHATWG parsers delete
+/// them wherever they are (`https://corp.exam\nple` is `https://corp.example`).
+fn ends_url_browser(b: u8) -> bool {
+    ends_url(b) && !matches!(b, b'\t' | b'\n' | b'\r')
+}
+
+/// Bytes that end the authority of an `http(s)` URL (WHATWG: `\` counts as `/`).
+fn ends_authority(b: u8) -> bool {
+    matches!(b, b'/' | b'?' | b'#' | b'\\')
+}
+
+/// The host WHATWG finds in `candidate` (scheme and authority only): lowercased, IDNA
+/// applied, percent-decoded, IPv4 forms normalised, IPv6 in brackets, trailing dots removed.
+/// `Some("")` when the URL does not parse (an unknown host: it still is a URL).
+fn whatwg_host(candidate: &str) -> Option<(bool, String)> {
+    match url::Url::parse(candidate) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {
+            let host = u.host_str().unwrap_or("").trim_end_matches('.');
+            Some((u.scheme() == "https", host.to_string()))
+        }
+        Ok(_) => None,
+        Err(_) => {
+            let https = candidate
+                .as_bytes()
+                .get(4)
+                .is_some_and(|b| b.eq_ignore_ascii_case(&b's'));
+            Some((https, String::new()))
+        }
+    }
+}
+
+/// The first byte at or after a position that satisfies a test, remembered: asked again from a
+/// position in `from..=at`, the answer is the same.
+#[derive(Default)]
+struct NextMatch {
+    from: usize,
+    at: usize,
+}
+
+impl NextMatch {
+    fn get(&mut self, s: &[u8], pos: usize, hit: impl Fn(u8) -> bool) -> usize {
+        if pos < self.from || pos > self.at || (self.from == 0 && self.at == 0) {
+            self.from = pos;
+            self.at = run_end(s, pos, |b| !hit(b));
+        }
+        self.at
+    }
+}
+
+/// Calls `f` with the scheme (`http`/`https`), the host and the byte range of each URL until it
+/// returns true. URLs are read as browsers read them (WHATWG, the `url` crate): a URL starts
+/// with `http:` or `https:` (any case, not preceded by a letter, digit, `+`, `-` or `.`),
+/// with or without slashes (`https:evil.example`, `https:\\evil.example`); its host is what
+/// follows any userinfo (`https://corp.example@evil.example` is `evil.example`),
+/// percent-decoded and IDNA-mapped (`%65vil.example`, full-width letters), IPv4 forms
+/// normalised (`0x7f.1` is `127.0.0.1`), IPv6 literals in brackets; a trailing dot is
+/// dropped. In running text a URL ends at whitespace, a quote or an angle bracket; where a
+/// browser given the rest of the string would read another host — a tab or line break (which
+/// WHATWG deletes) or a space before an `@` of the same authority (it becomes userinfo) —
+/// that host is reported too. A URL that does not parse is reported with an empty host
+/// (a URL to an unknown host: not on any allowlist). Linear: hosts are parsed from the
+/// authority only, within a budget of a few times the input (past it, hosts are unknown).
+pub(crate) fn url_spans(s: &[u8], mut f: impl FnMut(&str, &str, Range<usize>) -> bool) -> bool {
+    let mut budget = 4 * s.len() + (64 << 10);
+    // The searches forward are cached: candidates move forward, so each byte is searched a
+    // bounded number of times.
+    let mut next: [NextMatch; 7] = Default::default();
+    // `st..auth`: scheme and authority (parsed for the host); `st..end`: the whole URL.
+    let mut report = |st: usize, auth: usize, end: usize, budget: &mut usize| -> bool {
+        let piece = text(&s[st..auth]);
+        let (https, host) = if piece.len() <= *budget {
+            *budget -= piece.len();
+            match whatwg_host(piece) {
+                Some(h) => h,
+                None => return false,
+            }
+        } else {
+            let https = s.get(st + 4).is_some_and(|b| b.eq_ignore_ascii_case(&b's'));
+            (https, String::new())
+        };
+        // Trailing punctuation of the sentence is not part of the URL.
+        let mut end = end;
+        while end > auth
+            && matches!(
+                s[end - 1],
+                b'.' | b',' | b';' | b':' | b'!' | b'?' | b')' | b']' | b'}' | b'\''
+            )
+        {
+            end -= 1;
+        }
+        f(if https { "https" } else { "http" }, &host, st..end)
+    };
+    for c in memchr::memchr_iter(b':', s) {
+        let st = if c >= 5 && s[c - 5..c].eq_ignore_ascii_case(b"https") {
+            c - 5
+        } else if c >= 4 && s[c - 4..c].eq_ignore_ascii_case(b"http") {
+            c - 4
         } else {
             continue;
         };
-        let start = sep - scheme.len();
-        if !left_boundary(s, start) {
+        if st > 0 && (alnum(s[st - 1]) || matches!(s[st - 1], b'+' | b'-' | b'.')) {
             continue;
         }
-        let mut h = sep + 3;
-        // Userinfo: `user:pass@host`.
-        let ui_end = run_end(s, h, |b| local_char(b) || b == b':');
-        if ui_end < s.len() && s[ui_end] == b'@' {
-            h = ui_end + 1;
+        // After the scheme, any slashes or backslashes (WHATWG skips them), then the
+        // authority.
+        let auth = run_end(s, c + 1, |b| b == b'/' || b == b'\\');
+        let [n1, n1_end, n2, n2_end, n3, n3_end, n_at] = &mut next;
+        let e1 = n1.get(s, auth, |b| ends_url(b) || ends_authority(b));
+        if e1 == auth {
+            continue; // `https://` alone, `http: is`: no host.
         }
-        let mut e = run_end(s, h, host_char);
-        while e > h && matches!(s[e - 1], b'.' | b'-') {
-            e -= 1;
+        if report(st, e1, n1_end.get(s, e1, ends_url), &mut budget) {
+            return true;
         }
-        if e == h {
+        if e1 >= s.len() || ends_authority(s[e1]) {
             continue;
         }
-        let host = text(&s[h..e]);
-        let scheme = if scheme.len() == 5 { "https" } else { "http" };
-        if f(scheme, host) {
+        // A tab or line break: deleted by a browser, the URL goes on.
+        if matches!(s[e1], b'\t' | b'\n' | b'\r') {
+            let e2 = n2.get(s, e1, |b| ends_url_browser(b) || ends_authority(b));
+            if e2 > e1 && report(st, e2, n2_end.get(s, e2, ends_url_browser), &mut budget) {
+                return true;
+            }
+        }
+        // A later `@` in the same authority (past a space or quote): userinfo to a browser.
+        let e3 = n3.get(s, e1, ends_authority);
+        if n_at.get(s, e1, |b| b == b'@') < e3
+            && report(st, e3, n3_end.get(s, e3, ends_url), &mut budget)
+        {
             return true;
         }
     }
@@ -84,6 +282,12 @@ pub(crate) fn urls(s: &[u8], f: &mut dyn FnMut(&str, &str) -> bool) -> bool {
 /// kind of separator, first digit 2–9) or `020 7946 0958` (first group starts with `0`, every
 /// group of 3 or more digits). Not preceded or followed by a letter or digit.
 pub(crate) fn phone(s: &[u8]) -> bool {
+    phone_spans(s, |_| true)
+}
+
+/// Calls `f` with the byte range of each phone number in `s` (see [`phone`]) until it returns
+/// true.
+pub(crate) fn phone_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     let mut i = 0;
     while i < s.len() {
         // A phone number spans at least 9 bytes of digits, `+`, parentheses, spaces, hyphens
@@ -108,7 +312,14 @@ pub(crate) fn phone(s: &[u8]) -> bool {
         }
         let (end, ok) = phone_at(s, i);
         if ok {
-            return true;
+            // Without a separator it read ahead of a group that did not follow.
+            let mut e = end;
+            while e > i && matches!(s[e - 1], b' ' | b'-' | b'.') {
+                e -= 1;
+            }
+            if f(i..e) {
+                return true;
+            }
         }
         i = end.max(i + 1);
     }

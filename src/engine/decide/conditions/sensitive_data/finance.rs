@@ -1,18 +1,41 @@
 //! Detectors for financial and identity numbers: `credit_card` (Luhn), `iban` (mod 97),
 //! `uk_nino`.
 
+use std::ops::Range;
+
 use super::scan::{alnum, left_boundary, next_digit, right_boundary, run_end};
 
-/// A card number: 13–19 digits, single spaces or hyphens allowed between groups, not preceded
-/// or followed by a letter or digit, with a Visa (4; 13, 16 or 19 digits), Mastercard (51–55
-/// or 2221–2720; 16), Amex (34, 37; 15) or Discover (6011, 644–649, 65; 16–19) prefix, and a
-/// valid Luhn check digit.
+/// A card number: 13–19 digits with a Visa (4; 13, 16 or 19 digits), Mastercard (51–55 or
+/// 2221–2720; 16), Amex (34, 37; 15) or Discover (6011, 644–649, 65; 16–19) prefix and a valid
+/// Luhn check digit, found in a *chain*: digit groups joined by single spaces or hyphens.
+/// A card is either the whole chain (any grouping), or a run of whole groups inside a longer
+/// chain laid out as cards are printed (one group of 13–19 digits, groups of four with a
+/// shorter last group, or Amex's 4-6-5), so that `12/28 4111111111111111`, `Order 2024 4111
+/// 1111 1111 1111` and `4111-1111-1111-1111-1228` are found while dates, amounts and phone
+/// numbers (other layouts) are not. A group glued to a letter or digit, or that is the fraction
+/// or integer part of a decimal number, is never part of a card; nor, when the chain follows a
+/// `+` (a phone number), is its first group, unless that group alone is a card longer than 15
+/// digits (longer than any phone number).
 pub(crate) fn credit_card(s: &[u8]) -> bool {
+    card_spans(s, |_| true)
+}
+
+/// A group of a chain: where its digits start and end.
+#[derive(Clone, Copy)]
+struct Group {
+    start: usize,
+    end: usize,
+}
+
+/// Calls `f` with the byte range of each card number in `s` (see [`credit_card`]) until it
+/// returns true; returns whether it did. Ranges may overlap (two windows of one chain).
+pub(crate) fn card_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     let mut i = 0;
     loop {
         // A card spans at least 13 bytes of digits and single separators between digits: when
         // the byte 12 ahead is not part of such a chain, no card starts in `i..=i + 12` and no
-        // candidate there reaches past it, so the search resumes after it unchanged.
+        // chain there reaches past it, so the search resumes after it unchanged. Invariant:
+        // `i` is 0 or follows a byte that is not part of a chain.
         while i + 12 < s.len() && !card_chain_byte(s, i + 12) {
             i += 13;
         }
@@ -20,53 +43,125 @@ pub(crate) fn credit_card(s: &[u8]) -> bool {
         if i >= s.len() {
             break;
         }
-        if !left_boundary(s, i) || (i > 0 && matches!(s[i - 1], b'.' | b'-' | b'+')) {
-            // No card starts inside this run of digits: skip it whole.
-            i = run_end(s, i, |b| b.is_ascii_digit());
+        // `i` starts a chain. A card from `i` spans at least 13 chain bytes, so `i + 6` and
+        // `i + 12` are in it when the chain is long enough; otherwise skip the chain whole.
+        if i + 12 >= s.len() || !card_chain_byte(s, i + 12) || !card_chain_byte(s, i + 6) {
+            i = chain_end(s, i);
             continue;
         }
-        // A card from `i` spans at least 13 chain bytes, so `i + 6` and `i + 12` are in its
-        // chain: when either is not a chain byte, the chain from `i` is too short, and so is
-        // every chain starting inside it (they end where it ends). The next digit is looked
-        // at as before.
-        if i + 12 >= s.len() {
-            break;
-        }
-        if !card_chain_byte(s, i + 12) || !card_chain_byte(s, i + 6) {
-            i += 1;
-            continue;
-        }
-        let mut buf = [0u8; 19];
-        let mut n = 0usize;
-        let mut p = i;
-        let mut too_long = false;
-        loop {
-            if p < s.len() && s[p].is_ascii_digit() {
-                if n < buf.len() {
-                    buf[n] = s[p] - b'0';
-                } else {
-                    too_long = true;
-                }
-                n += 1;
-                p += 1;
-            } else if p + 1 < s.len()
-                && matches!(s[p], b' ' | b'-')
-                && s[p + 1].is_ascii_digit()
-                && p > i
-                && s[p - 1].is_ascii_digit()
-            {
-                p += 1;
-            } else {
-                break;
-            }
-        }
-        let decimal = p + 1 < s.len() && s[p] == b'.' && s[p + 1].is_ascii_digit();
-        if !too_long && right_boundary(s, p) && !decimal && card_number(&buf[..n]) {
+        let (end, stop) = chain(s, i, &mut f);
+        if stop {
             return true;
         }
-        i = p.max(i + 1);
+        i = end;
     }
     false
+}
+
+/// The end of the chain that starts at `i`.
+fn chain_end(s: &[u8], mut p: usize) -> usize {
+    loop {
+        p = run_end(s, p, |b| b.is_ascii_digit());
+        if p + 1 < s.len() && matches!(s[p], b' ' | b'-') && s[p + 1].is_ascii_digit() {
+            p += 1;
+        } else {
+            return p;
+        }
+    }
+}
+
+/// Whether a card may be laid out as these group lengths inside a longer chain.
+fn card_layout(lens: &[usize]) -> bool {
+    match lens {
+        [one] => (13..=19).contains(one),
+        [4, 6, 5] => true,
+        [init @ .., last] => init.iter().all(|&n| n == 4) && (1..=4).contains(last),
+        [] => false,
+    }
+}
+
+/// Reads the chain starting at `start`, calling `f` with each card in it; returns where the
+/// chain ends and whether `f` asked to stop.
+fn chain(s: &[u8], start: usize, f: &mut impl FnMut(Range<usize>) -> bool) -> (usize, bool) {
+    let before = start.checked_sub(1).map(|k| s[k]);
+    let decimal_before = before == Some(b'.') && start >= 2 && s[start - 2].is_ascii_digit();
+    let glued_left = before.is_some_and(alnum) || decimal_before;
+    let plus = before == Some(b'+');
+    // The groups a card ending at the current group may start from: at most 19 digits.
+    let mut win = [Group { start: 0, end: 0 }; 19];
+    let mut n = 0usize;
+    let mut p = start;
+    let mut first = true;
+    loop {
+        let g = Group {
+            start: p,
+            end: run_end(s, p, |b| b.is_ascii_digit()),
+        };
+        let next =
+            g.end + 1 < s.len() && matches!(s[g.end], b' ' | b'-') && s[g.end + 1].is_ascii_digit();
+        let glued_right = !next
+            && g.end < s.len()
+            && (alnum(s[g.end])
+                || (s[g.end] == b'.' && g.end + 1 < s.len() && s[g.end + 1].is_ascii_digit()));
+        let len = g.end - g.start;
+        if (first && glued_left) || glued_right || len > 19 {
+            n = 0;
+        } else {
+            // Keep the groups that, with this one, hold at most 19 digits.
+            let mut total = len;
+            let mut keep = 0;
+            while keep < n && total + (win[n - 1 - keep].end - win[n - 1 - keep].start) <= 19 {
+                total += win[n - 1 - keep].end - win[n - 1 - keep].start;
+                keep += 1;
+            }
+            win.copy_within(n - keep..n, 0);
+            n = keep;
+            win[n] = g;
+            n += 1;
+            // Each window ending at this group, shortest first.
+            let mut digits = 0;
+            for k in (0..n).rev() {
+                digits += win[k].end - win[k].start;
+                if digits < 13 {
+                    continue;
+                }
+                let from_first = win[k].start == start;
+                let whole = from_first && !next;
+                let mut lens = [0usize; 19];
+                for (l, w) in lens.iter_mut().zip(&win[k..n]) {
+                    *l = w.end - w.start;
+                }
+                let lens = &lens[..n - k];
+                let shaped = whole || card_layout(lens);
+                let after_plus_ok = !(plus && from_first) || (lens.len() == 1 && digits > 15);
+                if shaped
+                    && after_plus_ok
+                    && window_is_card(s, win[k].start, g.end, digits)
+                    && f(win[k].start..g.end)
+                {
+                    return (g.end, true);
+                }
+            }
+        }
+        first = false;
+        if !next {
+            return (g.end, false);
+        }
+        p = g.end + 1;
+    }
+}
+
+/// Whether the digits of `s[from..to]` (separators skipped; `digits` of them) are a card.
+fn window_is_card(s: &[u8], from: usize, to: usize, digits: usize) -> bool {
+    let mut buf = [0u8; 19];
+    let mut n = 0;
+    for &b in &s[from..to] {
+        if b.is_ascii_digit() && n < buf.len() {
+            buf[n] = b - b'0';
+            n += 1;
+        }
+    }
+    n == digits && card_number(&buf[..n])
 }
 
 /// Whether `s[p]` is a digit or a space or hyphen between two digits.
@@ -195,44 +290,41 @@ const IBAN_LENGTHS: &[(&[u8; 2], u8)] = &[
     (b"XK", 20),
 ];
 
-#[inline(always)]
-fn upper_digit_space(b: u8) -> bool {
-    b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
-}
-
-fn upper_alnum(b: u8) -> bool {
-    b.is_ascii_uppercase() || b.is_ascii_digit()
-}
-
 /// An IBAN: a country code of the registry, two check digits, then the country's length of
-/// uppercase letters and digits (single spaces allowed between characters, as in the usual
-/// groups of four), not preceded or followed by a letter or digit, whose mod-97 check
-/// (ISO 13616) equals 1.
+/// letters and digits (either case; single spaces or hyphens allowed between characters, as
+/// in the usual groups of four), not preceded or followed by a letter or digit, whose mod-97
+/// check (ISO 13616, letters read as capitals) equals 1.
 pub(crate) fn iban(s: &[u8]) -> bool {
+    iban_spans(s, |_| true)
+}
+
+/// Calls `f` with the byte range of each IBAN in `s` (see [`iban`]) until it returns true.
+pub(crate) fn iban_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     if s.len() < 15 {
         return false;
     }
-    let mut i = 0;
-    while i < s.len() - 3 {
-        // An IBAN spans at least 15 bytes of uppercase letters, digits and spaces: when the
-        // byte 14 ahead is none of these, no IBAN starts in `i..=i + 14`.
-        if i + 14 < s.len() && !upper_digit_space(s[i + 14]) {
-            i += 15;
+    // The check digits are the first digits after the two letters: an IBAN starts two bytes
+    // before the start of a run of digits (in prose digits are rare: found a word at a time).
+    let mut d = 0;
+    loop {
+        d = next_digit(s, d);
+        if d >= s.len() {
+            return false;
+        }
+        let run = run_end(s, d, |b| b.is_ascii_digit());
+        let at = d;
+        d = run;
+        if at < 2 || at + 1 >= s.len() || !s[at + 1].is_ascii_digit() {
             continue;
         }
-        i += 1;
-        let i = i - 1;
-        if !(s[i].is_ascii_uppercase()
-            && s[i + 1].is_ascii_uppercase()
-            && s[i + 2].is_ascii_digit()
-            && s[i + 3].is_ascii_digit()
-            && left_boundary(s, i))
-        {
+        let i = at - 2;
+        if !(s[i].is_ascii_alphabetic() && s[i + 1].is_ascii_alphabetic() && left_boundary(s, i)) {
             continue;
         }
+        let cc = [s[i].to_ascii_uppercase(), s[i + 1].to_ascii_uppercase()];
         let Some(len) = IBAN_LENGTHS
             .iter()
-            .find(|(c, _)| c[..] == s[i..i + 2])
+            .find(|(c, _)| **c == cc)
             .map(|(_, l)| *l as usize)
         else {
             continue;
@@ -241,21 +333,20 @@ pub(crate) fn iban(s: &[u8]) -> bool {
         let mut n = 0;
         let mut p = i;
         while n < len && p < s.len() {
-            if upper_alnum(s[p]) {
-                buf[n] = s[p];
+            if alnum(s[p]) {
+                buf[n] = s[p].to_ascii_uppercase();
                 n += 1;
                 p += 1;
-            } else if s[p] == b' ' && p + 1 < s.len() && upper_alnum(s[p + 1]) && n > 0 {
+            } else if matches!(s[p], b' ' | b'-') && p + 1 < s.len() && alnum(s[p + 1]) && n > 0 {
                 p += 1;
             } else {
                 break;
             }
         }
-        if n == len && right_boundary(s, p) && mod97(&buf[..n]) == 1 {
+        if n == len && right_boundary(s, p) && mod97(&buf[..n]) == 1 && f(i..p) {
             return true;
         }
     }
-    false
 }
 
 /// ISO 7064 mod 97-10 over an IBAN (first four characters moved to the end, letters as 10–35).
@@ -265,33 +356,57 @@ pub(crate) fn mod97(iban: &[u8]) -> u32 {
         r = if c.is_ascii_digit() {
             (r * 10 + u32::from(c - b'0')) % 97
         } else {
-            (r * 100 + u32::from(c - b'A') + 10) % 97
+            (r * 100 + u32::from(c.to_ascii_uppercase() - b'A') + 10) % 97
         };
     }
     r
 }
 
 /// A UK National Insurance number: two prefix letters (first not D F I Q U V, second not
-/// D F I O Q U V, and not BG GB KN NK NT TN ZZ), six digits (optionally in pairs separated by
-/// single spaces, and a space after the prefix), and a suffix letter A–D. Uppercase; not
-/// preceded or followed by a letter or digit.
+/// D F I O Q U V, and not BG GB KN NK NT TN ZZ), six digits, and a suffix letter A–D, in
+/// either case; a single space (or hyphen) is allowed after the prefix, between the digit
+/// pairs and before the suffix (`AB123456C`, `AB 12 34 56 C`, `AB123456 C`, `AB 123456 C`).
+/// Not preceded or followed by a letter or digit.
 pub(crate) fn uk_nino(s: &[u8]) -> bool {
+    nino_spans(s, |_| true)
+}
+
+/// Calls `f` with the byte range of each UK NINO in `s` (see [`uk_nino`]) until it returns
+/// true.
+pub(crate) fn nino_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     if s.len() < 9 {
         return false;
     }
-    let mut i = 0;
-    while i < s.len() - 8 {
-        // A number spans at least 9 bytes of uppercase letters, digits and spaces: when the
-        // byte 8 ahead is none of these, no number starts in `i..=i + 8`.
-        if !upper_digit_space(s[i + 8]) {
-            i += 9;
-            continue;
+    // The six digits start a run of digits two bytes after the prefix, or three (a
+    // separator between): candidates are found from the runs of digits.
+    let mut d = 0;
+    loop {
+        d = next_digit(s, d);
+        if d >= s.len() {
+            return false;
         }
-        i += 1;
-        let i = i - 1;
-        let (a, b) = (s[i], s[i + 1]);
+        let at = d;
+        d = run_end(s, d, |b| b.is_ascii_digit());
+        for back in [2, 3] {
+            if at < back || (back == 3 && !matches!(s[at - 1], b' ' | b'-')) {
+                continue;
+            }
+            let i = at - back;
+            if let Some(end) = nino_at(s, i)
+                && f(i..end)
+            {
+                return true;
+            }
+        }
+    }
+}
+
+/// The end of the NINO starting at `i`, if one does.
+fn nino_at(s: &[u8], i: usize) -> Option<usize> {
+    {
+        let (a, b) = (s[i].to_ascii_uppercase(), s[i + 1].to_ascii_uppercase());
         if !a.is_ascii_uppercase() || !b.is_ascii_uppercase() || !left_boundary(s, i) {
-            continue;
+            return None;
         }
         if b"DFIQUV".contains(&a)
             || b"DFIOQUV".contains(&b)
@@ -299,38 +414,31 @@ pub(crate) fn uk_nino(s: &[u8]) -> bool {
                 .iter()
                 .any(|p| p[..] == [a, b])
         {
-            continue;
-        }
-        if let Some(end) = nino_rest(s, i + 2)
-            && right_boundary(s, end)
-        {
-            return true;
+            return None;
         }
     }
-    false
+    nino_rest(s, i + 2).filter(|&end| right_boundary(s, end))
+}
+
+/// One optional separator (a space or a hyphen) at `p`.
+fn opt_sep(s: &[u8], p: usize) -> usize {
+    if matches!(s.get(p), Some(b' ' | b'-')) {
+        p + 1
+    } else {
+        p
+    }
 }
 
 fn nino_rest(s: &[u8], mut p: usize) -> Option<usize> {
-    let spaced = s.get(p) == Some(&b' ');
-    if spaced {
-        p += 1;
-    }
-    for pair in 0..3 {
-        if pair > 0 && spaced {
-            if s.get(p) != Some(&b' ') {
-                return None;
-            }
-            p += 1;
-        }
+    for _ in 0..3 {
+        p = opt_sep(s, p);
         let d = s.get(p..p + 2)?;
         if !d.iter().all(u8::is_ascii_digit) {
             return None;
         }
         p += 2;
     }
-    if spaced && s.get(p) == Some(&b' ') {
-        p += 1;
-    }
-    let suffix = *s.get(p)?;
+    p = opt_sep(s, p);
+    let suffix = s.get(p)?.to_ascii_uppercase();
     (matches!(suffix, b'A'..=b'D') && !(p + 1 < s.len() && alnum(s[p + 1]))).then_some(p + 1)
 }

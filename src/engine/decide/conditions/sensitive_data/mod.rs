@@ -20,6 +20,9 @@ mod walk;
 
 pub(crate) use scan::MAX_SCAN as DEFAULT_SCAN_LIMIT;
 pub(crate) use walk::{ScanMode, UNDECIDABLE_NOTE, eval};
+mod spans;
+#[cfg(test)]
+mod spans_tests;
 
 use serde_json::Value;
 
@@ -280,7 +283,8 @@ fn redact_found_in(v: &mut Value, detectors: &[Detector], cards: bool, depth: us
     }
 }
 
-/// Redacts, in an output, each string in which one of `detectors` matches.
+/// Redacts, in an output, each span of a string that one of `detectors` finds: the span
+/// becomes `[redacted:<detector>]`, the rest of the string is kept.
 pub(crate) fn redact_strings(v: &mut Value, detectors: &[Detector]) {
     redact_in(v, detectors, 0);
 }
@@ -288,8 +292,8 @@ pub(crate) fn redact_strings(v: &mut Value, detectors: &[Detector]) {
 fn redact_in(v: &mut Value, detectors: &[Detector], depth: usize) {
     match v {
         Value::String(s) => {
-            if let Some(d) = first_match(detectors, s) {
-                *v = Value::String(format!("[redacted:{d}]"));
+            if let Some(r) = spans::redact_spans(s, detectors) {
+                *s = r;
             }
         }
         Value::Array(a) if depth < MAX_DEPTH => a

@@ -1,5 +1,7 @@
 //! The `ip_address` detector: IPv4 and IPv6.
 
+use std::ops::Range;
+
 use super::scan::{alnum, text};
 
 /// An IPv4 address (four decimal octets 0–255 joined by dots, no leading zeros, not part of a
@@ -10,7 +12,17 @@ pub(crate) fn ip_address(s: &[u8]) -> bool {
     ipv4(s) || ipv6(s)
 }
 
+/// Calls `f` with the byte range of each IP address in `s` (IPv4 first, then IPv6) until it
+/// returns true.
+pub(crate) fn ip_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
+    ipv4_spans(s, &mut f) || ipv6_spans(s, &mut f)
+}
+
 pub(super) fn ipv4(s: &[u8]) -> bool {
+    ipv4_spans(s, |_| true)
+}
+
+fn ipv4_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     // Every address has a dot right after its first octet, with a digit on each side: only
     // such dots are looked at (in text most digits are not next to a dot). The first octet is
     // the run of digits that ends at the dot; an address never starts inside a run of digits.
@@ -26,7 +38,8 @@ pub(super) fn ipv4(s: &[u8]) -> bool {
         if d - i > 3 || (i > 0 && (alnum(s[i - 1]) || s[i - 1] == b'.')) {
             continue;
         }
-        if ipv4_at(s, i).1 {
+        let (end, ok) = ipv4_at(s, i);
+        if ok && f(i..end) {
             return true;
         }
     }
@@ -63,6 +76,10 @@ fn v6_char(b: u8) -> bool {
 }
 
 fn ipv6(s: &[u8]) -> bool {
+    ipv6_spans(s, |_| true)
+}
+
+fn ipv6_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     let mut from = 0;
     while let Some(off) = memchr::memchr(b':', &s[from..]) {
         let c = from + off;
@@ -89,6 +106,7 @@ fn ipv6(s: &[u8]) -> bool {
         }
         if let Ok(ip) = text(run).parse::<std::net::Ipv6Addr>()
             && !ip.is_unspecified()
+            && f(a..end)
         {
             return true;
         }

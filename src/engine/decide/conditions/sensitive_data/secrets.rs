@@ -2,6 +2,8 @@
 
 use std::sync::LazyLock;
 
+use std::ops::Range;
+
 use memchr::memmem::Finder;
 use serde::Deserialize;
 
@@ -17,12 +19,17 @@ fn b64url(b: u8) -> bool {
 pub(crate) fn jwt(s: &[u8]) -> bool {
     // A JSON header starts with `{` and then a quote or whitespace: its base64url starts with
     // `ey` (`{"`, `{ "`) or `ew` (`{` and a newline, tab or carriage return).
-    static EY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ey"));
-    static EW: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ew"));
-    jwt_from(s, &EY) || jwt_from(s, &EW)
+    jwt_spans(s, |_| true)
 }
 
-fn jwt_from(s: &[u8], finder: &Finder<'_>) -> bool {
+/// Calls `f` with the byte range of each JWT in `s` (see [`jwt`]) until it returns true.
+pub(crate) fn jwt_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
+    static EY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ey"));
+    static EW: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ew"));
+    jwt_from(s, &EY, &mut f) || jwt_from(s, &EW, &mut f)
+}
+
+fn jwt_from(s: &[u8], finder: &Finder<'_>, f: &mut impl FnMut(Range<usize>) -> bool) -> bool {
     let mut i = 0;
     while let Some(off) = finder.find(&s[i..]) {
         let start = i + off;
@@ -45,7 +52,7 @@ fn jwt_from(s: &[u8], finder: &Finder<'_>) -> bool {
         if e3 < s.len() && s[e3] == b'.' && e3 + 1 < s.len() && b64url(s[e3 + 1]) {
             continue;
         }
-        if header_has_alg(&s[start..e1]) {
+        if header_has_alg(&s[start..e1]) && f(start..e3) {
             return true;
         }
     }
@@ -123,12 +130,53 @@ fn header_has_alg(part: &[u8]) -> bool {
 /// A PEM private key: a `-----BEGIN <label>-----` line whose label (capital letters, digits
 /// and spaces) ends in `PRIVATE KEY` (`RSA PRIVATE KEY`, `EC PRIVATE KEY`, `OPENSSH PRIVATE
 /// KEY`, `ENCRYPTED PRIVATE KEY`, `PRIVATE KEY`, …), followed by a body: at least 16 base64
-/// characters (whitespace ignored) or a legacy `Proc-Type:` header. The `END` line is not
-/// required (a truncated key still leaks).
+/// characters (whitespace ignored, and so are the escapes `\n`, `\r`, `\t` of a key written
+/// inside JSON or a `.env` file, with any number of backslashes) or a legacy `Proc-Type:`
+/// header. The `END` line is not required (a truncated key still leaks).
 pub(crate) fn private_key(s: &[u8]) -> bool {
+    private_key_spans(s, |_| true)
+}
+
+/// The end of the whitespace and escaped line breaks (`\n`, `\\n`, `\r`, `\t`) from `p` on.
+fn skip_breaks(s: &[u8], p: usize) -> usize {
+    skip(s, p, true)
+}
+
+/// The end of the line breaks, escaped or not (`\n`, `\\n`, …), from `p` on; with
+/// `whitespace`, of any whitespace too.
+fn skip(s: &[u8], mut p: usize, whitespace: bool) -> usize {
+    loop {
+        if whitespace && p < s.len() && s[p].is_ascii_whitespace() {
+            p += 1;
+            continue;
+        }
+        if !whitespace && p < s.len() && matches!(s[p], b'\r' | b'\n') {
+            p += 1;
+            continue;
+        }
+        let q = run_end(s, p, |b| b == b'\\');
+        if q > p && q < s.len() && matches!(s[q], b'n' | b'r' | b't') {
+            p = q + 1;
+            continue;
+        }
+        return p;
+    }
+}
+
+/// Calls `f` with the byte range of each PEM private key in `s` (see [`private_key`]) until
+/// it returns true: from `-----BEGIN` to the end of the next `-----END …-----` line, or
+/// without one, to the end of the body.
+pub(crate) fn private_key_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     // Built once (a searcher costs about a thousand instructions to set up).
     static BEGIN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"-----BEGIN "));
+    static END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"-----END "));
+    // The next END line at or after a position, remembered (keys are found in order).
+    let mut next_end: Option<(usize, Option<usize>)> = None;
+    let mut found_end = 0;
     for at in BEGIN.find_iter(s) {
+        if at < found_end {
+            continue;
+        }
         let l = at + 11;
         let le = run_end(s, l, |b| {
             b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' '
@@ -136,22 +184,58 @@ pub(crate) fn private_key(s: &[u8]) -> bool {
         if !s[l..le].ends_with(b"PRIVATE KEY") || !s[le..].starts_with(b"-----") {
             continue;
         }
-        let after = s[le + 5..].trim_ascii_start();
-        if after.starts_with(b"Proc-Type:") {
-            return true;
-        }
+        let mut p = skip_breaks(s, le + 5);
         let mut body = 0;
-        for &b in after {
-            if b.is_ascii_whitespace() {
+        let mut last = p;
+        let legacy = s[p..].starts_with(b"Proc-Type:");
+        if !legacy {
+            while p < s.len() && body < 16 {
+                if !(alnum(s[p]) || matches!(s[p], b'+' | b'/' | b'=')) {
+                    break;
+                }
+                body += 1;
+                last = p + 1;
+                p = skip_breaks(s, p + 1);
+            }
+            if body < 16 {
                 continue;
             }
-            if !(alnum(b) || matches!(b, b'+' | b'/' | b'=')) {
-                break;
+        }
+        // The body's end: the END line if one follows, else the run of body bytes.
+        let from = le + 5;
+        let end_at = match next_end {
+            Some((q, e)) if q <= from && e.is_none_or(|e| e >= from) => e,
+            _ => {
+                let e = END.find(&s[from..]).map(|k| from + k);
+                next_end = Some((from, e));
+                e
             }
-            body += 1;
-            if body >= 16 {
-                return true;
+        };
+        let end = match end_at {
+            Some(e) => {
+                let close = memchr::memmem::find(&s[e + 9..], b"-----").map(|k| e + 9 + k + 5);
+                close.unwrap_or(s.len())
             }
+            None => {
+                // Body bytes and line breaks (escaped or not), up to a space or other byte.
+                let (mut q, mut end) = (last, last);
+                loop {
+                    let r = run_end(s, q, |b| {
+                        alnum(b) || matches!(b, b'+' | b'/' | b'=' | b':' | b',' | b'-')
+                    });
+                    // A line break (escaped or not) continues the body; a space ends it.
+                    let w = skip(s, r, false);
+                    if w == q {
+                        break end;
+                    }
+                    end = w;
+                    q = w;
+                }
+            }
+        };
+        found_end = end;
+        if f(at..end) {
+            return true;
         }
     }
     false
@@ -204,15 +288,24 @@ pub(super) fn token_char(b: u8) -> bool {
 /// The shortest token a known prefix can match (`xoxb-` and 10 key characters).
 pub(super) const MIN_PREFIXED: usize = 15;
 
-/// A secret key: in a token (a maximal run of `[A-Za-z0-9_\-+/=]`), either a known prefix at
-/// its start followed by enough key characters, or ≥ 24 characters mixing letters and digits
-/// whose Shannon entropy per character is at least min(4.3, log2(length) − 0.5) bits. UUIDs
-/// and hex strings never reach that (≤ 4 bits per character).
+/// A secret key: in a token (a maximal run of `[A-Za-z0-9_\-+/=]`), either a known prefix
+/// followed by enough key characters — at the token's start, or inside it right after a
+/// `_`, `-`, `+`, `/` or `=` (`AWS_ACCESS_KEY_ID=AKIA…`, `x-AKIA…`; there the key characters
+/// must mix letters and digits, as generated keys do and words do not) — or ≥ 24 characters
+/// mixing letters and digits whose Shannon entropy per character is at least
+/// min(4.3, log2(length) − 0.5) bits. UUIDs and hex strings never reach that (≤ 4 bits per
+/// character).
 ///
 /// Decisions find these tokens with the shared first pass (`first_pass.rs`, a word at a
-/// time); this byte-probing scan is its reference in the tests.
+/// time); this byte-probing scan is its reference in the tests and finds the spans to redact.
 #[cfg(test)]
 pub(crate) fn secret_key(s: &[u8]) -> bool {
+    secret_spans(s, |_| true)
+}
+
+/// Calls `f` with the byte range of each secret key in `s` (see [`secret_key`]) until it
+/// returns true: the prefixed key, or the whole high-entropy token.
+pub(crate) fn secret_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> bool {
     // Only tokens of MIN_PREFIXED or more bytes can match. Invariant: `i` is 0 or follows a
     // byte that is not a token byte. A token that long starting in i..=i+14 covers i+14: when
     // that byte is not a token byte the whole window is skipped with one look.
@@ -228,7 +321,9 @@ pub(crate) fn secret_key(s: &[u8]) -> bool {
             start -= 1;
         }
         let end = run_end(s, probe, token_char);
-        if secret_token(&s[start..end]) {
+        if let Some(r) = secret_in_token(&s[start..end])
+            && f(start + r.start..start + r.end)
+        {
             return true;
         }
         i = end + 1;
@@ -237,21 +332,49 @@ pub(crate) fn secret_key(s: &[u8]) -> bool {
 }
 
 pub(super) fn secret_token(t: &[u8]) -> bool {
+    secret_in_token(t).is_some()
+}
+
+/// The first byte of every known prefix.
+fn prefix_start(b: u8) -> bool {
+    matches!(b, b's' | b'r' | b'g' | b'x' | b'A' | b'n' | b'h')
+}
+
+/// The known-prefix key starting at `k` in the token `t`, if any.
+fn prefixed_at(t: &[u8], k: usize) -> Option<Range<usize>> {
+    let (p, min) = PREFIXES.iter().find(|(p, _)| t[k..].starts_with(p))?;
+    let rest = &t[k + p.len()..];
+    let key = run_end(rest, 0, |b| alnum(b) || b == b'_' || b == b'-');
+    let key_bytes = &rest[..key];
+    // Inside a token, the key must look generated: letters and digits mixed, or an AWS
+    // access key id's exact shape (16 capitals and digits).
+    let generated = || {
+        (key_bytes.iter().any(u8::is_ascii_digit) && key_bytes.iter().any(u8::is_ascii_alphabetic))
+            || (matches!(*p, b"AKIA" | b"ASIA")
+                && key == 16
+                && key_bytes
+                    .iter()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+    };
+    (key >= *min && (k == 0 || generated())).then(|| k..k + p.len() + key)
+}
+
+/// Where the secret in the token `t` lies, if it holds one (see [`secret_key`]).
+pub(super) fn secret_in_token(t: &[u8]) -> Option<Range<usize>> {
     // Most tokens are words: too short for any rule.
     if t.len() < MIN_PREFIXED {
-        return false;
+        return None;
     }
-    for (p, min) in PREFIXES {
-        if let Some(rest) = t.strip_prefix(*p) {
-            let key = run_end(rest, 0, |b| alnum(b) || b == b'_' || b == b'-');
-            if key >= *min {
-                return true;
-            }
-            break;
+    for k in 0..=t.len() - MIN_PREFIXED {
+        if prefix_start(t[k])
+            && (k == 0 || matches!(t[k - 1], b'_' | b'-' | b'+' | b'/' | b'='))
+            && let Some(r) = prefixed_at(t, k)
+        {
+            return Some(r);
         }
     }
     if t.len() < 24 {
-        return false;
+        return None;
     }
     let mut letters = false;
     let mut digits = false;
@@ -262,7 +385,7 @@ pub(super) fn secret_token(t: &[u8]) -> bool {
         counts[usize::from(b & 0x7f)] += 1;
     }
     if !(letters && digits) {
-        return false;
+        return None;
     }
     let n = t.len() as f64;
     let h: f64 = counts
@@ -273,7 +396,7 @@ pub(super) fn secret_token(t: &[u8]) -> bool {
             -p * p.log2()
         })
         .sum();
-    h >= entropy_threshold(t.len())
+    (h >= entropy_threshold(t.len())).then_some(0..t.len())
 }
 
 /// The entropy (bits per character) a token of `len` characters needs to count as a secret.
