@@ -111,6 +111,11 @@ pub struct McpProxyArgs {
     /// bytes; share it between replicas). Default: random per process.
     #[arg(long, value_name = "FILE")]
     pub request_state_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub front: super::front::FrontArgs,
+    /// With --listen: most connections open at once (lowered to keep file descriptors free).
+    #[arg(long, value_name = "N", default_value_t = 512, requires = "listen")]
+    pub max_connections: usize,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -254,6 +259,9 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
                     allow_origins: args.allow_origin.clone(),
                     run_idle: std::time::Duration::from_secs(args.run_idle_secs),
                     max_body_bytes: crate::mcp::DEFAULT_MAX_BODY_BYTES,
+                    allowed_hosts: args.front.allowed_hosts.clone(),
+                    per_address: args.front.per_address(),
+                    max_connections: args.max_connections,
                 };
                 crate::mcp::serve(config, upstream, listen).await
             }

@@ -14,6 +14,7 @@ pub mod collect;
 #[cfg(feature = "console")]
 pub mod console;
 pub mod eval;
+pub mod front;
 pub mod keygen;
 #[cfg(feature = "mcp")]
 pub mod mcp_pins;

@@ -71,6 +71,9 @@ pub struct ConsoleArgs {
     /// Webhooks told of each decision made here (see `replay --notify`).
     #[command(flatten)]
     pub notify: super::notify::NotifyArgs,
+    /// How the console's HTTP front admits clients (Host check, per-address cap).
+    #[command(flatten)]
+    pub front: super::front::FrontArgs,
 }
 
 /// What the handlers share.
@@ -159,12 +162,21 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let served = axum::serve(listener, router(Arc::clone(&app)))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string());
+    let front = crate::http_front::FrontConfig {
+        per_address: args.front.per_address(),
+        allowed_hosts: args.front.allowed_hosts.clone(),
+        shutdown_grace: std::time::Duration::from_secs(5),
+        name: "toolgate console",
+        ..Default::default()
+    };
+    let served = crate::http_front::serve(
+        router(Arc::clone(&app)),
+        listener,
+        front,
+        super::collect::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| e.to_string());
     if let Some(n) = &app.effects.notifier {
         n.drain(crate::engine::NOTIFY_DRAIN).await;
     }

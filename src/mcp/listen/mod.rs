@@ -56,7 +56,33 @@ pub struct ListenConfig {
     pub run_idle: Duration,
     /// The largest request body (larger: 413).
     pub max_body_bytes: usize,
+    /// Hosts accepted in `Host` besides loopback names (DNS rebinding; see
+    /// [`crate::http_front`]).
+    pub allowed_hosts: Vec<String>,
+    /// Most connections one client address may hold open.
+    pub per_address: usize,
+    /// Most connections open at once.
+    pub max_connections: usize,
 }
+
+impl ListenConfig {
+    /// Defaults on `addr` for the callers of `tokens`.
+    pub fn new(addr: SocketAddr, tokens: TokenFile) -> ListenConfig {
+        ListenConfig {
+            addr,
+            tokens,
+            allow_origins: Vec::new(),
+            run_idle: DEFAULT_RUN_IDLE,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            allowed_hosts: Vec::new(),
+            per_address: crate::http_front::DEFAULT_PER_ADDRESS,
+            max_connections: crate::http_front::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// How long requests in flight (and open streams) may take once the gateway is stopping.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 struct Server {
     base: ProxyConfig,
@@ -106,6 +132,14 @@ pub async fn serve(
     }
     let engine = config.engine.clone();
     let idle = listen.run_idle;
+    let front = crate::http_front::FrontConfig {
+        per_address: listen.per_address,
+        max_connections: listen.max_connections,
+        allowed_hosts: listen.allowed_hosts.clone(),
+        shutdown_grace: SHUTDOWN_GRACE,
+        name: "toolgate mcp-proxy",
+        ..Default::default()
+    };
     let server = Arc::new(Server {
         base: config,
         listen,
@@ -129,9 +163,8 @@ pub async fn serve(
         };
         let _ = stop_tx.send(exit);
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(stop);
-    // Open streams (GET, subscriptions) would hold a graceful shutdown: bounded.
-    let result = served.await;
+    // Open streams (GET, subscriptions) would hold a graceful shutdown: the front bounds it.
+    let result = crate::http_front::serve(app, listener, front, stop).await;
     let exit = match stop_rx.await {
         Ok(e) => e,
         Err(_) => ProxyExit::ClientClosed,
@@ -357,6 +390,14 @@ async fn post(State(srv): State<Arc<Server>>, req: Request) -> Response {
     };
     let body = match axum::body::to_bytes(body, srv.listen.max_body_bytes).await {
         Ok(b) => b,
+        Err(e) if crate::http_front::is_body_timeout(&e) => {
+            return rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "null",
+                jsonrpc::INTERNAL_ERROR,
+                "the request body was not received in time",
+            );
+        }
         Err(_) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
