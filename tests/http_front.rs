@@ -206,15 +206,22 @@ fn raise_own_fd_limit() {
 /// `n` connections from 127.0.0.1 that send nothing (or, with `partial`, half a request head).
 async fn half_open(addr: SocketAddr, n: usize, partial: bool) -> Vec<TcpStream> {
     let mut held = Vec::with_capacity(n);
-    for _ in 0..n {
-        match TcpStream::connect(addr).await {
-            Ok(mut s) => {
+    for i in 0..n {
+        // A server that stopped accepting leaves connects hanging in its full listen queue.
+        match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await {
+            Ok(Ok(mut s)) => {
                 if partial {
                     let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nX-Slow: ").await;
                 }
                 held.push(s);
             }
-            Err(e) => panic!("connect failed (client side): {e}"),
+            Ok(Err(e)) => panic!("connect failed (client side): {e}"),
+            Err(_) => {
+                eprintln!(
+                    "connect {i} of {n} not completed within 2 s: the server stopped accepting"
+                );
+                break;
+            }
         }
     }
     held
