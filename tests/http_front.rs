@@ -161,7 +161,7 @@ impl Server {
                 format!("{head}\r\nHost: {host}\r\nConnection: close\r\n{rest}")
             };
             s.write_all(req.as_bytes()).await.ok()?;
-            let mut buf = vec![0u8; 64];
+            let mut buf = [0u8; 64];
             let mut got = 0;
             while got < 12 {
                 let n = s.read(&mut buf[got..]).await.ok()?;
@@ -343,7 +343,7 @@ async fn a_stalled_body_gets_408() {
     )
     .await
     .unwrap();
-    let mut buf = vec![0u8; 256];
+    let mut buf = [0u8; 256];
     let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
         .await
         .expect("the stalled body was not cut")

@@ -131,7 +131,7 @@ impl Guard {
             return false;
         };
         let text = text.trim().to_ascii_lowercase();
-        if self.allowed.iter().any(|a| *a == text) {
+        if self.allowed.contains(&text) {
             return true;
         }
         let Some(name) = host_name(&text) else {

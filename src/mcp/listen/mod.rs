@@ -158,12 +158,7 @@ pub async fn serve(
     let server = Arc::new(Server {
         base: config,
         listen,
-        ups: Upstreams::new(
-            hub,
-            upstream_per,
-            upstream.clone(),
-            max_message_bytes,
-        ),
+        ups: Upstreams::new(hub, upstream_per, upstream.clone(), max_message_bytes),
         sessions: Mutex::new(HashMap::new()),
         runs: Mutex::new(HashMap::new()),
         book: match engine.shared_store() {
