@@ -12,6 +12,8 @@
 pub mod audit;
 pub mod engine;
 pub mod eval;
+#[cfg(feature = "http")]
+pub mod http_front;
 pub mod json;
 #[cfg(feature = "mcp")]
 pub mod mcp;

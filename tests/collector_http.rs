@@ -96,7 +96,7 @@ async fn half_sent_requests_time_out_and_sigterm_stops_the_collector_within_its_
     // Headers never finished: the connection is closed (finding 10).
     let status = raw_status(
         c.addr(),
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\n",
+        b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\n",
         Duration::from_secs(10),
     )
     .await;
@@ -104,14 +104,14 @@ async fn half_sent_requests_time_out_and_sigterm_stops_the_collector_within_its_
     // Body never finished: 408.
     let status = raw_status(
         c.addr(),
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"events\"",
+        b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"events\"",
         Duration::from_secs(10),
     )
     .await;
     assert_eq!(status, Some(408));
     // SIGTERM while a client holds a half-sent request: the process still exits, in bounds.
     let mut held = TcpStream::connect(c.addr()).await.unwrap();
-    held.write_all(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    held.write_all(b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
         .await
         .unwrap();
     c.signal("-TERM");
@@ -140,7 +140,7 @@ async fn auth_comes_before_the_body_and_tokens_come_from_a_file_or_the_environme
     // A 10 MB body announced without the token: refused before a byte of it is read (11).
     let status = raw_status(
         c.addr(),
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n",
+        b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer nope\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n",
         Duration::from_secs(10),
     )
     .await;

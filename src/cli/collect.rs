@@ -53,14 +53,18 @@ pub struct CollectArgs {
     /// and headers from OTEL_EXPORTER_OTLP_*, service name from OTEL_SERVICE_NAME; see docs/otel.md).
     #[arg(long)]
     pub otel: bool,
-    /// Most connections served at once.
+    /// Most connections open at once (lowered to keep file descriptors free).
     #[arg(long, default_value_t = 512, value_name = "N")]
     pub max_connections: usize,
-    /// Seconds a client has to send a request's headers.
-    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    #[command(flatten)]
+    pub front: super::front::FrontArgs,
+    /// Seconds a client has to send a request's headers (at most 10).
+    #[arg(long, default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=10))]
     pub header_timeout_secs: u64,
-    /// Seconds a client has to send a request's body.
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    /// Seconds a client has to send a request's body (at most 30).
+    #[arg(long, default_value_t = 30, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=30))]
     pub body_timeout_secs: u64,
     /// On SIGTERM / Ctrl-C, seconds requests in flight may still take.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
@@ -107,6 +111,8 @@ pub fn run(args: CollectArgs) -> ExitCode {
     config.token = token;
     config.max_body_bytes = args.max_body_bytes;
     config.max_connections = args.max_connections;
+    config.per_address = args.front.per_address();
+    config.allowed_hosts = args.front.allowed_hosts.clone();
     config.header_timeout = Duration::from_secs(args.header_timeout_secs.max(1));
     config.body_timeout = Duration::from_secs(args.body_timeout_secs.max(1));
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
@@ -165,8 +171,9 @@ pub fn run(args: CollectArgs) -> ExitCode {
     code
 }
 
+/// Completes on Ctrl-C or SIGTERM.
 #[cfg(feature = "http")]
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

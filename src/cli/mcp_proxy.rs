@@ -111,6 +111,36 @@ pub struct McpProxyArgs {
     /// bytes; share it between replicas). Default: random per process.
     #[arg(long, value_name = "FILE")]
     pub request_state_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub front: super::front::FrontArgs,
+    /// With --listen: most connections open at once (lowered to keep file descriptors free).
+    #[arg(long, value_name = "N", default_value_t = 512, requires = "listen")]
+    pub max_connections: usize,
+    /// With --listen: most 2025-11-25 sessions (and, apart, 2026-07-28 named runs) one token
+    /// may hold open; beyond it `initialize` (or a new run name) gets 429.
+    #[arg(long, value_name = "N", requires = "listen",
+          default_value_t = crate::mcp::DEFAULT_MAX_SESSIONS_PER_TOKEN as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_sessions_per_token: u64,
+    /// With --listen: one upstream for every client (`shared`), or one per token or per
+    /// session (for servers that use sampling, elicitation, roots or logging with several
+    /// clients; see docs/mcp-gateway.md).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "shared",
+        requires = "listen"
+    )]
+    pub upstream_per: UpstreamPerArg,
+}
+
+/// `--upstream-per`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum UpstreamPerArg {
+    Shared,
+    Token,
+    Session,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -254,6 +284,16 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
                     allow_origins: args.allow_origin.clone(),
                     run_idle: std::time::Duration::from_secs(args.run_idle_secs),
                     max_body_bytes: crate::mcp::DEFAULT_MAX_BODY_BYTES,
+                    allowed_hosts: args.front.allowed_hosts.clone(),
+                    per_address: args.front.per_address(),
+                    max_connections: args.max_connections,
+                    max_sessions_per_token: usize::try_from(args.max_sessions_per_token)
+                        .unwrap_or(usize::MAX),
+                    upstream_per: match args.upstream_per {
+                        UpstreamPerArg::Shared => crate::mcp::UpstreamPer::Shared,
+                        UpstreamPerArg::Token => crate::mcp::UpstreamPer::Token,
+                        UpstreamPerArg::Session => crate::mcp::UpstreamPer::Session,
+                    },
                 };
                 crate::mcp::serve(config, upstream, listen).await
             }

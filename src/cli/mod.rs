@@ -14,6 +14,7 @@ pub mod collect;
 #[cfg(feature = "console")]
 pub mod console;
 pub mod eval;
+pub mod front;
 pub mod keygen;
 #[cfg(feature = "mcp")]
 pub mod mcp_pins;
@@ -42,6 +43,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate policy files and report errors with their file and JSON path.

@@ -44,7 +44,7 @@ impl Gateway {
             .cloned()
             .unwrap_or_else(|| json!({}));
         let call_id = jsonrpc::call_id(&serde_json::from_str(&req.id).unwrap_or(Value::Null));
-        let run = self.run(None);
+        let run = self.run(None).await;
         if info.changed && !self.pin_accepted(&info.name, &info.hash) {
             run.record_tool_changed(&info.name, &info.hash, Some(&call_id));
             let reason = format!(
@@ -59,7 +59,7 @@ impl Gateway {
             let r = jsonrpc::blocked_result(TOOL_CHANGED, Some(&reason), None, None, None);
             return self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
         }
-        self.resume_if_resolved(&run);
+        self.resume_if_resolved(&run).await;
         let call = ToolCall::new(call_id.clone(), name, args).with_tags(info.tags.clone());
         let meta = |k: &str| {
             params
@@ -162,20 +162,34 @@ impl Gateway {
     }
 
     /// A paused run resumes once its review is no longer pending (approved, denied, expired).
-    fn resume_if_resolved(&self, run: &Run) {
-        let mut paused = self.paused.lock();
-        let Some(review) = paused.as_deref() else {
+    /// The review store is read on a blocking thread with no lock held (it may be Redis).
+    async fn resume_if_resolved(&self, run: &Run) {
+        let Some(review) = self.paused.lock().clone() else {
             return;
         };
-        let pending = self
-            .cfg
-            .engine
-            .reviews()
-            .list()
-            .iter()
-            .any(|r| r.id == review && r.status == ReviewStatus::Pending);
-        if !pending {
-            *paused = None;
+        let engine = self.cfg.engine.clone();
+        let id = review.clone();
+        let pending = tokio::task::spawn_blocking(move || {
+            engine
+                .reviews()
+                .list()
+                .iter()
+                .any(|r| r.id == id && r.status == ReviewStatus::Pending)
+        })
+        .await
+        .unwrap_or(true);
+        if pending {
+            return;
+        }
+        let resume = {
+            let mut paused = self.paused.lock();
+            let same = paused.as_deref() == Some(review.as_str());
+            if same {
+                *paused = None;
+            }
+            same
+        };
+        if resume {
             run.resume();
         }
     }

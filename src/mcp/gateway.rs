@@ -119,12 +119,19 @@ impl Catalog {
     }
 }
 
+/// The session's run: not started, being started (the watch says when), or started.
+enum RunSlot {
+    Empty,
+    Starting(tokio::sync::watch::Receiver<Option<Run>>),
+    Ready(Run),
+}
+
 /// The gateway's state, shared by the relay loops and the decision tasks.
 pub(crate) struct Gateway {
     pub(crate) cfg: ProxyConfig,
     to_client: Mutex<Option<Sender<Frame>>>,
     to_upstream: Mutex<Option<Sender<Frame>>>,
-    run: Mutex<Option<Run>>,
+    run: Mutex<RunSlot>,
     next_up: AtomicU64,
     /// Requests forwarded upstream, by gateway id.
     pub(crate) pending: Mutex<HashMap<u64, Pending>>,
@@ -171,7 +178,7 @@ impl Gateway {
             cfg,
             to_client: Mutex::new(Some(to_client)),
             to_upstream: Mutex::new(Some(to_upstream)),
-            run: Mutex::new(None),
+            run: Mutex::new(RunSlot::Empty),
             next_up: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
@@ -224,12 +231,44 @@ impl Gateway {
     }
 
     /// The session's run, started on first use (normally by the `initialize` response, so the
-    /// agent id can name the server).
-    pub(crate) fn run(&self, server_name: Option<&str>) -> Run {
-        let mut g = self.run.lock();
-        if let Some(r) = g.as_ref() {
-            return r.clone();
+    /// agent id can name the server). Starting a run may wait on the state store (a shared
+    /// run's chain is claimed there): it runs on a blocking thread, with no lock held, and
+    /// concurrent callers wait for the one start (design §16: nothing blocks a runtime worker,
+    /// no lock is held across a store call).
+    pub(crate) async fn run(&self, server_name: Option<&str>) -> Run {
+        loop {
+            let step = {
+                let mut g = self.run.lock();
+                match &*g {
+                    RunSlot::Ready(r) => return r.clone(),
+                    RunSlot::Starting(rx) => Err(rx.clone()),
+                    RunSlot::Empty => {
+                        let (tx, rx) = tokio::sync::watch::channel(None);
+                        *g = RunSlot::Starting(rx);
+                        Ok(tx)
+                    }
+                }
+            };
+            let mut wait = match step {
+                Ok(tx) => return self.start_run(server_name, tx).await,
+                Err(rx) => rx,
+            };
+            // The starter sets the slot before it signals; a starter that vanished (its task
+            // aborted) leaves `Starting`: take over.
+            if wait.wait_for(Option::is_some).await.is_err() {
+                let mut g = self.run.lock();
+                if matches!(&*g, RunSlot::Starting(rx) if rx.same_channel(&wait)) {
+                    *g = RunSlot::Empty;
+                }
+            }
         }
+    }
+
+    async fn start_run(
+        &self,
+        server_name: Option<&str>,
+        done: tokio::sync::watch::Sender<Option<Run>>,
+    ) -> Run {
         let agent = self
             .cfg
             .agent_id
@@ -243,9 +282,28 @@ impl Gateway {
         let mut ctx = RunContext::new(run_id, agent);
         ctx.enduser = self.cfg.enduser.clone();
         ctx.agent_tags = self.cfg.agent_tags.clone();
-        let run = self.cfg.engine.start_run(ctx);
-        *g = Some(run.clone());
+        let engine = self.cfg.engine.clone();
+        let started = tokio::task::spawn_blocking({
+            let ctx = ctx.clone();
+            move || engine.start_run(ctx)
+        })
+        .await;
+        let run = match started {
+            Ok(r) => r,
+            // The blocking pool is shutting down: start it here (the runtime is ending).
+            Err(_) => self.cfg.engine.start_run(ctx),
+        };
+        *self.run.lock() = RunSlot::Ready(run.clone());
+        let _ = done.send(Some(run.clone()));
         run
+    }
+
+    /// The run, when one has started.
+    pub(crate) fn started_run(&self) -> Option<Run> {
+        match &*self.run.lock() {
+            RunSlot::Ready(r) => Some(r.clone()),
+            _ => None,
+        }
     }
 
     /// Lets go of the run without ending it (design §8: another process, or this gateway's
@@ -253,7 +311,16 @@ impl Gateway {
     /// audit trail is not flushed for it (see [`Run::hand_over`]).
     #[cfg(feature = "http")]
     pub(crate) async fn leave_run(&self) {
-        let run = self.run.lock().take();
+        let run = {
+            let mut g = self.run.lock();
+            match std::mem::replace(&mut *g, RunSlot::Empty) {
+                RunSlot::Ready(r) => Some(r),
+                other => {
+                    *g = other;
+                    None
+                }
+            }
+        };
         if let Some(r) = run {
             r.hand_over().await;
         }
@@ -263,14 +330,13 @@ impl Gateway {
     /// none — a run it left, ended here for every process.
     #[cfg(feature = "http")]
     pub(crate) async fn end_run_anyway(&self, status: &str) {
-        self.run(None);
+        self.run(None).await;
         self.end_run(status).await;
     }
 
     /// Ends the run (if one started) with `status`.
     pub(crate) async fn end_run(&self, status: &str) {
-        let run = self.run.lock().clone();
-        if let Some(r) = run {
+        if let Some(r) = self.started_run() {
             r.end(status, None).await;
         }
     }
@@ -531,6 +597,7 @@ impl Gateway {
         }) = p
         {
             self.run(None)
+                .await
                 .after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
                 .await;
         }
@@ -552,6 +619,7 @@ impl Gateway {
                     }) = p
                     {
                         self.run(None)
+                            .await
                             .after_tool(
                                 &call_id,
                                 ToolOutcome::err("client gone", started.elapsed()),
@@ -593,6 +661,7 @@ impl Gateway {
         for p in pending {
             if let PendingWhat::ToolsCall { call_id, started } = &p.what {
                 self.run(None)
+                    .await
                     .after_tool(call_id, ToolOutcome::err(GONE, started.elapsed()))
                     .await;
             }

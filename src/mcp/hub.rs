@@ -51,8 +51,15 @@ pub(crate) struct Hub {
     routes: Mutex<HashMap<u64, Route>>,
     /// (session, the session's id of a request) → the hub's id, for cancellations.
     locals: Mutex<HashMap<(u64, Box<str>), u64>>,
-    sessions: Mutex<HashMap<u64, Sender<Incoming>>>,
+    /// The sessions: their queue, and the token (index in the token file) each acts for.
+    sessions: Mutex<HashMap<u64, (Sender<Incoming>, usize)>>,
     next_session: AtomicU64,
+    /// The upstream's own requests handed to a session, by their id (JSON text): only that
+    /// session's answer goes back, and the upstream's cancellation of one goes only to it.
+    asks: Mutex<HashMap<Box<str>, u64>>,
+    /// Upstream requests refused and notifications dropped because they could not be
+    /// attributed to exactly one token.
+    pub(crate) unattributed: AtomicU64,
     /// The upstream's `initialize` result (for a 2026-07-28 upstream: made from its
     /// `server/discover` result).
     init: Mutex<Option<Value>>,
@@ -71,6 +78,8 @@ impl Hub {
             locals: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
+            asks: Mutex::new(HashMap::new()),
+            unattributed: AtomicU64::new(0),
             init: Mutex::new(None),
             discover: Mutex::new(None),
         });
@@ -197,10 +206,11 @@ impl Hub {
     pub(crate) fn attach(
         self: &Arc<Self>,
         mut from_gw: Receiver<Frame>,
+        token: usize,
     ) -> (u64, Receiver<Incoming>) {
         let sid = self.next_session.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = transport::queue();
-        self.sessions.lock().insert(sid, tx);
+        self.sessions.lock().insert(sid, (tx, token));
         let hub = self.clone();
         tokio::spawn(async move {
             while let Some(m) = from_gw.recv().await {
@@ -211,6 +221,11 @@ impl Hub {
         (sid, rx)
     }
 
+    /// Whether sessions were attached and none is any more.
+    pub(crate) fn unused(&self) -> bool {
+        self.next_session.load(Ordering::Relaxed) > 1 && self.sessions.lock().is_empty()
+    }
+
     /// Forgets a session (its requests' late answers are dropped).
     pub(crate) fn detach(&self, sid: u64) {
         self.sessions.lock().remove(&sid);
@@ -218,10 +233,11 @@ impl Hub {
             .lock()
             .retain(|_, r| !matches!(r, Route::Session { sid: s, .. } if *s == sid));
         self.locals.lock().retain(|(s, _), _| *s != sid);
+        self.asks.lock().retain(|_, s| *s != sid);
     }
 
     async fn to_session(&self, sid: u64, f: Frame) {
-        let tx = self.sessions.lock().get(&sid).cloned();
+        let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
         if let Some(tx) = tx {
             let room = tx.reserve(f.weight()).await;
             tx.send_in(room, Incoming::Frame(f));
@@ -280,10 +296,68 @@ impl Hub {
                 }
                 self.to_up.send(msg).await;
             }
+            Kind::Response => {
+                // An answer to the upstream's own request: only from the session it was given.
+                let id = msg.id_text().map(|t| Box::<str>::from(t.as_ref()));
+                let mine = id.is_some_and(|id| {
+                    let mut asks = self.asks.lock();
+                    if asks.get(&id) == Some(&sid) {
+                        asks.remove(&id);
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if mine {
+                    self.to_up.send(msg).await;
+                } else {
+                    tracing::warn!(
+                        "client: dropped an answer to an upstream request not asked of it"
+                    );
+                }
+            }
             _ => {
                 self.to_up.send(msg).await;
             }
         }
+    }
+
+    /// The one session a message of the upstream's own belongs to: the newest session with a
+    /// request in flight, when every request in flight is of one token. `None` when no
+    /// request is in flight or requests of two tokens are (a shared upstream does not say
+    /// which call a message serves: never guess across tokens).
+    fn attribute(&self) -> Option<u64> {
+        let in_flight: Vec<(u64, u64)> = self
+            .routes
+            .lock()
+            .iter()
+            .filter_map(|(g, r)| match r {
+                Route::Session { sid, .. } => Some((*g, *sid)),
+                Route::Own(_) => None,
+            })
+            .collect();
+        let sessions = self.sessions.lock();
+        let mut token = None;
+        let mut newest: Option<(u64, u64)> = None;
+        for (g, sid) in in_flight {
+            let t = sessions.get(&sid)?.1;
+            if token.is_some_and(|k| k != t) {
+                return None;
+            }
+            token = Some(t);
+            if newest.is_none_or(|(n, _)| g > n) {
+                newest = Some((g, sid));
+            }
+        }
+        newest.map(|(_, sid)| sid)
+    }
+
+    /// Counts (and says) a message of the upstream's that could not be attributed.
+    fn unattributed(&self, what: &str) {
+        let n = self.unattributed.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::error!(
+            "upstream: {what} not attributable to exactly one token (requests of several tokens,              or none, in flight; see --upstream-per); {n} so far"
+        );
     }
 
     async fn on_upstream_msg(&self, inc: Incoming) {
@@ -295,7 +369,7 @@ impl Hub {
                 let route = g.and_then(|g| self.routes.lock().remove(&g));
                 if let Some(Route::Session { sid, local, .. }) = route {
                     self.locals.lock().remove(&(sid, local.clone()));
-                    let tx = self.sessions.lock().get(&sid).cloned();
+                    let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
                     if let Some(tx) = tx {
                         let room = tx.reserve(64).await;
                         tx.send_in(
@@ -326,8 +400,13 @@ impl Hub {
                 }
             }
             Kind::Notification("notifications/cancelled") => {
-                // The upstream cancels a request of its own: every session may hold it.
-                self.broadcast(msg).await;
+                // The upstream cancels a request of its own: only the session it was given.
+                let id = msg.pointer("/params/requestId").map(Value::to_string);
+                let sid = id.and_then(|id| self.asks.lock().remove(id.as_str()));
+                match sid {
+                    Some(sid) => self.to_session(sid, msg).await,
+                    None => tracing::debug!("upstream: dropped a cancellation of no request"),
+                }
             }
             Kind::Notification("notifications/progress") => {
                 // To the session whose request it reports on, under the client's own token.
@@ -352,34 +431,36 @@ impl Hub {
                     self.to_session(sid, msg).await;
                 }
             }
-            Kind::Request(_) => {
-                // A request of the upstream's own goes to the session with the latest request
-                // in flight (the one it most likely serves).
-                let sid = self
-                    .routes
-                    .lock()
-                    .iter()
-                    .filter_map(|(g, r)| match r {
-                        Route::Session { sid, .. } => Some((*g, *sid)),
-                        Route::Own(_) => None,
-                    })
-                    .max()
-                    .map(|(_, s)| s);
-                match sid {
-                    Some(sid) => self.to_session(sid, msg).await,
-                    None => {
-                        if let Some(id) = msg.id_text() {
+            Kind::Request(method) => {
+                // A request of the upstream's own (sampling, elicitation, roots): to the one
+                // token whose call it serves, else refused.
+                let method = method.to_string();
+                let to = self.attribute();
+                match (to, msg.id_text()) {
+                    (Some(sid), Some(id)) => {
+                        self.asks.lock().insert(id.as_ref().into(), sid);
+                        self.to_session(sid, msg).await;
+                    }
+                    (_, id) => {
+                        self.unattributed(&format!("a {method} request"));
+                        if let Some(id) = id {
                             let e = jsonrpc::error_to(
                                 &id,
                                 jsonrpc::INTERNAL_ERROR,
-                                "no client of the gateway can answer this request",
+                                "the gateway cannot tell which client this request is for \
+                                 (several clients share this server: run it with \
+                                 --upstream-per token)",
                             );
                             self.to_up.send(e).await;
                         }
                     }
                 }
             }
-            Kind::Notification(_) => self.broadcast(msg).await,
+            Kind::Notification(m) if m.ends_with("/list_changed") => self.broadcast(msg).await,
+            Kind::Notification(m) => match self.attribute() {
+                Some(sid) => self.to_session(sid, msg).await,
+                None => self.unattributed(&format!("a {m} notification")),
+            },
             Kind::Other => tracing::warn!("upstream: dropped a message that is not JSON-RPC"),
         }
     }

@@ -35,7 +35,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, blocked_result};
 #[cfg(feature = "http")]
-pub use listen::{DEFAULT_MAX_BODY_BYTES, DEFAULT_RUN_IDLE, HEADER_MISMATCH, ListenConfig, serve};
+pub use listen::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SESSIONS_PER_TOKEN, DEFAULT_RUN_IDLE, HEADER_MISMATCH,
+    ListenConfig, UpstreamPer, serve,
+};
 pub use pins::{Pin, PinCheck, PinError, PinFile, definition_hash};
 pub use seal::SealKey;
 pub use tokens::{Identity, TokenFile, TokenFileError, token_sha256};

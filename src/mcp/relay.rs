@@ -37,6 +37,7 @@ impl Gateway {
                     let why = self.too_large();
                     if let PendingWhat::ToolsCall { call_id, started } = &p.what {
                         self.run(None)
+                            .await
                             .after_tool(call_id, ToolOutcome::err(why.clone(), started.elapsed()))
                             .await;
                     }
@@ -113,11 +114,11 @@ impl Gateway {
                 let name = msg
                     .pointer("/result/serverInfo/name")
                     .and_then(Value::as_str);
-                self.run(name);
+                self.run(name).await;
             }
             PendingWhat::ToolsList => {
                 let complete = msg.pointer("/result/nextCursor").is_none_or(Value::is_null);
-                self.filter_tools(&mut msg, false, complete);
+                self.filter_tools(&mut msg, false, complete).await;
             }
             PendingWhat::ToolsCall { call_id, started } => {
                 let (output, error) = jsonrpc::outcome_of(&msg);
@@ -126,7 +127,7 @@ impl Gateway {
                     error,
                     duration: started.elapsed(),
                 };
-                let run = self.run(None);
+                let run = self.run(None).await;
                 if let Some(d) = run.after_tool(&call_id, outcome).await
                     && !d.is_allowed()
                 {
@@ -178,13 +179,13 @@ impl Gateway {
             }
         }
         let mut all: Frame = json!({"result": {"tools": tools}}).into();
-        self.filter_tools(&mut all, true, true);
+        self.filter_tools(&mut all, true, true).await;
     }
 
     /// Drops hidden tools from a `tools/list` result (the only change to it: without hidden
     /// tools it goes on as it came), records tags and definition hashes, and checks the pins.
     /// `replace`: the listing is the whole catalog; `complete`: no further pages.
-    pub(crate) fn filter_tools(&self, msg: &mut Frame, replace: bool, complete: bool) {
+    pub(crate) async fn filter_tools(&self, msg: &mut Frame, replace: bool, complete: bool) {
         let file = &self.cfg.tools;
         let shown = |t: &Value| {
             t.get("name")
@@ -227,27 +228,37 @@ impl Gateway {
                 })
             }
         };
-        let mut catalog = self.catalog.lock();
-        if replace {
-            *catalog = Catalog::default();
-        }
-        for ((name, hash, tags), check) in listed.into_iter().zip(checks) {
-            let changed = matches!(check, PinCheck::Changed { .. });
-            if check == (PinCheck::Changed { new: true }) {
-                tracing::warn!(
-                    "tool {name}: its definition changed; calls are blocked with {TOOL_CHANGED}"
-                );
-                self.run(None).record_tool_changed(&name, &hash, None);
+        let mut newly_changed = Vec::new();
+        {
+            let mut catalog = self.catalog.lock();
+            if replace {
+                *catalog = Catalog::default();
             }
-            catalog.insert(ToolInfo {
-                name,
-                tags,
-                hash,
-                changed,
-            });
+            for ((name, hash, tags), check) in listed.into_iter().zip(checks) {
+                let changed = matches!(check, PinCheck::Changed { .. });
+                if check == (PinCheck::Changed { new: true }) {
+                    tracing::warn!(
+                        "tool {name}: its definition changed; calls are blocked with {TOOL_CHANGED}"
+                    );
+                    newly_changed.push((name.clone(), hash.clone()));
+                }
+                catalog.insert(ToolInfo {
+                    name,
+                    tags,
+                    hash,
+                    changed,
+                });
+            }
+            if complete {
+                catalog.fresh = true;
+            }
         }
-        if complete {
-            catalog.fresh = true;
+        // Recorded with no lock held (starting the run may wait on the state store).
+        if !newly_changed.is_empty() {
+            let run = self.run(None).await;
+            for (name, hash) in newly_changed {
+                run.record_tool_changed(&name, &hash, None);
+            }
         }
     }
 }

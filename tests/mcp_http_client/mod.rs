@@ -138,6 +138,14 @@ pub struct Events {
 }
 
 impl Events {
+    /// The events of an SSE response.
+    pub fn of(resp: reqwest::Response) -> Events {
+        Events {
+            resp,
+            buf: Vec::new(),
+        }
+    }
+
     pub async fn next(&mut self) -> Option<Value> {
         loop {
             if let Some(i) = self.buf.windows(2).position(|w| w == b"\n\n") {

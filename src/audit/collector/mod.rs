@@ -34,7 +34,7 @@ mod routes;
 mod server;
 
 pub use body::check_events_body;
-pub use server::{serve, serve_collector, serve_router};
+pub use server::{front_config, serve, serve_collector, serve_router};
 
 /// Where a collector keeps events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,8 +185,14 @@ pub struct CollectorConfig {
     pub header_timeout: Duration,
     /// Time a client has to send a request's body. Default 30 s.
     pub body_timeout: Duration,
-    /// Most connections served at once; more wait in the listen queue. Default 512.
+    /// Most connections open at once (lowered to keep file descriptors free; see
+    /// [`crate::http_front`]). Default 512.
     pub max_connections: usize,
+    /// Most connections one client address may hold open. Default 64.
+    pub per_address: usize,
+    /// Hosts accepted in `Host` besides loopback names, when bound to a loopback address
+    /// (DNS rebinding; see [`crate::http_front`]).
+    pub allowed_hosts: Vec<String>,
     /// On shutdown, how long requests in flight may still take. Default 10 s.
     pub shutdown_grace: Duration,
 }
@@ -206,7 +212,9 @@ impl CollectorConfig {
             max_batch_events: 10_000,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
-            max_connections: 512,
+            max_connections: crate::http_front::DEFAULT_MAX_CONNECTIONS,
+            per_address: crate::http_front::DEFAULT_PER_ADDRESS,
+            allowed_hosts: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
         }
     }

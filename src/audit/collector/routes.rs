@@ -134,6 +134,12 @@ pub(super) async fn post_events(
                 format!("body larger than {max} bytes"),
             );
         }
+        Ok(Err(e)) if crate::http_front::is_body_timeout(&*e) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("body not received within {:?}", cfg.body_timeout),
+            );
+        }
         Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("cannot read body: {e}")),
         Ok(Ok(b)) => b.to_bytes(),
     };

@@ -83,6 +83,9 @@ pub struct ConsoleArgs {
     /// --public-key KEY.pub` accepts them.
     #[arg(long, value_name = "KEY")]
     pub signing_key: Option<PathBuf>,
+    /// How the console's HTTP front admits clients (Host check, per-address cap).
+    #[command(flatten)]
+    pub front: super::front::FrontArgs,
 }
 
 /// What the handlers share.
@@ -202,13 +205,19 @@ async fn serve(args: ConsoleArgs) -> Result<(), String> {
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let served = axum::serve(
+    let front = crate::http_front::FrontConfig {
+        per_address: args.front.per_address(),
+        allowed_hosts: args.front.allowed_hosts.clone(),
+        shutdown_grace: std::time::Duration::from_secs(5),
+        name: "toolgate console",
+        ..Default::default()
+    };
+    let served = crate::http_front::serve(
+        router(Arc::clone(&app)),
         listener,
-        router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>(),
+        front,
+        super::collect::shutdown_signal(),
     )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
     .await
     .map_err(|e| e.to_string());
     if let Some(n) = &app.effects.notifier {

@@ -5,24 +5,25 @@
 //! (`MCP-Session-Id`) per `initialize`; 2026-07-28 clients are stateless, their run named by
 //! `_meta["dev.toolgate/runId"]` or one per token, ended when idle.
 
+mod checks;
 mod headers;
 mod runs;
 mod session;
+mod stream;
+mod upstreams;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::frame::Frame;
 use super::hub::{Hub, MODERN};
@@ -30,9 +31,15 @@ use super::jsonrpc::{self, Kind};
 use super::tokens::{Identity, TokenFile};
 use super::{ProxyConfig, ProxyError, ProxyExit, Upstream};
 use session::Session;
+use stream::{answer, sse};
+pub use upstreams::UpstreamPer;
+use upstreams::Upstreams;
 
 /// The default largest request body (`--listen`): 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+
+/// The default of `--max-sessions-per-token`.
+pub const DEFAULT_MAX_SESSIONS_PER_TOKEN: usize = 64;
 
 /// The default of `--run-idle-secs`.
 pub const DEFAULT_RUN_IDLE: Duration = Duration::from_secs(1800);
@@ -56,12 +63,44 @@ pub struct ListenConfig {
     pub run_idle: Duration,
     /// The largest request body (larger: 413).
     pub max_body_bytes: usize,
+    /// Hosts accepted in `Host` besides loopback names (DNS rebinding; see
+    /// [`crate::http_front`]).
+    pub allowed_hosts: Vec<String>,
+    /// Most connections one client address may hold open.
+    pub per_address: usize,
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Most 2025-11-25 sessions (and, apart, 2026-07-28 named runs) one token may hold open.
+    pub max_sessions_per_token: usize,
+    /// Whether clients share the upstream, or each token (or session) has its own.
+    pub upstream_per: UpstreamPer,
 }
+
+impl ListenConfig {
+    /// Defaults on `addr` for the callers of `tokens`.
+    pub fn new(addr: SocketAddr, tokens: TokenFile) -> ListenConfig {
+        ListenConfig {
+            addr,
+            tokens,
+            allow_origins: Vec::new(),
+            run_idle: DEFAULT_RUN_IDLE,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            allowed_hosts: Vec::new(),
+            per_address: crate::http_front::DEFAULT_PER_ADDRESS,
+            max_connections: crate::http_front::DEFAULT_MAX_CONNECTIONS,
+            max_sessions_per_token: DEFAULT_MAX_SESSIONS_PER_TOKEN,
+            upstream_per: UpstreamPer::Shared,
+        }
+    }
+}
+
+/// How long requests in flight (and open streams) may take once the gateway is stopping.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 struct Server {
     base: ProxyConfig,
     listen: ListenConfig,
-    hub: Arc<Hub>,
+    ups: Upstreams,
     /// 2025-11-25 sessions by `MCP-Session-Id`.
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// 2026-07-28 runs by (token, run id; "" for the token's own run).
@@ -106,10 +145,20 @@ pub async fn serve(
     }
     let engine = config.engine.clone();
     let idle = listen.run_idle;
+    let upstream_per = listen.upstream_per;
+    let max_message_bytes = config.max_message_bytes;
+    let front = crate::http_front::FrontConfig {
+        per_address: listen.per_address,
+        max_connections: listen.max_connections,
+        allowed_hosts: listen.allowed_hosts.clone(),
+        shutdown_grace: SHUTDOWN_GRACE,
+        name: "toolgate mcp-proxy",
+        ..Default::default()
+    };
     let server = Arc::new(Server {
         base: config,
         listen,
-        hub,
+        ups: Upstreams::new(hub, upstream_per, upstream.clone(), max_message_bytes),
         sessions: Mutex::new(HashMap::new()),
         runs: Mutex::new(HashMap::new()),
         book: match engine.shared_store() {
@@ -129,9 +178,8 @@ pub async fn serve(
         };
         let _ = stop_tx.send(exit);
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(stop);
-    // Open streams (GET, subscriptions) would hold a graceful shutdown: bounded.
-    let result = served.await;
+    // Open streams (GET, subscriptions) would hold a graceful shutdown: the front bounds it.
+    let result = crate::http_front::serve(app, listener, front, stop).await;
     let exit = match stop_rx.await {
         Ok(e) => e,
         Err(_) => ProxyExit::ClientClosed,
@@ -159,6 +207,7 @@ pub async fn serve(
         let leave = shared && s.current.is_some();
         s.close_as((!leave).then_some(status)).await;
     }
+    server.ups.stop_all().await;
     drop(link.tx);
     if let Some(mut child) = link.child.take()
         && tokio::time::timeout(super::CHILD_GRACE, child.wait())
@@ -211,11 +260,23 @@ async fn reap(server: Arc<Server>, idle: Duration) {
             s.close("idle").await;
         }
         server.reap_recorded_runs().await;
+        server.ups.reap().await;
     }
 }
 
 /// A request refused before it reaches a session.
 type Refusal = Box<Response>;
+
+/// 502: the client's own upstream (`--upstream-per`) could not be started.
+fn upstream_failed(e: String) -> Refusal {
+    tracing::error!("--upstream-per: cannot start an upstream: {e}");
+    Box::new(rpc_error(
+        StatusCode::BAD_GATEWAY,
+        "null",
+        jsonrpc::INTERNAL_ERROR,
+        "the upstream server could not be started",
+    ))
+}
 
 /// A JSON-RPC error as an HTTP response.
 fn rpc_error(status: StatusCode, id: &str, code: i64, message: &str) -> Response {
@@ -317,7 +378,12 @@ impl Server {
         }
     }
 
-    async fn modern_run(&self, msg: &Frame, token: usize, who: &Identity) -> Arc<Session> {
+    async fn modern_run(
+        &self,
+        msg: &Frame,
+        token: usize,
+        who: &Identity,
+    ) -> Result<Arc<Session>, Refusal> {
         let run = msg
             .pointer("/params/_meta")
             .and_then(|m| m.get(RUN_META))
@@ -325,23 +391,57 @@ impl Server {
             .filter(|r| !r.is_empty() && r.len() <= 256)
             .map(str::to_owned);
         let Some(run) = run else {
-            return self.recorded_run(token, who, None).await;
+            return self
+                .recorded_run(token, who, None)
+                .await
+                .map_err(upstream_failed);
         };
         if self.book.shared() {
             // Shared with the other replicas: a record, handed over between calls.
-            return self.recorded_run(token, who, Some(run)).await;
+            return self
+                .recorded_run(token, who, Some(run))
+                .await
+                .map_err(upstream_failed);
         }
         let key = (token, run.clone());
+        let cap = self.listen.max_sessions_per_token;
+        let held = |runs: &HashMap<(usize, String), Arc<Session>>| {
+            runs.iter()
+                .filter(|((t, r), s)| *t == token && !r.is_empty() && !s.is_closed())
+                .count()
+        };
+        {
+            let runs = self.runs.lock();
+            if let Some(s) = runs.get(&key)
+                && !s.is_closed()
+            {
+                s.touch();
+                return Ok(s.clone());
+            }
+            if held(&runs) >= cap {
+                return Err(checks::too_many_sessions(cap));
+            }
+        }
+        // Checked before an upstream of its own (`--upstream-per session`) is started.
+        let scoped = self.scoped_run(token, &run);
+        let hub = self
+            .ups
+            .for_session(token, &scoped)
+            .await
+            .map_err(upstream_failed)?;
         let mut runs = self.runs.lock();
         if let Some(s) = runs.get(&key)
             && !s.is_closed()
         {
             s.touch();
-            return s.clone();
+            return Ok(s.clone());
         }
-        let s = Session::open(self.config(who, Some(run)), &self.hub, token, None, false);
+        if held(&runs) >= cap {
+            return Err(checks::too_many_sessions(cap));
+        }
+        let s = Session::open(self.config(who, Some(scoped)), &hub, token, None, false);
         runs.insert(key, s.clone());
-        s
+        Ok(s)
     }
 }
 
@@ -355,8 +455,19 @@ async fn post(State(srv): State<Arc<Server>>, req: Request) -> Response {
         Ok((t, w)) => (t, w.clone()),
         Err(r) => return *r,
     };
+    if let Err(r) = checks::json_content_type(h) {
+        return *r;
+    }
     let body = match axum::body::to_bytes(body, srv.listen.max_body_bytes).await {
         Ok(b) => b,
+        Err(e) if crate::http_front::is_body_timeout(&e) => {
+            return rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "null",
+                jsonrpc::INTERNAL_ERROR,
+                "the request body was not received in time",
+            );
+        }
         Err(_) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -391,6 +502,9 @@ async fn post(State(srv): State<Arc<Server>>, req: Request) -> Response {
             "not one JSON-RPC message (batches are not supported; no member may be named twice)",
         );
     }
+    if let Err(r) = checks::valid_id(&msg) {
+        return *r;
+    }
     let meta_version = msg
         .pointer("/params/_meta")
         .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
@@ -419,9 +533,31 @@ async fn post(State(srv): State<Arc<Server>>, req: Request) -> Response {
                 "initialize opens a session: send it without MCP-Session-Id",
             );
         }
-        let s = Session::open(srv.config(&who, None), &srv.hub, token, None, false);
         let id = format!("{:032x}", rand::random::<u128>());
-        srv.sessions.lock().insert(id.clone(), s.clone());
+        let cap = srv.listen.max_sessions_per_token;
+        let held = |sessions: &HashMap<String, Arc<Session>>| {
+            sessions
+                .values()
+                .filter(|s| s.token == token && !s.is_closed())
+                .count()
+        };
+        // Checked before an upstream of its own (`--upstream-per session`) is started.
+        if held(&srv.sessions.lock()) >= cap {
+            return *checks::too_many_sessions(cap);
+        }
+        let hub = match srv.ups.for_session(token, &id).await {
+            Ok(h) => h,
+            Err(e) => return *upstream_failed(e),
+        };
+        let s = {
+            let mut sessions = srv.sessions.lock();
+            if held(&sessions) >= cap {
+                return *checks::too_many_sessions(cap);
+            }
+            let s = Session::open(srv.config(&who, None), &hub, token, None, false);
+            sessions.insert(id.clone(), s.clone());
+            s
+        };
         let mut r = answer(s.request(msg, false, true).await).await;
         if let Ok(v) = HeaderValue::from_str(&id) {
             r.headers_mut().insert(SESSION_HEADER, v);
@@ -457,11 +593,17 @@ async fn post_modern(srv: &Arc<Server>, msg: Frame, token: usize, who: &Identity
                 .unwrap_or("null".into());
             json_response(
                 StatusCode::OK,
-                jsonrpc::result_to(&id, &srv.hub.discover_result()),
+                jsonrpc::result_to(
+                    &id,
+                    &checks::discover_complete(srv.ups.main.discover_result()),
+                ),
             )
         }
         Kind::Request("subscriptions/listen") => {
-            let s = srv.modern_run(&msg, token, who).await;
+            let s = match srv.modern_run(&msg, token, who).await {
+                Ok(s) => s,
+                Err(r) => return *r,
+            };
             let rx = s.listen(
                 msg.get("id").cloned().unwrap_or(Value::Null),
                 msg.get("params"),
@@ -477,7 +619,10 @@ async fn post_modern(srv: &Arc<Server>, msg: Frame, token: usize, who: &Identity
             "2026-07-28 has no initialize",
         ),
         Kind::Request(_) => {
-            let s = srv.modern_run(&msg, token, who).await;
+            let s = match srv.modern_run(&msg, token, who).await {
+                Ok(s) => s,
+                Err(r) => return *r,
+            };
             answer(s.request(msg, true, false).await).await
         }
         Kind::Notification(_) => {
@@ -491,71 +636,6 @@ async fn post_modern(srv: &Arc<Server>, msg: Frame, token: usize, who: &Identity
             "a client sends requests (2026-07-28 has no server requests to answer)",
         ),
     }
-}
-
-/// The answer to a POSTed request: JSON when the answer comes first, else an SSE stream of
-/// what comes before it, then it.
-async fn answer(mut p: session::Pending) -> Response {
-    let Some(first) = p.rx.recv().await else {
-        return rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "null",
-            jsonrpc::INTERNAL_ERROR,
-            "the session ended",
-        );
-    };
-    if matches!(jsonrpc::kind(&first), Kind::Response) {
-        p.answered().await;
-        return json_response(StatusCode::OK, first);
-    }
-    sse_after(first, p)
-}
-
-fn sse_event(f: &Frame) -> Bytes {
-    let mut out = Vec::with_capacity(f.weight() + 24);
-    out.extend_from_slice(b"event: message\ndata: ");
-    let json = f.to_bytes();
-    // One data line: the frame's text has no newlines (see `Frame::to_bytes`).
-    out.extend_from_slice(&json);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
-}
-
-fn sse_headers(mut r: Response) -> Response {
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
-}
-
-/// An SSE stream starting with `first`, ending after the answer to the request `p` waits for.
-fn sse_after(first: Frame, p: session::Pending) -> Response {
-    let stream = futures::stream::unfold((Some(first), Some(p)), |(first, p)| async move {
-        if let Some(f) = first {
-            return Some((Ok::<Bytes, Infallible>(sse_event(&f)), (None, p)));
-        }
-        let mut p = p?;
-        let f = p.rx.recv().await?;
-        let last = matches!(jsonrpc::kind(&f), Kind::Response);
-        if last {
-            p.answered().await;
-        }
-        Some((Ok(sse_event(&f)), (None, (!last).then_some(p))))
-    });
-    sse_headers(Response::new(Body::from_stream(stream)))
-}
-
-/// An open SSE stream of `rx` (GET, subscriptions).
-fn sse(rx: UnboundedReceiver<Frame>, keep: Option<Arc<Session>>) -> Response {
-    let stream = futures::stream::unfold((rx, keep), |(mut rx, keep)| async move {
-        let f = rx.recv().await?;
-        Some((Ok::<Bytes, Infallible>(sse_event(&f)), (rx, keep)))
-    });
-    sse_headers(Response::new(Body::from_stream(stream)))
 }
 
 async fn get(State(srv): State<Arc<Server>>, h: HeaderMap) -> Response {

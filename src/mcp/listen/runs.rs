@@ -82,6 +82,15 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Server {
+    /// The run id, in the engine and the trail, of the run a client of `token` names `run`: the
+    /// name within the token's identity (`<run>@<16 hex digits of the token's run key>`), so
+    /// that another token naming the same run gets another run (its own counters, pause and
+    /// audit chain), and every session of one token naming it gets the same one.
+    pub(super) fn scoped_run(&self, token: usize, run: &str) -> String {
+        let key = self.listen.tokens.run_key(token).unwrap_or_default();
+        format!("{run}@{}", key.get(..16).unwrap_or(&key))
+    }
+
     /// The session of `token`'s current run (`named` `None`), or of the run the client named
     /// (on a shared store): continued when the store has one used within the idle time, else a
     /// new one (ending the idle one it replaced, when the store says this replica is the one
@@ -92,15 +101,16 @@ impl Server {
         token: usize,
         who: &Identity,
         named: Option<String>,
-    ) -> Arc<Session> {
+    ) -> Result<Arc<Session>, String> {
         let mut key = self.listen.tokens.run_key(token).unwrap_or_default();
         if let Some(run) = &named {
             // The token's key is 64 hex digits: `key:run` names one (token, run) pair.
             key = format!("{key}:{run}");
         }
-        let fresh = named
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let fresh = match &named {
+            Some(run) => self.scoped_run(token, run),
+            None => uuid::Uuid::now_v7().to_string(),
+        };
         let k = (token, named.clone().unwrap_or_default());
         let now = self.base.engine.now_ms();
         let idle = millis(self.listen.run_idle);
@@ -118,7 +128,7 @@ impl Server {
                     && !s.is_closed()
                 {
                     s.touch();
-                    return s.clone();
+                    return Ok(s.clone());
                 }
                 CurrentRun {
                     run_id: fresh,
@@ -135,6 +145,7 @@ impl Server {
             key,
             run: got.run_id.clone(),
         };
+        let hub = self.ups.for_session(token, &got.run_id).await?;
         let (session, replaced) = {
             let mut runs = self.runs.lock();
             if let Some(s) = runs.get(&k)
@@ -142,11 +153,11 @@ impl Server {
                 && s.current.as_ref().is_some_and(|c| c.run == got.run_id)
             {
                 s.touch();
-                return s.clone();
+                return Ok(s.clone());
             }
             let s = Session::open(
                 self.config(who, Some(got.run_id.clone())),
-                &self.hub,
+                &hub,
                 token,
                 Some(current),
                 self.book.shared(),
@@ -175,10 +186,13 @@ impl Server {
                 let mut ctx = RunContext::new(run, who.agent_id.clone());
                 ctx.enduser = who.enduser.clone();
                 ctx.agent_tags = who.agent_tags.clone();
-                engine.start_run(ctx).end("idle", None).await;
+                // Taking the run up may wait on the store: not on a runtime worker.
+                if let Ok(run) = tokio::task::spawn_blocking(move || engine.start_run(ctx)).await {
+                    run.end("idle", None).await;
+                }
             }
         });
-        session
+        Ok(session)
     }
 
     /// One reaper round over the sessions of recorded runs: a session with calls in flight

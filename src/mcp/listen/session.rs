@@ -19,7 +19,7 @@ use tokio::task::AbortHandle;
 
 use super::super::ProxyConfig;
 use super::super::frame::Frame;
-use super::super::gateway::Gateway;
+use super::super::gateway::{Gateway, id_key};
 use super::super::hub::Hub;
 use super::super::jsonrpc::{self, Kind};
 use super::super::transport::{self, Incoming, Receiver};
@@ -151,7 +151,7 @@ impl Session {
         let (client_tx, client_rx) = transport::queue();
         let (up_tx, up_rx) = transport::queue();
         let gw = Arc::new(Gateway::new(cfg, client_tx, up_tx));
-        let (sid, mut inbound) = hub.attach(up_rx);
+        let (sid, mut inbound) = hub.attach(up_rx, token);
         let g = gw.clone();
         let up = tokio::spawn(async move {
             while let Some(m) = inbound.recv().await {
@@ -277,8 +277,30 @@ impl Session {
 
     /// A message that is not a request (a notification, or an answer to the gateway's
     /// question).
-    pub(crate) async fn message(&self, msg: Frame) {
+    pub(crate) async fn message(&self, mut msg: Frame) {
         self.touch();
+        if let Kind::Notification("notifications/cancelled") = jsonrpc::kind(&msg) {
+            // The client names its own id; the gateway knows the request by the session's
+            // number for it. A cancellation of no request in flight here is dropped.
+            let key = msg.pointer("/params/requestId").and_then(id_key);
+            let n = key.and_then(|key| {
+                self.routes.waiters.lock().iter().find_map(|(n, w)| {
+                    let id: Value = serde_json::from_str(&w.id).ok()?;
+                    (id_key(&id)? == key).then_some(*n)
+                })
+            });
+            let Some(n) = n else {
+                tracing::debug!("client: dropped a cancellation of no request in flight");
+                return;
+            };
+            if let Some(p) = msg
+                .msg_mut()
+                .get_mut("params")
+                .and_then(Value::as_object_mut)
+            {
+                p.insert("requestId".into(), Value::from(n));
+            }
+        }
         self.gw.on_client(Incoming::Frame(msg)).await;
     }
 
