@@ -25,7 +25,7 @@ const EVERY: &str = r#"
      {"kind": "toolName", "op": "startsWith", "value": "del"},
      {"kind": "toolName", "op": "endsWith", "value": "ß"},
      {"kind": "toolName", "op": "glob", "value": "*[!a]?"},
-     {"kind": "toolName", "op": "in", "value": ["a", "é", ""]},
+     {"kind": "toolName", "op": "in", "value": ["a", "é", "z"]},
      {"kind": "toolName", "op": "neq", "value": "x"}]},
    "effect": {"type": "allow"}},
   {"id": "tags", "name": "tags", "priority": 80, "enabled": true,

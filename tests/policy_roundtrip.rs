@@ -123,7 +123,7 @@ fn every_kind() -> Value {
         c(json!({"kind": "toolTag", "op": "anyOf", "tags": ["network", "egress"]})),
         c(json!({"kind": "toolTag", "op": "allOf", "tags": ["write", "prod"]})),
         c(json!({"kind": "toolArg", "type": "string", "op": "eq", "path": "a", "value": "x"})),
-        c(json!({"kind": "toolArg", "type": "string", "op": "neq", "path": "a.b", "value": ""})),
+        c(json!({"kind": "toolArg", "type": "string", "op": "neq", "path": "a.b", "value": "v"})),
         c(
             json!({"kind": "toolArg", "type": "string", "op": "contains", "path": "a.0", "value": "..", "onMissing": "block"}),
         ),
