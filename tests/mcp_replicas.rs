@@ -223,7 +223,13 @@ async fn one_run_across_replicas_ending_once(with_run_id: bool) {
     };
     assert_eq!(ended["status"], "idle", "{ended}");
     if with_run_id {
-        assert_eq!(ended["runId"], run.as_str());
+        // A named run lives inside the caller's token: `<name>@<16 hex of the token's key>`.
+        let id = ended["runId"].as_str().unwrap_or_default();
+        let key = id.strip_prefix(&format!("{run}@")).unwrap_or_default();
+        assert!(
+            key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{ended}"
+        );
     }
     // A later call (of another run when the client names them): a new run, with its own
     // counter.
