@@ -31,7 +31,11 @@ fuzz_target!(|data: &[u8]| {
         };
         let canon = canonical_json(&v);
         let again: Value = serde_json::from_str(&canon).expect("canonical JSON parses");
-        assert_eq!(canonical_json(&again), canon, "canonical form is not a fixed point");
+        assert_eq!(
+            canonical_json(&again),
+            canon,
+            "canonical form is not a fixed point"
+        );
         assert_eq!(expected_hash(&v), expected_hash(&again));
         if let Ok(ev) = AuditEvent::from_value(v) {
             events.push(ev);

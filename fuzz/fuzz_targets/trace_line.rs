@@ -27,7 +27,9 @@ fuzz_target!(|data: &[u8]| {
     for line in text.lines() {
         let _ = serde_json::from_str::<TraceLine>(line);
     }
-    let policies = parse_policy(POLICY, None).map(|p| vec![p]).unwrap_or_default();
+    let policies = parse_policy(POLICY, None)
+        .map(|p| vec![p])
+        .unwrap_or_default();
     let Ok(mut replayer) = Replayer::new(policies, None) else {
         return;
     };

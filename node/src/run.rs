@@ -287,7 +287,11 @@ fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
 /// deeper than toolgate's one limit for values.
 fn json_value(what: &str, text: &str) -> Result<Value> {
     use toolgate::json::{MAX_VALUE_DEPTH, deeper_than};
-    let too_deep = || invalid(format!("{what}: nested deeper than {MAX_VALUE_DEPTH} levels"));
+    let too_deep = || {
+        invalid(format!(
+            "{what}: nested deeper than {MAX_VALUE_DEPTH} levels"
+        ))
+    };
     let v: Value = serde_json::from_str(text).map_err(|e| {
         if e.to_string().contains("recursion limit") {
             too_deep()
