@@ -4,9 +4,9 @@
 //! time; it never panics and allocates little.
 
 mod common;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use common::*;
@@ -15,37 +15,6 @@ use serde_json::{Value, json};
 use toolgate::audit::{EventKind, MemorySink, verify_events};
 use toolgate::engine::{GovernanceEngine, RunContext, ToolOutcome};
 use toolgate::policy::EffectType;
-
-/// Counts the bytes allocated by the current thread while it has `COUNTING` set (this test
-/// binary only; other tests run on other threads meanwhile).
-struct Counting;
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count(n: usize) {
-    if COUNTING.with(Cell::get) {
-        ALLOCATED.with(|a| a.set(a.get() + n));
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count(n);
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 fn sd(detectors: &str) -> String {
     format!(r#"{{"kind": "sensitiveData", "target": "toolArg", "detectors": {detectors}}}"#)
@@ -541,11 +510,7 @@ proptest! {
         // Warm up (the tool's profile is cached on its first decision).
         rt.block_on(run.before_tool(call("w", "t", args.clone())));
         let c = call("c", "t", args);
-        ALLOCATED.with(|a| a.set(0));
-        COUNTING.with(|c| c.set(true));
-        let d = rt.block_on(run.before_tool(c));
-        COUNTING.with(|c| c.set(false));
-        let bytes = ALLOCATED.with(Cell::get);
+        let (d, bytes) = counting_alloc::allocated_by(|| rt.block_on(run.before_tool(c)));
         prop_assert!(matches!(d.effect, EffectType::Allow | EffectType::Block));
         // The scanners copy nothing: what is allocated is the decision's own bookkeeping.
         prop_assert!(bytes <= 2 * len + 64 * 1024, "{bytes} bytes for {len} bytes of input");

@@ -4,9 +4,9 @@
 //! as missing data, what-if that says what it cannot decide, and `target: "toolOutput"`.
 
 mod common;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,36 +15,6 @@ use serde_json::{Value, json};
 use toolgate::audit::{AuditEvent, EventKind, MemorySink, verify_events};
 use toolgate::engine::{GovernanceEngine, RunContext, ToolOutcome};
 use toolgate::policy::EffectType;
-
-/// Counts the bytes allocated by the current thread while it has `COUNTING` set.
-struct Counting;
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count(n: usize) {
-    if COUNTING.with(Cell::get) {
-        ALLOCATED.with(|a| a.set(a.get() + n));
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count(l.size());
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count(n);
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const CARD: &str = "4111111111111111";
 
@@ -167,11 +137,9 @@ async fn thousands_of_cards_under_one_long_key_keep_few_detections() {
     let mut args = serde_json::Map::new();
     args.insert(key, Value::Array(cards));
     let run = engine.start_run(RunContext::new("r", "a"));
-    COUNTING.with(|c| c.set(true));
-    ALLOCATED.with(|a| a.set(0));
-    let d = run.before_tool_blocking(call("c1", "send", Value::Object(args)));
-    COUNTING.with(|c| c.set(false));
-    let allocated = ALLOCATED.with(Cell::get);
+    let (d, allocated) = counting_alloc::allocated_by(|| {
+        run.before_tool_blocking(call("c1", "send", Value::Object(args)))
+    });
     assert_eq!(d.effect, EffectType::Block);
     let e = serde_json::to_value(&d.evaluated[0]).unwrap();
     let kept = e["detected"].as_array().unwrap().len();

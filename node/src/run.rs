@@ -222,22 +222,7 @@ pub fn run_after_tool<'env>(
 /// The after-phase decision when no after-phase rule decided the call (design §12/§13: an
 /// after decision is always a `Decision`): allowed, nothing evaluated.
 fn no_after_rule() -> Decision {
-    Decision {
-        phase: Phase::After,
-        effect: EffectType::Allow,
-        code: DecisionCode::Allowed,
-        reason: None,
-        rule_id: None,
-        policy_id: None,
-        evaluated: Vec::new(),
-        signals: Vec::new(),
-        hitl: None,
-        shadow: false,
-        shadow_effect: None,
-        abort_run: false,
-        latency_ns: 0,
-        error: None,
-    }
+    Decision::simple(Phase::After, EffectType::Allow, DecisionCode::Allowed, None)
 }
 
 /// Run `no` of this thread.
