@@ -52,3 +52,16 @@ test('200k runs never ended and dropped: memory after GC returns near the start'
     `after ${RUNS} dropped runs and GC, RSS is ${Math.round(kept)} MB above the start (bound ${BOUND_MB} MB; peak ${Math.round(m.peak - m.base)} MB above)`,
   )
 })
+
+test("loading the package leaves the environment as it was (the allocator's setting is not inherited by child processes; the app's own is kept)", () => {
+  const index = JSON.stringify(path.join(ROOT, 'node', 'index.js'))
+  const show = `require(${index}); process.stdout.write(String(process.env.MIMALLOC_PURGE_DELAY))`
+  const env = { ...process.env }
+  delete env.MIMALLOC_PURGE_DELAY
+  const unset = spawnSync(process.execPath, ['-e', show], { encoding: 'utf8', env })
+  assert.equal(unset.status, 0, unset.stderr)
+  assert.equal(unset.stdout, 'undefined')
+  const own = spawnSync(process.execPath, ['-e', show], { encoding: 'utf8', env: { ...env, MIMALLOC_PURGE_DELAY: '50' } })
+  assert.equal(own.status, 0, own.stderr)
+  assert.equal(own.stdout, '50')
+})
