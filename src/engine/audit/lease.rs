@@ -89,6 +89,11 @@ impl EngineInner {
         if !run.audit.leased || run.audit.lost.load(Ordering::Acquire) {
             return None;
         }
+        // What the run queued is sealed first (on this thread: work the sealer would do
+        // anyway), so the head stored lags by this decision's own events at most.
+        if let Some(a) = &self.audit {
+            a.sealer.drain_shard(run.audit.shard);
+        }
         let head = run.audit.chain.as_ref().and_then(|c| head_of(&c.lock()));
         Some(LeaseHold {
             owner: run.audit.owner.to_string(),

@@ -404,7 +404,7 @@ impl RedisStateStore {
     /// not re-armed yet, or any other command error.
     fn classify(&self, message: String) -> RedisStateError {
         let url = redact_url(&self.inner.config.url);
-        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST_UNARMED ") {
+        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST_UNARMED") {
             let lost_at_ms = rest
                 .split(|c: char| !c.is_ascii_digit())
                 .next()
@@ -412,7 +412,7 @@ impl RedisStateStore {
                 .unwrap_or(0);
             return RedisStateError::StateLostUnarmed { url, lost_at_ms };
         }
-        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST ") {
+        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST") {
             let e: String = rest
                 .chars()
                 .take_while(char::is_ascii_alphanumeric)
@@ -753,9 +753,12 @@ impl RedisStateStore {
     }
 }
 
-/// The text after `marker` in `message`, if it is there.
+/// The text after `marker` in `message` (and the `: ` or ` ` the client puts between an
+/// error reply's code and its text), if it is there.
 fn after_marker<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
-    message.find(marker).map(|i| &message[i + marker.len()..])
+    message
+        .find(marker)
+        .map(|i| message[i + marker.len()..].trim_start_matches([':', ' ']))
 }
 
 /// A run flag.
@@ -779,6 +782,17 @@ impl RunFlag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn script_errors_are_classified_whatever_the_client_puts_after_the_code() {
+        for m in ["TOOLGATE_STATE_LOST: 01ab", "x TOOLGATE_STATE_LOST 01ab"] {
+            assert_eq!(after_marker(m, "TOOLGATE_STATE_LOST"), Some("01ab"));
+        }
+        assert_eq!(
+            after_marker("TOOLGATE_STATE_LOST_UNARMED: 17", "TOOLGATE_STATE_LOST_UNARMED"),
+            Some("17")
+        );
+    }
 
     #[test]
     fn debug_hides_password() {
