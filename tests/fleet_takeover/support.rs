@@ -185,8 +185,7 @@ pub fn verify(dirs: &[&Path], extra: &[&str]) -> (i32, String) {
         .expect("toolgate runs");
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 

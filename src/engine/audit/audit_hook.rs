@@ -209,6 +209,9 @@ impl EngineInner {
         let lease = store.lease_duration().unwrap_or_default();
         let deadline = claim_deadline(lease);
         let poll = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(250));
+        // A store that fails is asked twice more, no longer: a server that is down must not
+        // hold every run's start for the lease.
+        let mut retries = 2u8;
         loop {
             let claimed = crate::engine::blocking::block_on(store.claim_chain(
                 &ctx.agent_id,
@@ -220,6 +223,12 @@ impl EngineInner {
                     std::thread::sleep(poll);
                 }
                 Some(Ok(c)) => return c,
+                // A connection broken a moment ago (a restarted server) is re-established in
+                // the background: ask again within the same bound.
+                Some(Err(_)) if retries > 0 && std::time::Instant::now() + poll < deadline => {
+                    retries -= 1;
+                    std::thread::sleep(poll);
+                }
                 Some(Err(e)) => {
                     problems.push(format!(
                         "state store: reading the run's audit chain head failed: {e}; \

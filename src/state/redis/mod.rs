@@ -789,7 +789,10 @@ mod tests {
             assert_eq!(after_marker(m, "TOOLGATE_STATE_LOST"), Some("01ab"));
         }
         assert_eq!(
-            after_marker("TOOLGATE_STATE_LOST_UNARMED: 17", "TOOLGATE_STATE_LOST_UNARMED"),
+            after_marker(
+                "TOOLGATE_STATE_LOST_UNARMED: 17",
+                "TOOLGATE_STATE_LOST_UNARMED"
+            ),
             Some("17")
         );
     }
