@@ -6,6 +6,7 @@
 //! `TOOLGATE_TEST_REDIS_URL` set (the private servers are started here; `redis-server` on PATH).
 #![cfg(feature = "redis")]
 
+mod mcp_client;
 mod redis_support;
 #[path = "fleet_takeover/support.rs"]
 mod support;
@@ -380,4 +381,102 @@ fn a_continued_run_writes_run_continued_and_an_ended_id_is_refused() {
         .filter(|e| e["runId"] == "r" && e["kind"] == "run.started")
         .count();
     assert_eq!(started, 1, "one run.started per run id");
+}
+
+/// Two `mcp-proxy --state` gateways (the fixture upstream) on one private Redis, cap 10 per
+/// agent: 10 calls fill the cap; after FLUSHALL and again after a restart without
+/// persistence, 10 more calls each: none allowed.
+#[test]
+fn two_gateways_never_reopen_a_cap_after_a_flush_or_a_restart() {
+    if url().is_none() {
+        return;
+    }
+    let mut server = OwnRedis::start(free_port());
+    let s = mcp_client::Setup::new();
+    std::fs::write(s.path("cap.json"), CAP10).expect("policy");
+    let gateway = |n: usize| {
+        let p = |x: &str| s.path(x).display().to_string();
+        let args: Vec<String> = vec![
+            "--policy".into(),
+            p("cap.json"),
+            "--audit".into(),
+            p(&format!("audit{n}")),
+            "--state".into(),
+            server.url(),
+            "--state-timeout-ms".into(),
+            "1000".into(),
+            "--state-lease-ms".into(),
+            LEASE_MS.to_string(),
+        ];
+        let mut g = mcp_client::Proxy::start(&args, &[mcp_client::fixture()]);
+        g.initialize("2025-06-18", false);
+        g
+    };
+    let mut gws = vec![gateway(0), gateway(1)];
+    let mut call = |gws: &mut Vec<mcp_client::Proxy>, k: usize| {
+        let r = gws[k % 2].call("read_note", serde_json::json!({"id": "a"}));
+        mcp_client::code(&r).is_empty() && r.get("result").is_some()
+    };
+    let before = (0..12).filter(|&k| call(&mut gws, k)).count();
+    assert_eq!(before, 10, "the cap holds before the loss");
+    flushall(&mut server);
+    let after_flush = (0..10).filter(|&k| call(&mut gws, k)).count();
+    assert_eq!(after_flush, 0, "calls allowed past the cap after FLUSHALL");
+    restart(&mut server);
+    let after_restart = (0..10).filter(|&k| call(&mut gws, k)).count();
+    assert_eq!(
+        after_restart, 0,
+        "calls allowed past the cap after a restart"
+    );
+    for g in gws {
+        assert_eq!(g.finish().code(), Some(0));
+    }
+}
+
+/// Red team: an operator with Redis access forges a run's lease (a token of their own, an
+/// hour long). The holder stops appending at its next call (blocked, in a side chain); a new
+/// process cannot take the run while the forged lease lives (blocked, side chain) — nothing
+/// is ever written into the run's chain by two writers — and once the forged key is gone the
+/// run is taken over cleanly. Every trail verifies.
+#[test]
+fn a_forged_lease_never_forks_a_run() {
+    if url().is_none() {
+        return;
+    }
+    let server = OwnRedis::start(free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = write(dir.path(), "p.json", ALLOW);
+    let t: Vec<_> = (0..3).map(|i| dir.path().join(format!("t{i}"))).collect();
+    let mut a = Replay::start(&policy, &server.url(), "closed", LEASE_MS, &t[0]);
+    a.start_run("r", "agent");
+    assert!(allowed(&a.call("r")));
+    redis_cmd(
+        server.port,
+        &["SET", "toolgate:{agent}:l:r", "forged", "PX", "3600000"],
+    )
+    .expect("forge");
+    let late = a.call("r");
+    assert_eq!(late["code"], "BLOCKED_FAILURE", "{late}");
+    let mut b = Replay::start(&policy, &server.url(), "closed", LEASE_MS, &t[1]);
+    b.start_run("r", "agent");
+    let refused = b.call("r");
+    assert_eq!(refused["code"], "BLOCKED_FAILURE", "{refused}");
+    redis_cmd(server.port, &["DEL", "toolgate:{agent}:l:r"]).expect("del");
+    let mut c = Replay::start(&policy, &server.url(), "closed", LEASE_MS, &t[2]);
+    c.start_run("r", "agent");
+    assert!(allowed(&c.call("r")));
+    c.end_run("r");
+    for p in [a, b, c] {
+        assert!(p.finish().success());
+    }
+    let first = first_of(&t[2], "r");
+    assert_eq!(first["kind"], "run.resumed", "{first}");
+    let in_r = |d: &std::path::Path| trail_events(d).iter().filter(|e| e["runId"] == "r").count();
+    assert_eq!(
+        in_r(&t[1]),
+        0,
+        "the refused process wrote nothing into the run's chain"
+    );
+    let (code, text) = verify(&[&t[0], &t[1], &t[2]], &[]);
+    assert_eq!(code, 0, "{text}");
 }

@@ -214,6 +214,7 @@ async fn one_round_trip_per_decision_and_run_keys_expire() {
             })
             .collect(),
         resume: false,
+        lease: None,
     };
     let before = s.round_trips();
     let r = s.reserve(&req, 1).await.expect("reserve");
