@@ -181,7 +181,10 @@ async fn a_second_holder_on_redis_never_forks_a_run() {
     );
     let b = two.start_run(RunContext::new("forked", "agent"));
     let d = b.before_tool(call("c2", "search", json!({}))).await;
-    assert!(d.error.is_some(), "the second holder does not hold the run: {d:?}");
+    assert!(
+        d.error.is_some(),
+        "the second holder does not hold the run: {d:?}"
+    );
     assert!(
         a.before_tool(call("c3", "search", json!({})))
             .await
@@ -192,7 +195,9 @@ async fn a_second_holder_on_redis_never_forks_a_run() {
     b.leave().await;
     let second = events(&two, &s2).await;
     assert!(
-        second.iter().all(|e| e.run_id().starts_with("forked#held-elsewhere-")),
+        second
+            .iter()
+            .all(|e| e.run_id().starts_with("forked#held-elsewhere-")),
         "nothing of the second holder in the run's chain"
     );
     assert!(

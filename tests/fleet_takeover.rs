@@ -413,7 +413,7 @@ fn two_gateways_never_reopen_a_cap_after_a_flush_or_a_restart() {
         g
     };
     let mut gws = vec![gateway(0), gateway(1)];
-    let mut call = |gws: &mut Vec<mcp_client::Proxy>, k: usize| {
+    let call = |gws: &mut [mcp_client::Proxy], k: usize| {
         let r = gws[k % 2].call("read_note", serde_json::json!({"id": "a"}));
         mcp_client::code(&r).is_empty() && r.get("result").is_some()
     };
