@@ -17,6 +17,25 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_call_has_its_run_taken_over() {
+    takeover(false).await;
+}
+
+/// The same with replica A frozen (SIGSTOP) past its lease and woken (SIGCONT) after B took
+/// the run over: A's late result goes to its side chain, never into the run's chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_frozen_mid_call_appends_nothing_to_the_run_after_waking() {
+    takeover(true).await;
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
+
+async fn takeover(freeze: bool) {
     if url().is_none() {
         return;
     }
@@ -52,7 +71,8 @@ async fn a_replica_killed_mid_call_has_its_run_taken_over() {
     let r = ca.call("echo", json!({"text": "1"})).await;
     assert_eq!(code(&r), "", "{r}");
     // A slow call holds the run on replica A; A dies in the middle of it.
-    let slow = tokio::spawn(async move { ca.call("slow", json!({"ms": 30000})).await });
+    let ms = if freeze { 3000 } else { 30000 };
+    let slow = tokio::spawn(async move { ca.call("slow", json!({"ms": ms})).await });
     let deadline = Instant::now() + Duration::from_secs(30);
     while !read_events(&setup.path("audit-a"))
         .iter()
@@ -61,14 +81,25 @@ async fn a_replica_killed_mid_call_has_its_run_taken_over() {
         assert!(Instant::now() < deadline, "the slow call was not decided");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &a.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    slow.abort();
+    signal(a.pid(), if freeze { "STOP" } else { "KILL" });
     let r = cb.call("echo", json!({"text": "2"})).await;
     assert_eq!(code(&r), "", "the other replica continues the run: {r}");
+    if freeze {
+        signal(a.pid(), "CONT");
+        let _ = slow.await;
+        a.stop();
+        let side = read_events(&setup.path("audit-a"))
+            .into_iter()
+            .filter(|e| {
+                e["runId"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("#lease-lost-"))
+            })
+            .count();
+        assert!(side >= 1, "the woken replica writes into its side chain");
+    } else {
+        slow.abort();
+    }
     b.stop();
     let events = read_events(&setup.path("audit-b"));
     let resumed = events
@@ -89,5 +120,4 @@ async fn a_replica_killed_mid_call_has_its_run_taken_over() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("taken over"), "{text}");
-    drop(a);
 }
