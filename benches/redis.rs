@@ -174,6 +174,7 @@ fn store_alone(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisSta
             window_ms: 3_600_000,
         }],
         resume: false,
+        lease: None,
     };
     let commit = Commit {
         run: req.run.clone(),

@@ -262,7 +262,21 @@ impl Replayer {
                     session_id,
                     enduser,
                 };
-                let run = self.engine.start_run(ctx);
+                // Starting a run may wait on the shared store (its claim, and a live holder's
+                // hand-over): not on a runtime worker (design §16).
+                let engine = self.engine.clone();
+                let run = match tokio::runtime::Handle::try_current() {
+                    Ok(_) => match tokio::task::spawn_blocking({
+                        let ctx = ctx.clone();
+                        move || engine.start_run(ctx)
+                    })
+                    .await
+                    {
+                        Ok(run) => run,
+                        Err(_) => self.engine.start_run(ctx),
+                    },
+                    Err(_) => engine.start_run(ctx),
+                };
                 self.runs.insert(run_id, run);
                 Ok(Vec::new())
             }

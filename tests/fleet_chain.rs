@@ -163,13 +163,55 @@ async fn two_writers_are_a_fork(
     );
 }
 
+/// On Redis a run is held under a lease (issue 34): a second holder waits for the first to
+/// hand it over (bounded by the lease), and when it does not, appends nothing to the run's
+/// chain (its events go to a side chain, its calls fail by the failure mode). Never a fork.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_appending_to_one_run_on_redis_is_a_fork() {
+async fn a_second_holder_on_redis_never_forks_a_run() {
     let Some(url) = url() else { return };
-    let cfg = config(&url);
+    let mut cfg = config(&url);
+    cfg.lease = Duration::from_millis(500);
     let (s1, s2) = (Arc::new(MemorySink::new()), Arc::new(MemorySink::new()));
     let (one, two) = (on_redis(&cfg, &s1), on_redis(&cfg, &s2));
-    two_writers_are_a_fork(&one, &s1, &two, &s2).await;
+    let a = one.start_run(RunContext::new("forked", "agent"));
+    assert!(
+        a.before_tool(call("c1", "search", json!({})))
+            .await
+            .is_allowed()
+    );
+    let b = two.start_run(RunContext::new("forked", "agent"));
+    let d = b.before_tool(call("c2", "search", json!({}))).await;
+    assert!(
+        d.error.is_some(),
+        "the second holder does not hold the run: {d:?}"
+    );
+    assert!(
+        a.before_tool(call("c3", "search", json!({})))
+            .await
+            .is_allowed(),
+        "the holder goes on"
+    );
+    a.leave().await;
+    b.leave().await;
+    let second = events(&two, &s2).await;
+    assert!(
+        second
+            .iter()
+            .all(|e| e.run_id().starts_with("forked#held-elsewhere-")),
+        "nothing of the second holder in the run's chain"
+    );
+    assert!(
+        errors(&second)
+            .iter()
+            .any(|m| m.contains("held by another live process")),
+        "{:?}",
+        errors(&second)
+    );
+    let first = events(&one, &s1).await;
+    assert!(errors(&first).is_empty(), "{:?}", errors(&first));
+    let all: Vec<Arc<AuditEvent>> = first.into_iter().chain(second).collect();
+    let report = verify_events(all.iter().map(|e| &**e));
+    assert!(report.is_ok(), "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

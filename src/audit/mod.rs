@@ -41,8 +41,8 @@ pub use sinks::file::{DEFAULT_AUDIT_DIR, FileSink, FileSinkConfig};
 pub use sinks::http::{HttpSink, HttpSinkConfig, HttpSinkStats};
 pub use sinks::memory::MemorySink;
 pub use verify::{
-    AuditFiles, BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyReport, audit_files,
-    verify_events, verify_events_signed, verify_paths, verify_paths_signed,
+    AuditFiles, BreakKind, ChainBreak, FileSummary, StreamVerifier, VerifyNote, VerifyReport,
+    audit_files, verify_events, verify_events_signed, verify_paths, verify_paths_signed,
     verify_paths_signed_open,
 };
 

@@ -37,6 +37,7 @@ use run::{Breaks, Entry, Loc, RunKey, RunStream};
 
 mod files;
 mod run;
+mod takeover;
 
 pub use files::{AuditFiles, audit_files};
 mod strict;
@@ -142,6 +143,44 @@ pub struct VerifyReport {
     pub events: usize,
     /// Runs checked.
     pub runs: usize,
+    /// What is worth knowing but is no break: runs taken over from a holder whose lease
+    /// lapsed (information), chains restarted after their head was lost (warnings).
+    pub notes: Vec<VerifyNote>,
+}
+
+/// A note of a verification (see [`VerifyReport::notes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyNote {
+    /// The file, when reading files.
+    pub path: Option<PathBuf>,
+    /// 1-based line in the file.
+    pub line: Option<usize>,
+    /// The run's agent.
+    pub agent_id: String,
+    /// The run.
+    pub run_id: String,
+    /// The event's `seq`.
+    pub seq: u64,
+    /// A warning (`toolgate verify --strict` fails on it) rather than information.
+    pub warning: bool,
+    /// What it is.
+    pub message: String,
+}
+
+impl fmt::Display for VerifyNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.path {
+            write!(f, "{}:{}: ", p.display(), self.line.unwrap_or(0))?;
+        }
+        write!(
+            f,
+            "{}: run {} seq {}: {}",
+            if self.warning { "warning" } else { "info" },
+            self.run_id,
+            self.seq,
+            self.message
+        )
+    }
 }
 
 impl VerifyReport {
@@ -168,6 +207,7 @@ struct Verifier {
     streaming: bool,
     allow_open: bool,
     current: Option<RunStream>,
+    notes: Vec<VerifyNote>,
 }
 
 impl Breaks for Verifier {
@@ -279,6 +319,17 @@ impl Verifier {
             signature,
             is_end: event.kind() == super::EventKind::RunEnded,
             may_follow_end: super::may_follow_end(event.kind()),
+            resumed: (event.kind() == super::EventKind::RunResumed)
+                .then(|| event.body().get("headLost").and_then(Value::as_bool) == Some(true)),
+            replaced: (event.kind() == super::EventKind::RunResumed)
+                .then(|| {
+                    event
+                        .body()
+                        .get("replacedHolder")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .flatten(),
         };
         let same_run = |r: &RunKey| r.0 == event.agent_id() && r.1 == event.run_id();
         if !self.streaming {
@@ -327,12 +378,50 @@ impl Verifier {
                 *slot = (*slot).max(e.seq);
             }
             entries.sort_by_key(|e| e.seq);
+            let entries = match takeover::split(&key, entries) {
+                Err(entries) => entries,
+                Ok((parts, notes)) => {
+                    self.check_parts(&key, parts, notes);
+                    continue;
+                }
+            };
             let mut stream = RunStream::new(key, self.key.is_some(), self.allow_open);
             for e in entries {
                 stream.push(e, self);
             }
             self.end_run(stream);
         }
+    }
+
+    /// A run split at its takeovers (see `verify/takeover.rs`): each part checked as a chain.
+    fn check_parts(
+        &mut self,
+        key: &RunKey,
+        parts: Vec<takeover::Part>,
+        notes: Vec<takeover::PartNote>,
+    ) {
+        for (loc, seq, warning, message) in notes {
+            self.notes.push(VerifyNote {
+                path: self.path(loc.file),
+                line: Some(loc.line),
+                agent_id: key.0.clone(),
+                run_id: key.1.clone(),
+                seq,
+                warning,
+                message,
+            });
+        }
+        for part in parts {
+            let mut stream = match part.after {
+                Some((seq, hash)) => RunStream::continuing(key.clone(), seq, hash),
+                None => RunStream::new(key.clone(), self.key.is_some(), self.allow_open),
+            };
+            for e in part.entries {
+                stream.push(e, self);
+            }
+            stream.finish(self);
+        }
+        self.runs_checked += 1;
     }
 
     fn finish(
@@ -370,6 +459,7 @@ impl Verifier {
             skipped,
             events: self.events,
             runs: self.runs_checked,
+            notes: self.notes,
         }
     }
 }

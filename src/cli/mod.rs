@@ -25,6 +25,7 @@ mod otel;
 pub mod replay;
 pub mod review;
 pub mod state;
+pub mod state_cmd;
 pub mod test;
 pub mod verify;
 pub mod whatif;
@@ -77,6 +78,9 @@ pub enum Command {
     /// MCP gateway helpers: `mcp pins list|accept` for pinned tool definitions.
     #[cfg(feature = "mcp")]
     Mcp(mcp_pins::McpArgs),
+    /// Inspect or re-arm the shared state on Redis after a loss (`state status|rearm`).
+    #[command(long_about = state_cmd::LONG_ABOUT)]
+    State(state_cmd::StateCmdArgs),
     /// Serve the review console: a web page to approve or deny pending reviews.
     #[cfg(feature = "console")]
     #[command(long_about = console::LONG_ABOUT)]
@@ -96,6 +100,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Keygen(a) => keygen::run(a),
+        Command::State(a) => state_cmd::run(a),
         #[cfg(feature = "mcp")]
         Command::McpProxy(a) => mcp_proxy::run(a),
         #[cfg(feature = "mcp")]

@@ -33,7 +33,8 @@ pub struct ReplayArgs {
     /// Policy file or folder (repeat for several).
     #[arg(short, long = "policy", value_name = "PATH", required = true)]
     pub policies: Vec<PathBuf>,
-    /// The trace (JSON Lines). `-` reads standard input.
+    /// The trace (JSON Lines). `-` reads standard input line by line as it comes (each line
+    /// decided, and printed with `--format jsonl`, before the next is read).
     #[arg(
         short,
         long,
@@ -109,13 +110,12 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let text = if trace.as_os_str() == "-" {
-        let mut s = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
-            eprintln!("error: cannot read the trace from standard input: {e}");
-            return ExitCode::from(2);
-        }
-        s
+    // `-`: standard input, read line by line as it comes (each line decided and, with
+    // `--format jsonl`, printed before the next is read), so a process can hold runs open for
+    // as long as its input lasts.
+    let streaming = trace.as_os_str() == "-";
+    let text = if streaming {
+        String::new()
     } else {
         match std::fs::read_to_string(&trace) {
             Ok(s) => s,
@@ -199,8 +199,26 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         };
         let mut printer = Printer::new(args.format);
         let mut bad = 0usize;
-        for raw in text.lines() {
-            for r in replayer.step_text(raw).await {
+        let mut stdin = streaming.then(|| {
+            tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()))
+        });
+        let mut file_lines = text.lines();
+        loop {
+            let raw = match &mut stdin {
+                Some(lines) => match lines.next_line().await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("error: cannot read the trace from standard input: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                None => match file_lines.next() {
+                    Some(l) => l.to_string(),
+                    None => break,
+                },
+            };
+            for r in replayer.step_text(&raw).await {
                 match r {
                     Ok(row) => printer.row(&row),
                     Err(e) => {
@@ -209,6 +227,9 @@ pub fn run(args: ReplayArgs) -> ExitCode {
                         eprintln!("{}: {e}", trace.display());
                     }
                 }
+            }
+            if streaming {
+                printer.flush();
             }
         }
         replayer.finish().await;

@@ -35,6 +35,11 @@ pub struct StateArgs {
     /// --failure-mode.
     #[arg(long, value_name = "MS", global = true)]
     pub state_timeout_ms: Option<u64>,
+    /// How long a run's lease lasts without renewal, in milliseconds [default: 10000]: a
+    /// process holding a run renews it with every decision and on a timer; when it dies,
+    /// another process takes the run over this long after its last renewal.
+    #[arg(long, value_name = "MS", global = true)]
+    pub state_lease_ms: Option<u64>,
 }
 
 impl StateArgs {
@@ -42,8 +47,14 @@ impl StateArgs {
     #[cfg(feature = "redis")]
     pub fn redis(&self) -> Result<Option<crate::state::redis::RedisConfig>, String> {
         let Some(url) = &self.state else {
-            if self.state_prefix.is_some() || self.state_timeout_ms.is_some() {
-                return Err("--state-prefix and --state-timeout-ms need --state URL".into());
+            if self.state_prefix.is_some()
+                || self.state_timeout_ms.is_some()
+                || self.state_lease_ms.is_some()
+            {
+                return Err(
+                    "--state-prefix, --state-timeout-ms and --state-lease-ms need --state URL"
+                        .into(),
+                );
             }
             return Ok(None);
         };
@@ -65,6 +76,12 @@ impl StateArgs {
                 return Err(format!("--state-timeout-ms {ms}: expected 1..=60000"));
             }
             config.timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.state_lease_ms {
+            if !(100..=600_000).contains(&ms) {
+                return Err(format!("--state-lease-ms {ms}: expected 100..=600000"));
+            }
+            config.lease = std::time::Duration::from_millis(ms);
         }
         Ok(Some(config))
     }

@@ -20,7 +20,12 @@ intact files as `FILE: ok: N events, R runs`. \
 A `postgres://...` argument (on its own) verifies a collector's PostgreSQL store with the same checks, \
 --public-key included, reading it run by run in a read-only snapshot; breaks print as \
 `URL agent A run R seq S: problem`.\n\n\
-Exit status: 0 when every chain is intact, 1 on any break, 2 when an input cannot be read.";
+A run taken over from a holder whose lease lapsed (`run.resumed`) is one chain through the \
+takeover; the events the replaced holder wrote after the last head it stored hang off that head as \
+its tail and are checked as a chain of their own (printed as `info:`); a chain restarted after its \
+head was lost with the state store's state (`run.resumed` with `headLost`) is a `warning:`, which \
+--strict turns into a failure.\n\n\
+Exit status: 0 when every chain is intact, 1 on any break (or, with --strict, any warning), 2 when an input cannot be read.";
 
 /// Arguments of `toolgate verify`.
 #[derive(Debug, clap::Args)]
@@ -36,6 +41,10 @@ pub struct VerifyArgs {
     /// runs): they are checked up to their last signature instead of reported "incomplete".
     #[arg(long, requires = "public_key")]
     pub allow_open: bool,
+    /// Fail (exit 1) on warnings too: a run whose chain restarts after its head was lost with
+    /// the state store's state (`run.resumed` with `headLost`).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Runs `toolgate verify`: prints `FILE: ok: N events, R runs` for every intact file and
@@ -94,6 +103,10 @@ pub fn run(args: VerifyArgs) -> ExitCode {
     for l in unlocated {
         outln!("{l}");
     }
+    for n in &report.notes {
+        outln!("{n}");
+    }
+    let warnings = report.notes.iter().filter(|n| n.warning).count();
     if report.files.is_empty() && report.unreadable.is_empty() {
         eprintln!("no audit files (*.jsonl) found");
     }
@@ -106,6 +119,9 @@ pub fn run(args: VerifyArgs) -> ExitCode {
             report.events,
             report.runs
         );
+        ExitCode::from(1)
+    } else if args.strict && warnings > 0 {
+        eprintln!("{warnings} warning(s), and --strict fails on warnings");
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -20,7 +20,10 @@ use std::sync::Arc;
 
 pub use current_run::{CurrentRun, MemoryCurrentRuns};
 pub use memory::MemoryStateStore;
-pub use shared::{ChainClaim, ChainHead, SharedStateError, SharedStateStore, StateSnapshot};
+pub use shared::{
+    ChainClaim, ChainHead, LeaseHold, LeaseRenewal, SharedStateError, SharedStateStore,
+    StateSnapshot,
+};
 pub use window::{SlidingWindow, WindowStats};
 
 /// Identifies one counter or metric window.

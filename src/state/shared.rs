@@ -64,6 +64,29 @@ pub struct StateRequest<'a> {
     pub resume: bool,
     /// Engine time, ms since the Unix epoch.
     pub now_ms: i64,
+    /// The run's lease, when this process holds the run: renewed by this request (its chain
+    /// head written with it), no round trip of its own.
+    pub lease: Option<&'a LeaseHold>,
+}
+
+/// A run this process holds under a lease: its token and where its chain stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHold {
+    /// The holder's token (unique per run handle).
+    pub owner: String,
+    /// The chain head to write (when ahead of the stored one).
+    pub head: Option<ChainHead>,
+}
+
+/// One held run for [`SharedStateStore::renew_leases`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    /// The agent.
+    pub agent: String,
+    /// The run.
+    pub run_id: String,
+    /// The lease and head.
+    pub hold: LeaseHold,
 }
 
 /// A slot taken in a counter by [`SharedStateStore::reserve`]; the store's own token.
@@ -91,6 +114,9 @@ pub struct StateSnapshot {
     pub history: Vec<String>,
     /// The run is aborted (paused by a human-review request).
     pub aborted: bool,
+    /// The request's lease was lost: another holder (named) took the run over; nothing was
+    /// read or reserved.
+    pub lease_lost: Option<String>,
 }
 
 /// A counter counted unconditionally (an allowed call the decision took no slot for).
@@ -174,12 +200,23 @@ pub struct ChainHead {
 /// The answer to [`SharedStateStore::claim_chain`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChainClaim {
-    /// The head a process that left the run wrote (`None`: a new run, or one whose previous
-    /// holder never left it).
+    /// The last head stored for the run (written by a holder that left it, or by a holder's
+    /// lease renewals); `None`: a new run, or one whose head was lost.
     pub head: Option<ChainHead>,
-    /// Another holder had claimed the run's chain and not left it: two processes are
-    /// appending to one run at once (a fork), or the other one stopped without leaving.
+    /// Another holder has the run and has not left it (its lease is live): the claim took
+    /// nothing.
     pub held_elsewhere: bool,
+    /// That holder's token, when known.
+    pub holder: Option<String>,
+    /// The claim took over from a holder whose lease lapsed (died, or frozen): its token.
+    pub replaced: Option<String>,
+    /// The run has ended (its id is not started again: design §16).
+    pub ended: bool,
+    /// No head is stored and the store lost its state (not re-armed since): the run may have
+    /// had a chain that is gone.
+    pub head_lost: bool,
+    /// The claim took a lease that its holder must renew.
+    pub leased: bool,
 }
 
 /// A state store shared by processes. Every call is bounded by the store's own timeout and
@@ -217,17 +254,29 @@ pub trait SharedStateStore: Send + Sync + std::fmt::Debug + 'static {
         Ok(ChainClaim::default())
     }
 
-    /// Leaves run `run_id`'s chain at `head` (or forgets it, `head` `None`: the run ended).
-    /// Answers `false` when `owner` no longer holds it (another process claimed it meanwhile:
-    /// a fork); the head is then not written.
+    /// Leaves run `run_id`'s chain at `head` and gives up its lease (`ended`: the run ended;
+    /// its id is kept as ended for the TTL). Answers `false` when `owner` no longer holds it
+    /// (another process took it over meanwhile); nothing is then written.
     async fn leave_chain(
         &self,
         _agent: &str,
         _run_id: &str,
         _owner: &str,
         _head: Option<&ChainHead>,
+        _ended: bool,
     ) -> Result<bool, SharedStateError> {
         Ok(true)
+    }
+
+    /// Renews the leases of `runs` (and writes their heads) in one round trip; answers, per
+    /// run, whether its holder still holds it. The default: a store without leases.
+    async fn renew_leases(&self, runs: &[LeaseRenewal]) -> Result<Vec<bool>, SharedStateError> {
+        Ok(vec![true; runs.len()])
+    }
+
+    /// How long a lease lasts without renewal (`None`: a store without leases).
+    fn lease_duration(&self) -> Option<std::time::Duration> {
+        None
     }
 
     /// The current run of `key` for `agent` (see [`current_run`](super::current_run)): the

@@ -96,6 +96,11 @@ impl Gateway {
         }
     }
 
+    /// The gateway's process id (to kill or freeze it).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// Stops the gateway with SIGTERM and waits for it (its runs end, its trail is flushed).
     pub fn stop(mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();

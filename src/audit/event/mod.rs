@@ -85,11 +85,19 @@ pub enum EventKind {
     /// `onExpire`).
     #[serde(rename = "review.decided")]
     ReviewDecided,
+    /// `run.continued`: a run left open by a holder (another process, or this engine) was
+    /// taken up again; the chain goes on from the head that holder left (design §16).
+    #[serde(rename = "run.continued")]
+    RunContinued,
+    /// `run.resumed`: a run whose holder died (its lease lapsed), or whose chain head was
+    /// lost with the store's state (`headLost`), was taken over (design §16).
+    #[serde(rename = "run.resumed")]
+    RunResumed,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -100,6 +108,8 @@ impl EventKind {
         EventKind::Checkpoint,
         EventKind::ToolChanged,
         EventKind::ReviewDecided,
+        EventKind::RunContinued,
+        EventKind::RunResumed,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -115,6 +125,8 @@ impl EventKind {
             EventKind::Checkpoint => "checkpoint",
             EventKind::ToolChanged => "tool.changed",
             EventKind::ReviewDecided => "review.decided",
+            EventKind::RunContinued => "run.continued",
+            EventKind::RunResumed => "run.resumed",
         }
     }
 }

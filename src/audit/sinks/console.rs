@@ -134,6 +134,17 @@ impl ConsoleSink {
                 s(b.get("status")),
                 s(b.get("decidedBy"))
             ),
+            EventKind::RunContinued => format!("holder={}", s(b.get("holder"))),
+            EventKind::RunResumed => format!(
+                "holder={} replaced={}{}",
+                s(b.get("holder")),
+                s(b.get("replacedHolder")),
+                if b.get("headLost") == Some(&Value::Bool(true)) {
+                    " headLost"
+                } else {
+                    ""
+                }
+            ),
         };
         format!(
             "{} {}#{} {:<17} {}",

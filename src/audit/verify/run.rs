@@ -28,6 +28,10 @@ pub(super) struct Entry {
     pub is_end: bool,
     /// The event may follow the run's `run.ended` (see [`crate::audit::may_follow_end`]).
     pub may_follow_end: bool,
+    /// A `run.resumed`: whether its chain head was lost (`headLost`).
+    pub resumed: Option<bool>,
+    /// A `run.resumed`: the holder it replaced.
+    pub replaced: Option<String>,
 }
 
 /// Where a [`RunStream`] reports breaks.
@@ -95,6 +99,22 @@ impl RunStream {
             saw_end: false,
             ended_at: None,
         }
+    }
+
+    /// A check of a part of `run` that continues from the event `(seq, hash)` (a replaced
+    /// holder's tail, see `takeover.rs`): not signed on its own, and open.
+    pub fn continuing(run: RunKey, seq: u64, hash: String) -> RunStream {
+        let mut s = RunStream::new(run, false, true);
+        s.expected = seq + 1;
+        s.prev = Some(Prev {
+            loc: Loc {
+                file: None,
+                line: 0,
+            },
+            seq,
+            hash,
+        });
+        s
     }
 
     /// The run checked.

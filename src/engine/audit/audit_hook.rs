@@ -29,6 +29,8 @@ pub(crate) struct AuditState {
     pub(crate) heads: super::chain_head::MemoryHeads,
     /// The redaction rules (also applied to the arguments a review shows).
     pub(crate) redactor: Redactor,
+    /// Runs held under a lease on the shared store (see `lease.rs`).
+    pub(crate) leases: super::lease::Leases,
 }
 
 impl AuditState {
@@ -45,6 +47,7 @@ impl AuditState {
             flush_timeout,
             signer,
             heads: super::chain_head::MemoryHeads::default(),
+            leases: super::lease::Leases::default(),
         }
     }
 
@@ -65,11 +68,39 @@ pub(crate) struct RunAudit {
     pub(super) shard: usize,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// This handle's claim on the run's chain head (unique per run handle).
-    pub(super) owner: Box<str>,
+    pub(crate) owner: Box<str>,
+    /// The run is held under a lease on the shared store (renewed with each reservation).
+    pub(crate) leased: bool,
+    /// The lease was lost (taken over), or never had (held elsewhere, or the run had ended):
+    /// this handle appends nothing to the run's chain (its events go to a side chain).
+    pub(crate) lost: std::sync::atomic::AtomicBool,
 }
 
-/// What starting a run's chain found wrong, for `error` events after `run.started`.
+/// What starting a run's chain found wrong, for `error` events after its first event.
 pub(crate) type ChainProblems = Vec<String>;
+
+/// How a run's chain starts (its first event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ChainStart {
+    /// A new run: `run.started`.
+    Started,
+    /// A run its last holder left: `run.continued`.
+    Continued,
+    /// A run taken over from a holder whose lease lapsed, or whose head was lost:
+    /// `run.resumed`.
+    Resumed {
+        replaced: Option<String>,
+        head_lost: bool,
+    },
+    /// The run cannot be held (it has ended, or a live holder has it): the handle's events
+    /// go to a side chain; its decisions are refused (ended) or decided by the failure mode.
+    Refused { ended: bool },
+}
+
+/// How long a claim waits for a live holder to let go of a run (the lease plus a second).
+fn claim_deadline(lease: std::time::Duration) -> std::time::Instant {
+    std::time::Instant::now() + lease + Duration::from_secs(1)
+}
 
 impl EngineInner {
     pub(crate) fn audit_enabled(&self) -> bool {
@@ -83,7 +114,7 @@ impl EngineInner {
         &self,
         ctx: &RunContext,
         run_key: &Arc<str>,
-    ) -> (RunAudit, ChainProblems) {
+    ) -> (RunAudit, ChainProblems, ChainStart) {
         let mut problems = ChainProblems::new();
         let Some(a) = self.audit.as_ref() else {
             let audit = RunAudit {
@@ -91,52 +122,68 @@ impl EngineInner {
                 chain: None,
                 background: Mutex::new(Vec::new()),
                 owner: Box::from(""),
+                leased: false,
+                lost: Default::default(),
             };
-            return (audit, problems);
+            return (audit, problems, ChainStart::Started);
         };
         let owner = uuid::Uuid::now_v7().simple().to_string();
         let claim = match &self.shared {
-            Some(store) => {
-                let claimed = crate::engine::blocking::block_on(store.claim_chain(
-                    &ctx.agent_id,
-                    &ctx.run_id,
-                    &owner,
-                ));
-                match claimed {
-                    Some(Ok(c)) => c,
-                    Some(Err(e)) => {
-                        problems.push(format!(
-                            "state store: reading the run's audit chain head failed: {e}; \
-                             the chain starts at seq 0"
-                        ));
-                        ChainClaim::default()
-                    }
-                    None => {
-                        problems.push(
-                            "state store: no runtime to read the run's audit chain head; \
-                             the chain starts at seq 0"
-                                .to_string(),
-                        );
-                        ChainClaim::default()
-                    }
-                }
-            }
+            Some(store) => self.claim_shared(&**store, ctx, &owner, &mut problems),
             None => a.heads.claim(run_key, &owner),
         };
-        if claim.held_elsewhere {
+        if claim.held_elsewhere && self.shared.is_none() {
             problems.push(format!(
                 "fork: run {:?} of agent {:?} is held by another process or handle that has \
                  not left it; two writers append to its audit chain at once",
                 ctx.run_id, ctx.agent_id
             ));
         }
+        let start = if claim.ended {
+            problems.push(format!(
+                "run {:?} of agent {:?} has ended: its id is not started again (one chain per \
+                 run id); this handle's calls are refused and written here, in a side chain",
+                ctx.run_id, ctx.agent_id
+            ));
+            ChainStart::Refused { ended: true }
+        } else if claim.held_elsewhere && self.shared.is_some() {
+            problems.push(format!(
+                "run {:?} of agent {:?} is held by another live process (holder {}) that did not \
+                 let go of it within its lease; this handle appends nothing to the run's chain: \
+                 its calls are decided by the failure mode and written here, in a side chain",
+                ctx.run_id,
+                ctx.agent_id,
+                claim.holder.as_deref().unwrap_or("?")
+            ));
+            ChainStart::Refused { ended: false }
+        } else if claim.replaced.is_some() || claim.head_lost {
+            ChainStart::Resumed {
+                replaced: claim.replaced.clone(),
+                head_lost: claim.head.is_none(),
+            }
+        } else if claim.head.is_some() {
+            ChainStart::Continued
+        } else {
+            ChainStart::Started
+        };
+        let refused = matches!(start, ChainStart::Refused { .. });
+        let run_id = if refused {
+            let why = if claim.ended {
+                "ended"
+            } else {
+                "held-elsewhere"
+            };
+            super::lease::side_run_id(&ctx.run_id, &owner, why)
+        } else {
+            ctx.run_id.clone()
+        };
         let mut chain = RunChain::new(
-            ctx.run_id.clone(),
+            run_id,
             ctx.agent_id.clone(),
             ctx.enduser.as_ref().map(|u| u.id.clone()),
         )
         .with_signer(a.signer.clone());
-        if let Some(h) = &claim.head {
+        if let (Some(h), false) = (&claim.head, refused) {
             chain = chain.continue_at(h.next_seq, &h.last_hash);
         }
         let audit = RunAudit {
@@ -144,8 +191,61 @@ impl EngineInner {
             chain: Some(Arc::new(Mutex::new(chain))),
             background: Mutex::new(Vec::new()),
             owner: owner.into(),
+            leased: claim.leased && !refused,
+            lost: std::sync::atomic::AtomicBool::new(refused),
         };
-        (audit, problems)
+        (audit, problems, start)
+    }
+
+    /// Claims the run on the shared store, waiting (bounded by the lease) while another live
+    /// holder has it: it lets go (a hand-over) or its lease lapses (a takeover).
+    fn claim_shared(
+        &self,
+        store: &dyn crate::state::SharedStateStore,
+        ctx: &RunContext,
+        owner: &str,
+        problems: &mut ChainProblems,
+    ) -> ChainClaim {
+        let lease = store.lease_duration().unwrap_or_default();
+        let deadline = claim_deadline(lease);
+        let poll = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(250));
+        // A store that fails is asked twice more, no longer: a server that is down must not
+        // hold every run's start for the lease.
+        let mut retries = 2u8;
+        loop {
+            let claimed = crate::engine::blocking::block_on(store.claim_chain(
+                &ctx.agent_id,
+                &ctx.run_id,
+                owner,
+            ));
+            match claimed {
+                Some(Ok(c)) if c.held_elsewhere && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(poll);
+                }
+                Some(Ok(c)) => return c,
+                // A connection broken a moment ago (a restarted server) is re-established in
+                // the background: ask again within the same bound.
+                Some(Err(_)) if retries > 0 && std::time::Instant::now() + poll < deadline => {
+                    retries -= 1;
+                    std::thread::sleep(poll);
+                }
+                Some(Err(e)) => {
+                    problems.push(format!(
+                        "state store: reading the run's audit chain head failed: {e}; \
+                         the chain starts at seq 0"
+                    ));
+                    return ChainClaim::default();
+                }
+                None => {
+                    problems.push(
+                        "state store: no runtime to read the run's audit chain head; \
+                         the chain starts at seq 0"
+                            .to_string(),
+                    );
+                    return ChainClaim::default();
+                }
+            }
+        }
     }
 }
 

@@ -37,6 +37,7 @@ impl MemoryHeads {
         ChainClaim {
             head: e.head.clone(),
             held_elsewhere,
+            ..ChainClaim::default()
         }
     }
 
@@ -84,17 +85,33 @@ impl EngineInner {
     /// holder, or forgets it when `ended`. A fork (another holder claimed the run meanwhile)
     /// or a store failure is an `error` event.
     pub(crate) async fn leave_chain(&self, run: &RunShared, ended: bool) {
+        if run.audit.lost.load(Ordering::Acquire) {
+            // Taken over (or never held): the run's chain is another holder's now.
+            return;
+        }
         let Some(head) = self.sealed_head(run) else {
             return;
         };
-        let head = (!ended).then_some(head);
         let ctx = &run.context;
         let outcome = match &self.shared {
-            Some(store) => store
-                .leave_chain(&ctx.agent_id, &ctx.run_id, &run.audit.owner, head.as_ref())
-                .await
-                .map_err(|e| e.to_string()),
-            None => Ok(self.leave_memory_chain(run, head)),
+            Some(store) => {
+                let left = store
+                    .leave_chain(
+                        &ctx.agent_id,
+                        &ctx.run_id,
+                        &run.audit.owner,
+                        Some(&head),
+                        ended,
+                    )
+                    .await
+                    .map_err(|e| e.to_string());
+                if left == Ok(false) {
+                    self.lose_lease(run, None);
+                    return;
+                }
+                left
+            }
+            None => Ok(self.leave_memory_chain(run, (!ended).then_some(head))),
         };
         self.report_leave(run, outcome);
     }
@@ -108,6 +125,9 @@ impl EngineInner {
         let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.clone()) else {
             return;
         };
+        if run.audit.lost.load(Ordering::Acquire) {
+            return;
+        }
         let shard = run.audit.shard;
         let Some(store) = self.shared.clone() else {
             let ok = a.heads.leave(&run.run_key, &run.audit.owner, None);
@@ -134,6 +154,7 @@ impl EngineInner {
                     &ctx.run_id,
                     &owner,
                     Some(&head),
+                    false,
                 ))
                 .unwrap_or_else(|| Err(crate::state::SharedStateError("no runtime".into())))
                 .map_err(|e| e.to_string());

@@ -2,7 +2,7 @@
 //! a run claims and lets go across processes (`chain_head`), event bodies as captured on the
 //! caller's thread (`body`), the sealer threads that write, hash and chain them (`sealer`,
 //! tested in `sealer_tests`), and the evaluators whose results ride on audit events
-//! (`evaluations`).
+//! (`evaluations`), and the leases runs are held under on a shared store (`lease`).
 //!
 //! The audit trail itself (events, sinks, verification) is [`crate::audit`].
 
@@ -10,4 +10,5 @@ pub(super) mod audit_hook;
 pub(super) mod body;
 pub(super) mod chain_head;
 pub(super) mod evaluations;
+pub(crate) mod lease;
 pub(super) mod sealer;

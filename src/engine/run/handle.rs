@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::closed::closed_decision;
 use crate::audit::EventKind;
+use crate::engine::audit::audit_hook::ChainStart;
 use crate::engine::audit::sealer::Body;
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};
@@ -117,7 +118,7 @@ impl Run {
         let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
         let run_key: Arc<str> =
             Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id));
-        let (audit, chain_problems) = engine.audit_for_run(&context, &run_key);
+        let (audit, chain_problems, start) = engine.audit_for_run(&context, &run_key);
         let shared = Arc::new(RunShared {
             engine: engine.clone(),
             run_key,
@@ -145,14 +146,56 @@ impl Run {
             o.on_run_start(&run.shared.context)
         });
         if run.engine.audit_enabled() && !run.shared.ended.load(Ordering::Acquire) {
-            let body = Body::RunStarted(run.shared.context.clone());
-            run.engine
-                .emit_body(&run.shared, EventKind::RunStarted, body, now);
+            run.emit_start(&start, now);
             for message in chain_problems {
                 run.emit(EventKind::Error, obj(json!({ "message": message })), now);
             }
+            if start == (ChainStart::Refused { ended: true }) {
+                // An ended run's id is not started again: this handle decides nothing.
+                run.shared.ended.store(true, Ordering::Release);
+            }
+            if run.shared.audit.leased
+                && let (Some(a), Some(store)) = (&run.engine.audit, &run.engine.shared)
+            {
+                let every = store.lease_duration().unwrap_or_default() / 3;
+                a.leases.hold(&run.engine, &run.shared, every);
+            }
         }
         run
+    }
+
+    /// The run's first event in this handle's chain: `run.started`, `run.continued` (a run its
+    /// last holder left) or `run.resumed` (taken over from a holder whose lease lapsed, or
+    /// whose head was lost); nothing for a refused run (its `error` events say why).
+    fn emit_start(&self, start: &ChainStart, now: DateTime<Utc>) {
+        let ctx = self.shared.context.clone();
+        let holder = Value::String(self.shared.audit.owner.to_string());
+        let (kind, body) = match start {
+            ChainStart::Started => {
+                let body = Body::RunStarted(ctx);
+                self.engine
+                    .emit_body(&self.shared, EventKind::RunStarted, body, now);
+                return;
+            }
+            ChainStart::Refused { .. } => return,
+            ChainStart::Continued => (
+                EventKind::RunContinued,
+                json!({"runContext": &*ctx, "holder": holder}),
+            ),
+            ChainStart::Resumed {
+                replaced,
+                head_lost,
+            } => (
+                EventKind::RunResumed,
+                json!({
+                    "runContext": &*ctx,
+                    "holder": holder,
+                    "replacedHolder": replaced,
+                    "headLost": head_lost,
+                }),
+            ),
+        };
+        self.emit(kind, obj(body), now);
     }
 
     /// The run's context.

@@ -25,7 +25,7 @@ use crate::engine::decide::profile::ToolProfile;
 use crate::policy::{CCond, CompiledPolicies, EffectType, Phase, Scope};
 use crate::state::WindowStats;
 use crate::state::shared::{
-    CounterAdd, CounterOp, MetricEvent, Settlement, SharedStateError, SharedStateStore,
+    CounterAdd, CounterOp, LeaseHold, MetricEvent, Settlement, SharedStateError, SharedStateStore,
     StateRequest, StateSnapshot, WindowOp, history_entry, parse_history_entry,
 };
 
@@ -252,8 +252,10 @@ impl Run {
         history: bool,
         resume: bool,
         now_ms: i64,
+        lease: Option<&'a LeaseHold>,
     ) -> StateRequest<'a> {
         StateRequest {
+            lease,
             agent: &self.shared.context.agent_id,
             run_id: &self.shared.context.run_id,
             counters,
@@ -274,6 +276,11 @@ impl Run {
         now: DateTime<Utc>,
         call_id: &str,
     ) {
+        if self.shared.audit.lost.load(Ordering::Acquire) {
+            // Another holder has the run: its state is not this handle's to write.
+            self.shared.buffered.lock().clear();
+            return;
+        }
         let buffered = std::mem::take(&mut *self.shared.buffered.lock());
         let n_buffered = buffered.len();
         settlement.metrics.extend(buffered);
@@ -312,12 +319,23 @@ impl Run {
         policies: Arc<CompiledPolicies>,
         profile: Arc<ToolProfile>,
     ) -> (Decision, bool) {
+        if let Some(e) = self.lease_lost_error() {
+            return self.shared_failure(Phase::Before, &call.id, now, &e);
+        }
         let plan = profile.plan(&policies, Phase::Before);
         let (counters, windows) = ops(&policies, &self.shared, &profile, plan, true);
         let now_ms = now.timestamp_millis();
         let resume = self.shared.resume_pending.swap(false, Ordering::AcqRel);
-        let req = self.store_request(&counters, &windows, plan.history, resume, now_ms);
-        let snap = match store.reserve(req).await {
+        let lease = self.engine.lease_hold(&self.shared);
+        let req = self.store_request(
+            &counters,
+            &windows,
+            plan.history,
+            resume,
+            now_ms,
+            lease.as_ref(),
+        );
+        let snap = match store.reserve(req).await.and_then(|s| self.check_lease(s)) {
             Ok(s) => s,
             Err(e) => {
                 if resume {
@@ -384,11 +402,22 @@ impl Run {
         if plan.is_empty() {
             return Ok(None);
         }
+        if let Some(e) = self.lease_lost_error() {
+            return Err(e);
+        }
         let (counters, windows) = ops(policies, &self.shared, profile, plan, false);
         let now_ms = now.timestamp_millis();
         let resume = self.shared.resume_pending.swap(false, Ordering::AcqRel);
-        let req = self.store_request(&counters, &windows, plan.history, resume, now_ms);
-        match store.reserve(req).await {
+        let lease = self.engine.lease_hold(&self.shared);
+        let req = self.store_request(
+            &counters,
+            &windows,
+            plan.history,
+            resume,
+            now_ms,
+            lease.as_ref(),
+        );
+        match store.reserve(req).await.and_then(|s| self.check_lease(s)) {
             Ok(snap) => Ok(Some(view(policies, &self.shared, plan, &snap, now_ms))),
             Err(e) => {
                 if resume {
@@ -414,6 +443,32 @@ impl Run {
             ..Settlement::default()
         };
         self.settle_shared(store, settlement, now, call_id).await;
+    }
+
+    /// The error a decision of a run whose lease was lost (or never had) fails with.
+    fn lease_lost_error(&self) -> Option<SharedStateError> {
+        let a = &self.shared.audit;
+        a.lost.load(Ordering::Acquire).then(|| {
+            SharedStateError(format!(
+                "this handle does not hold run {:?} (its lease was taken over, or another \
+                 holder had it): the call is decided by the failure mode and not written into \
+                 the run's chain",
+                self.shared.context.run_id
+            ))
+        })
+    }
+
+    /// A reservation that found the run taken over: the handle lets go of the run's chain.
+    fn check_lease(&self, snap: StateSnapshot) -> Result<StateSnapshot, SharedStateError> {
+        match &snap.lease_lost {
+            None => Ok(snap),
+            Some(holder) => {
+                self.engine.lose_lease(&self.shared, Some(holder));
+                Err(self
+                    .lease_lost_error()
+                    .unwrap_or_else(|| SharedStateError("the run's lease was taken over".into())))
+            }
+        }
     }
 
     /// The decision when the shared store failed: by the failure mode, with an `error` event.
@@ -466,6 +521,10 @@ impl Run {
     /// Ends the run on a shared store: writes what is left and forgets the run's history,
     /// flags and run-scoped counters and windows. Failures are `error` audit events.
     pub(crate) async fn end_shared(&self, store: &dyn SharedStateStore) {
+        if self.shared.audit.lost.load(Ordering::Acquire) {
+            // Another holder has the run: its state is not this handle's to forget.
+            return;
+        }
         let now = self.engine.clock.now();
         self.settle_shared(store, Settlement::default(), now, "")
             .await;

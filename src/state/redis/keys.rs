@@ -18,8 +18,10 @@ pub struct RunKeys {
     pub history: String,
     /// The run's flags (a hash: `paused`, `aborted`).
     pub flags: String,
-    /// The run's audit chain head (a hash: `seq`, `hash`, `owner`).
+    /// The run's audit chain head (a hash: `seq`, `hash`, `owner`, `ended`).
     pub chain: String,
+    /// The run's lease (a string: the holder's token, expiring by the server's clock).
+    pub lease: String,
 }
 
 /// `{` and `}` would end the hash tag early and `%` is the escape itself.
@@ -87,6 +89,22 @@ impl Keys {
         format!("{}:{}:t:{}", self.prefix, tag(agent), tail(key))
     }
 
+    /// The prefix's loss marker: the server time (ms) at which a process found that Redis had
+    /// lost toolgate's state; present until `toolgate state rearm` removes it.
+    pub fn lost(&self) -> String {
+        format!("{}:lost", self.prefix)
+    }
+
+    /// The prefix's re-arm log: a list of what `toolgate state rearm` did (newest first).
+    pub fn rearms(&self) -> String {
+        format!("{}:rearms", self.prefix)
+    }
+
+    /// The prefix's epoch.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
+    }
+
     /// A run's history and flags.
     pub fn run(&self, agent: &str, run_id: &str) -> RunKeys {
         let t = tag(agent);
@@ -95,6 +113,7 @@ impl Keys {
             history: format!("{}:{t}:h:{run_id}", self.prefix),
             flags: format!("{}:{t}:f:{run_id}", self.prefix),
             chain: format!("{}:{t}:a:{run_id}", self.prefix),
+            lease: format!("{}:{t}:l:{run_id}", self.prefix),
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// How long run-scoped keys and window entries live after their last use (default 24 h).
     pub ttl: Duration,
+    /// How long a run's lease lasts without renewal (default 10 s): a holder that dies is
+    /// replaced this long after its last renewal; a live one renews it with each decision and
+    /// on a timer (a third of it).
+    pub lease: Duration,
 }
 
 impl RedisConfig {
@@ -53,6 +57,7 @@ impl RedisConfig {
             prefix: "toolgate".to_string(),
             timeout: Duration::from_millis(50),
             ttl: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(10),
         }
     }
 }
@@ -64,6 +69,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("ttl", &self.ttl)
+            .field("lease", &self.lease)
             .finish()
     }
 }
@@ -115,6 +121,21 @@ pub enum RedisStateError {
         /// Whether the process adopted the new epoch (its next decisions go on).
         adopted: bool,
     },
+    /// Redis lost toolgate's state earlier and no operator has re-armed the prefix since: a
+    /// decision reading a count that may have been lost (a counter without window, or one
+    /// whose window has not passed since the loss) is refused.
+    #[error(
+        "redis state store {url}: Redis lost toolgate's state at {lost_at_ms} ms (server \
+         time); counts that may have been lost are not trusted until an operator runs \
+         `toolgate state rearm` (or, for a windowed count, until its window has passed since \
+         the loss)"
+    )]
+    StateLostUnarmed {
+        /// The URL, password redacted.
+        url: String,
+        /// When the loss was found (the server's clock, ms since the Unix epoch).
+        lost_at_ms: i64,
+    },
     /// The server's answer did not have the expected shape.
     #[error("redis state store {url}: {op}: unexpected reply: {message}")]
     Reply {
@@ -162,6 +183,18 @@ pub struct ReserveRequest {
     pub windows: Vec<WindowSpec>,
     /// Clear the run's pause and abort flags before reading them.
     pub resume: bool,
+    /// The run's lease, renewed by this reservation (and its chain head written), when the
+    /// caller holds the run.
+    pub lease: Option<LeaseSpec>,
+}
+
+/// A run's lease, renewed (piggy-backed on a reservation or on the timer's round trip).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseSpec {
+    /// The holder's token.
+    pub owner: String,
+    /// The holder's chain head `(next seq, last hash)`, written when it is ahead of the stored one.
+    pub head: Option<(u64, String)>,
 }
 
 /// A slot taken in a counter; give it back with [`RedisStateStore::release`].
@@ -190,6 +223,9 @@ pub struct Reservation {
     pub paused: bool,
     /// The run was aborted.
     pub aborted: bool,
+    /// The caller's lease was lost: another holder (named) took the run over. Nothing was
+    /// read or reserved.
+    pub lease_lost: Option<String>,
 }
 
 /// The outcome of a call, written in one round trip by [`RedisStateStore::commit`].
@@ -281,7 +317,26 @@ impl RedisStateStore {
     /// decisions go on, with the counters as Redis has them now). Not under an agent's hash
     /// tag: every reservation reads it (toolgate talks to one Redis server, not a Cluster).
     pub fn epoch_key(&self) -> String {
-        format!("{}:epoch", self.inner.config.prefix)
+        self.inner.keys.epoch()
+    }
+
+    /// The epoch this process knows, and a fresh one (written when the prefix has none).
+    fn epoch_args(&self) -> (Arc<str>, String) {
+        let mine = self.inner.epoch.lock().clone();
+        (mine, uuid::Uuid::now_v7().simple().to_string())
+    }
+
+    /// Adopts the epoch Redis holds now (after a loss was found).
+    fn adopt_epoch(&self, e: &str) {
+        if !e.is_empty() {
+            *self.inner.epoch.lock() = Arc::from(e);
+        }
+    }
+
+    fn lease_ms(&self) -> u64 {
+        u64::try_from(self.inner.config.lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     /// Reads the prefix's epoch (writing a new one when there is none) and adopts it.
@@ -345,6 +400,37 @@ impl RedisStateStore {
         }
     }
 
+    /// A script's error reply: a loss just found (the epoch Redis holds now is adopted), a loss
+    /// not re-armed yet, or any other command error.
+    fn classify(&self, message: String) -> RedisStateError {
+        let url = redact_url(&self.inner.config.url);
+        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST_UNARMED") {
+            let lost_at_ms = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0);
+            return RedisStateError::StateLostUnarmed { url, lost_at_ms };
+        }
+        if let Some(rest) = after_marker(&message, "TOOLGATE_STATE_LOST") {
+            let e: String = rest
+                .chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect();
+            self.adopt_epoch(&e);
+            return RedisStateError::StateLost {
+                url,
+                key: self.epoch_key(),
+                adopted: !e.is_empty(),
+            };
+        }
+        RedisStateError::Command {
+            url,
+            op: "reserve",
+            message,
+        }
+    }
+
     fn reply_err(&self, op: &'static str, message: impl Into<String>) -> RedisStateError {
         RedisStateError::Reply {
             url: redact_url(&self.inner.config.url),
@@ -388,18 +474,32 @@ impl RedisStateStore {
             inv.key(&w.key);
             inv.arg(w.window_ms);
         }
-        let epoch = self.inner.epoch.lock().clone();
-        inv.key(self.epoch_key()).arg(&*epoch);
+        let (epoch, fresh) = self.epoch_args();
+        let empty = keys::RunKeys {
+            history: String::new(),
+            flags: String::new(),
+            chain: String::new(),
+            lease: String::new(),
+        };
+        let run = req.run.as_ref().unwrap_or(&empty);
+        let lease = req.lease.as_ref().filter(|_| req.run.is_some());
+        inv.key(self.epoch_key())
+            .key(self.keys().lost())
+            .key(&run.lease)
+            .key(&run.chain);
+        let (hseq, hhash) = match lease.and_then(|l| l.head.as_ref()) {
+            Some((s, h)) => (s.to_string(), h.as_str()),
+            None => (String::new(), ""),
+        };
+        inv.arg(&*epoch)
+            .arg(fresh)
+            .arg(lease.map_or("", |l| l.owner.as_str()))
+            .arg(self.lease_ms())
+            .arg(hseq)
+            .arg(hhash);
         let raw: redis::Value = match self.run("reserve", inv).await {
-            Err(RedisStateError::Command { message, .. })
-                if message.contains("TOOLGATE_STATE_LOST") =>
-            {
-                let adopted = self.read_epoch().await.is_ok();
-                return Err(RedisStateError::StateLost {
-                    url: redact_url(&self.inner.config.url),
-                    key: self.epoch_key(),
-                    adopted,
-                });
+            Err(RedisStateError::Command { message, .. }) => {
+                return Err(self.classify(message));
             }
             r => r?,
         };
@@ -496,49 +596,169 @@ impl RedisStateStore {
 }
 
 impl RedisStateStore {
-    /// Claims a run's audit chain for `owner`; answers the head a process that left the run
-    /// wrote, and whether another owner held it (see [`SharedStateStore::claim_chain`](crate::state::SharedStateStore::claim_chain)).
+    /// Claims a run's audit chain and lease for `owner` (one round trip); see
+    /// [`SharedStateStore::claim_chain`](crate::state::SharedStateStore::claim_chain).
     pub async fn claim_chain(
         &self,
         run: &keys::RunKeys,
         owner: &str,
     ) -> Result<crate::state::ChainClaim, RedisStateError> {
+        let (epoch, fresh) = self.epoch_args();
         let mut inv = self.inner.scripts.claim_chain.prepare_invoke();
-        inv.key(&run.chain).arg(owner).arg(self.ttl_ms());
-        let (seq, hash, held): (String, String, String) = self.run("claim_chain", inv).await?;
-        let head = match (seq.is_empty(), hash.is_empty()) {
-            (false, false) => Some(crate::state::ChainHead {
-                next_seq: seq
-                    .parse()
-                    .map_err(|_| self.reply_err("claim_chain", format!("seq {seq:?}")))?,
-                last_hash: hash,
-            }),
-            _ => None,
-        };
-        Ok(crate::state::ChainClaim {
-            head,
-            held_elsewhere: !held.is_empty() && held != owner,
-        })
+        inv.key(&run.chain)
+            .key(&run.lease)
+            .key(self.epoch_key())
+            .key(self.keys().lost());
+        inv.arg(owner)
+            .arg(self.ttl_ms())
+            .arg(self.lease_ms())
+            .arg(&*epoch)
+            .arg(fresh);
+        type Raw = (String, String, String, String, String, String);
+        let (state, seq, hash, prev, ep, lost): Raw = self.run("claim_chain", inv).await?;
+        self.adopt_epoch(&ep);
+        let mut claim = crate::state::ChainClaim::default();
+        match state.as_str() {
+            "ended" => claim.ended = true,
+            "held" => {
+                claim.held_elsewhere = true;
+                claim.holder = Some(prev);
+            }
+            _ => {
+                claim.leased = true;
+                if !seq.is_empty() && !hash.is_empty() {
+                    claim.head = Some(crate::state::ChainHead {
+                        next_seq: seq
+                            .parse()
+                            .map_err(|_| self.reply_err("claim_chain", format!("seq {seq:?}")))?,
+                        last_hash: hash,
+                    });
+                }
+                if !prev.is_empty() && prev != owner {
+                    claim.replaced = Some(prev);
+                }
+                claim.head_lost = claim.head.is_none() && !lost.is_empty();
+            }
+        }
+        Ok(claim)
     }
 
-    /// Leaves a run's audit chain at `head`, or forgets it (`None`); `false` when `owner` no
-    /// longer holds it.
+    /// Leaves a run's audit chain at `head` and gives its lease up, or (`ended`) leaves the
+    /// run's tombstone; `false` when `owner` no longer holds it.
     pub async fn leave_chain(
         &self,
         run: &keys::RunKeys,
         owner: &str,
         head: Option<&crate::state::ChainHead>,
+        ended: bool,
     ) -> Result<bool, RedisStateError> {
         let mut inv = self.inner.scripts.leave_chain.prepare_invoke();
         inv.key(&run.chain)
+            .key(&run.lease)
             .arg(owner)
             .arg(self.ttl_ms())
             .arg(head.map_or(0, |h| h.next_seq))
             .arg(head.map_or("", |h| h.last_hash.as_str()))
-            .arg(u8::from(head.is_none()));
+            .arg(u8::from(ended));
         let ok: i64 = self.run("leave_chain", inv).await?;
         Ok(ok == 1)
     }
+
+    /// Renews the leases of the runs this process holds and writes their chain heads, in one
+    /// round trip (the lease timer). Answers, per run, whether it is still held; a loss of
+    /// state found meanwhile is adopted (and marked, as a reservation would).
+    pub async fn renew_leases(
+        &self,
+        runs: &[(keys::RunKeys, String, Option<crate::state::ChainHead>)],
+    ) -> Result<Vec<bool>, RedisStateError> {
+        let (epoch, fresh) = self.epoch_args();
+        let mut inv = self.inner.scripts.renew.prepare_invoke();
+        inv.key(self.epoch_key()).key(self.keys().lost());
+        inv.arg(&*epoch)
+            .arg(fresh)
+            .arg(self.lease_ms())
+            .arg(self.ttl_ms());
+        for (keys, owner, head) in runs {
+            inv.key(&keys.lease).key(&keys.chain);
+            match head {
+                Some(h) => inv.arg(owner).arg(h.next_seq).arg(&h.last_hash),
+                None => inv.arg(owner).arg("").arg(""),
+            };
+        }
+        let raw: Vec<redis::Value> = self.run("renew_leases", inv).await?;
+        let mut it = raw.into_iter();
+        let ep: String = it
+            .next()
+            .map(|v| redis::FromRedisValue::from_redis_value(&v))
+            .transpose()
+            .map_err(|e| self.reply_err("renew_leases", e.to_string()))?
+            .unwrap_or_default();
+        self.adopt_epoch(&ep);
+        let _lost_now = it.next();
+        Ok(it.map(|v| matches!(v, redis::Value::Int(1))).collect())
+    }
+
+    /// Re-arms the prefix after a loss of state (`toolgate state rearm`): removes the loss
+    /// marker, so counts are trusted again from what Redis holds now, and logs `entry` (a JSON
+    /// object) in the prefix's re-arm log. Answers when the loss was found (server ms), if one was.
+    pub async fn rearm(&self, entry: &serde_json::Value) -> Result<Option<i64>, RedisStateError> {
+        let mut inv = self.inner.scripts.rearm.prepare_invoke();
+        inv.key(self.keys().lost())
+            .key(self.keys().rearms())
+            .arg(entry.to_string());
+        let lost: String = self.run("rearm", inv).await?;
+        Ok(lost.parse().ok())
+    }
+
+    /// When Redis lost toolgate's state, if the prefix is not re-armed since (server ms).
+    pub async fn lost_at(&self) -> Result<Option<i64>, RedisStateError> {
+        let got: Option<String> = self
+            .command("lost_at", redis::cmd("GET").arg(self.keys().lost()))
+            .await?;
+        Ok(got.and_then(|s| s.parse().ok()))
+    }
+
+    /// The prefix's re-arm log, newest first (JSON objects as written by `state rearm`).
+    pub async fn rearm_log(&self) -> Result<Vec<String>, RedisStateError> {
+        self.command(
+            "rearm_log",
+            redis::cmd("LRANGE")
+                .arg(self.keys().rearms())
+                .arg(0)
+                .arg(99),
+        )
+        .await
+    }
+
+    async fn command<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        cmd: &mut redis::Cmd,
+    ) -> Result<T, RedisStateError> {
+        let mut conn = self.inner.conn.clone();
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let cfg = &self.inner.config;
+        match tokio::time::timeout(cfg.timeout, cmd.query_async(&mut conn)).await {
+            Err(_) => Err(RedisStateError::Timeout {
+                url: redact_url(&cfg.url),
+                op,
+                timeout_ms: cfg.timeout.as_millis(),
+            }),
+            Ok(r) => r.map_err(|e| RedisStateError::Command {
+                url: redact_url(&cfg.url),
+                op,
+                message: url::scrub(&cfg.url, &e.to_string()),
+            }),
+        }
+    }
+}
+
+/// The text after `marker` in `message` (and the `: ` or ` ` the client puts between an
+/// error reply's code and its text), if it is there.
+fn after_marker<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
+    message
+        .find(marker)
+        .map(|i| message[i + marker.len()..].trim_start_matches([':', ' ']))
 }
 
 /// A run flag.
@@ -562,6 +782,20 @@ impl RunFlag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn script_errors_are_classified_whatever_the_client_puts_after_the_code() {
+        for m in ["TOOLGATE_STATE_LOST: 01ab", "x TOOLGATE_STATE_LOST 01ab"] {
+            assert_eq!(after_marker(m, "TOOLGATE_STATE_LOST"), Some("01ab"));
+        }
+        assert_eq!(
+            after_marker(
+                "TOOLGATE_STATE_LOST_UNARMED: 17",
+                "TOOLGATE_STATE_LOST_UNARMED"
+            ),
+            Some("17")
+        );
+    }
 
     #[test]
     fn debug_hides_password() {

@@ -61,20 +61,81 @@ local function record(k, now, w, member, ttl)
 end
 "#;
 
-/// KEYS: flags, history, counters…, windows…, and last the prefix's epoch key.
+/// Shared Lua helpers for lost state and leases: `server_ms` is the server's clock (leases and
+/// the age of a loss are measured on it, so processes whose clocks disagree agree on them);
+/// `check_epoch` compares the caller's epoch with the prefix's: when it is gone (FLUSHALL, a
+/// restart without persistence, eviction) a new one is written, and when it is gone or changed
+/// the loss marker is set (kept if already there). It answers the epoch now in force and
+/// whether the caller has just found a loss. `hold` renews `owner`'s lease on a run and writes
+/// its chain head (never backwards), or answers the holder that replaced it.
+const GUARD_LUA: &str = r#"
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function check_epoch(ek, lk, mine, fresh, now)
+  local cur = redis.call('GET', ek)
+  if cur and cur == mine then return cur, false end
+  if not cur then redis.call('SET', ek, fresh); cur = fresh end
+  redis.call('SET', lk, tostring(now), 'NX')
+  return cur, true
+end
+local function hold(lease, chain, owner, lease_ms, ttl, hseq, hhash)
+  local holder = redis.call('GET', lease)
+  if holder ~= owner then
+    local co = redis.call('HGET', chain, 'owner')
+    if holder or (co and co ~= owner) then return holder or co or '' end
+  end
+  redis.call('SET', lease, owner, 'PX', lease_ms)
+  local cs = tonumber(redis.call('HGET', chain, 'seq') or '-1')
+  if hseq ~= '' and tonumber(hseq) > cs then
+    redis.call('HSET', chain, 'seq', hseq, 'hash', hhash, 'owner', owner)
+  else
+    redis.call('HSET', chain, 'owner', owner)
+  end
+  redis.call('PEXPIRE', chain, ttl)
+  return nil
+end
+"#;
+
+/// KEYS: flags, history, counters…, windows…, then the prefix's epoch key, its loss marker,
+/// the run's lease and its chain head.
 /// ARGV: now, ttl, #counters, #windows, has_run, resume, then per counter (max, window_ms or
-/// -1, reserve, expires, member), then per window (window_ms), and last the epoch this process
-/// read at start. An epoch key that is gone or changed means Redis lost toolgate's state
-/// (eviction, FLUSHALL, a restart without persistence): nothing is read or reserved and the
-/// reply is an error starting with `TOOLGATE_STATE_LOST`.
+/// -1, reserve, expires, member), then per window (window_ms), then the epoch this process
+/// knows, a fresh epoch (written if the prefix has none), the lease owner ('' none), the lease
+/// in ms, and the holder's chain head (seq and hash, '' none).
+/// An epoch that is gone or changed means Redis lost toolgate's state: the loss marker is set
+/// and the reply is an error `TOOLGATE_STATE_LOST <epoch now>`. With an owner, the run's lease
+/// is renewed and its head written (piggy-backed: no round trip of its own), or, when another
+/// holder took the run over, the reply is `{-1, holder}` and nothing is read. While the loss
+/// marker is set (until `toolgate state rearm`), a request reading a counter without window,
+/// or a counter or metric window whose window has not passed since the loss, is refused with
+/// `TOOLGATE_STATE_LOST_UNARMED <loss time>`: a lost count never re-opens a cap.
 /// Windows drop entries with `t ≤ now − w` first, so what is left is `(now − w, now]`. An
 /// aborted run takes no slot.
 const RESERVE: &str = r#"
-if redis.call('GET', KEYS[#KEYS]) ~= ARGV[#ARGV] then
-  return redis.error_reply('TOOLGATE_STATE_LOST')
+local nk, na = #KEYS, #ARGV
+local snow = server_ms()
+local ep, lost_now = check_epoch(KEYS[nk - 3], KEYS[nk - 2], ARGV[na - 5], ARGV[na - 4], snow)
+if lost_now then return redis.error_reply('TOOLGATE_STATE_LOST ' .. ep) end
+if ARGV[na - 3] ~= '' then
+  local other = hold(KEYS[nk - 1], KEYS[nk], ARGV[na - 3], ARGV[na - 2], ARGV[2], ARGV[na - 1], ARGV[na])
+  if other then return {-1, other} end
 end
 local now = tonumber(ARGV[1]); local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[3]); local m = tonumber(ARGV[4])
+local lost_at = tonumber(redis.call('GET', KEYS[nk - 2]) or '')
+if lost_at then
+  local age, needs = snow - lost_at, false
+  for i = 1, n do
+    local w = tonumber(ARGV[6 + (i - 1) * 5 + 2])
+    if w < 0 or age < w then needs = true end
+  end
+  for j = 1, m do
+    if age < tonumber(ARGV[6 + 5 * n + j]) then needs = true end
+  end
+  if needs then return redis.error_reply('TOOLGATE_STATE_LOST_UNARMED ' .. lost_at) end
+end
 local paused, aborted, hist = 0, 0, {}
 if ARGV[5] == '1' then
   if ARGV[6] == '1' then
@@ -188,24 +249,69 @@ for i = 1, #KEYS do redis.call('DEL', KEYS[i], KEYS[i] .. '|v', KEYS[i] .. '|a')
 return 1
 "#;
 
-/// KEYS: the run's chain head; ARGV: owner, ttl. Claims the chain for `owner` and answers
-/// the head as it was: `{seq or '', hash or '', previous owner or ''}`.
+/// KEYS: the run's chain head, its lease, the prefix's epoch key and loss marker; ARGV: owner,
+/// ttl, lease ms, the caller's epoch, a fresh epoch. Answers `{state, seq, hash, previous
+/// owner, epoch now, loss time}`: state `ended` (the run ended: a tombstone), `held` (another
+/// live holder has the lease; previous owner = that holder; nothing changed), or `ok` (the
+/// lease and the chain are now the caller's; previous owner '' when the last holder left the
+/// run, else the holder whose lease lapsed).
 const CLAIM_CHAIN: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'seq', 'hash', 'owner')
+local snow = server_ms()
+local ep = check_epoch(KEYS[3], KEYS[4], ARGV[4], ARGV[5], snow)
+local h = redis.call('HMGET', KEYS[1], 'seq', 'hash', 'owner', 'ended')
+if h[4] == '1' then return {'ended', '', '', '', ep, ''} end
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then return {'held', '', '', holder, ep, ''} end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1]); redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {h[1] or '', h[2] or '', h[3] or ''}
+local lost = redis.call('GET', KEYS[4]) or ''
+return {'ok', h[1] or '', h[2] or '', h[3] or '', ep, lost}
 "#;
 
-/// KEYS: the run's chain head; ARGV: owner, ttl, seq, hash, forget. Only the owner leaves a
-/// chain (0: another process claimed it meanwhile, a fork); it writes the head and gives the
-/// chain up, or forgets it (the run ended).
+/// KEYS: the run's chain head and lease; ARGV: owner, ttl, seq, hash, ended. Only the holder
+/// leaves a chain (0: another process took it over meanwhile); it writes the head and gives
+/// the lease up, or (the run ended) leaves a tombstone `ended` for the TTL, so the run's id
+/// is never started as a second chain.
 const LEAVE_CHAIN: &str = r#"
 local cur = redis.call('HGET', KEYS[1], 'owner')
-if cur and cur ~= ARGV[1] then return 0 end
-if ARGV[5] == '1' then redis.call('DEL', KEYS[1]); return 1 end
-redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'hash', ARGV[4], 'owner', '')
+local holder = redis.call('GET', KEYS[2])
+if (cur and cur ~= '' and cur ~= ARGV[1]) or (holder and holder ~= ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[2])
+if ARGV[5] == '1' then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'ended', '1', 'seq', ARGV[3], 'hash', ARGV[4], 'owner', '')
+else
+  redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'hash', ARGV[4], 'owner', '')
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
+"#;
+
+/// KEYS: the prefix's epoch key and loss marker, then per run its lease and chain head;
+/// ARGV: the caller's epoch, a fresh epoch, lease ms, ttl, then per run (owner, seq, hash).
+/// Renews every lease still the caller's and writes its head (the timer of held runs: one
+/// round trip for all of them). Answers `{epoch now, lost found (0/1), per run 1 held / 0 lost}`.
+const RENEW: &str = r#"
+local snow = server_ms()
+local ep, lost_now = check_epoch(KEYS[1], KEYS[2], ARGV[1], ARGV[2], snow)
+local out = {ep, lost_now and 1 or 0}
+for i = 1, (#KEYS - 2) / 2 do
+  local b = 4 + (i - 1) * 3
+  local other = hold(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[b + 1], ARGV[3], ARGV[4], ARGV[b + 2], ARGV[b + 3])
+  out[#out + 1] = other and 0 or 1
+end
+return out
+"#;
+
+/// KEYS: the loss marker and the re-arm log; ARGV: the log entry (JSON without the loss time),
+/// which gets `"lostAt":<ms or null>` appended. Removes the marker; answers its value or ''.
+const REARM: &str = r#"
+local l = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+local entry = string.sub(ARGV[1], 1, -2) .. ',"lostAt":' .. (l or 'null') .. '}'
+redis.call('LPUSH', KEYS[2], entry)
+redis.call('LTRIM', KEYS[2], 0, 99)
+return l or ''
 "#;
 
 /// KEYS: the prefix's epoch key; ARGV: a new epoch. Writes it unless one is there; answers
@@ -226,19 +332,23 @@ pub(super) struct Scripts {
     pub claim_chain: Script,
     pub epoch: Script,
     pub leave_chain: Script,
+    pub renew: Script,
+    pub rearm: Script,
 }
 
 impl Scripts {
     pub fn new() -> Self {
         Scripts {
-            reserve: Script::new(&format!("{WINDOW_LUA}{RESERVE}")),
+            reserve: Script::new(&format!("{WINDOW_LUA}{GUARD_LUA}{RESERVE}")),
             commit: Script::new(&format!("{WINDOW_LUA}{COMMIT}")),
             release: Script::new(RELEASE),
             flag: Script::new(FLAG),
             forget: Script::new(FORGET),
-            claim_chain: Script::new(CLAIM_CHAIN),
+            claim_chain: Script::new(&format!("{GUARD_LUA}{CLAIM_CHAIN}")),
             epoch: Script::new(EPOCH),
             leave_chain: Script::new(LEAVE_CHAIN),
+            renew: Script::new(&format!("{GUARD_LUA}{RENEW}")),
+            rearm: Script::new(REARM),
         }
     }
 }
@@ -260,6 +370,17 @@ pub(super) fn parse_reserve(
     req: &ReserveRequest,
     members: Vec<Option<String>>,
 ) -> Result<Reservation, String> {
+    if let redis::Value::Array(items) = &raw
+        && items.len() == 2
+        && matches!(items.first(), Some(redis::Value::Int(-1)))
+    {
+        let holder: String =
+            redis::FromRedisValue::from_redis_value(&items[1]).map_err(|e| e.to_string())?;
+        return Ok(Reservation {
+            lease_lost: Some(holder),
+            ..Reservation::default()
+        });
+    }
     let (ok, counts, wins, history, paused, aborted): RawReserve =
         redis::FromRedisValue::from_redis_value(&raw).map_err(|e| e.to_string())?;
     if counts.len() != req.counters.len() || wins.len() != req.windows.len() {
@@ -304,5 +425,6 @@ pub(super) fn parse_reserve(
         history,
         paused: paused == 1,
         aborted: aborted == 1,
+        lease_lost: None,
     })
 }

@@ -8,6 +8,7 @@ use super::{
     Commit, CounterSpec, RedisConfig, RedisPermit, RedisStateError, RedisStateStore,
     ReserveRequest, WindowSpec,
 };
+use crate::state::shared::LeaseRenewal;
 use crate::state::shared::{
     Settlement, SharedPermit, SharedStateError, SharedStateStore, StateRequest, StateSnapshot,
 };
@@ -56,6 +57,10 @@ impl SharedStateStore for RedisStateStore {
                 })
                 .collect(),
             resume: req.resume,
+            lease: req.lease.map(|l| super::LeaseSpec {
+                owner: l.owner.clone(),
+                head: l.head.as_ref().map(|h| (h.next_seq, h.last_hash.clone())),
+            }),
         };
         let got = RedisStateStore::reserve(self, &r, req.now_ms)
             .await
@@ -74,6 +79,7 @@ impl SharedStateStore for RedisStateStore {
             windows: got.windows,
             history: got.history,
             aborted: got.aborted,
+            lease_lost: got.lease_lost,
         })
     }
 
@@ -159,11 +165,32 @@ impl SharedStateStore for RedisStateStore {
         run_id: &str,
         owner: &str,
         head: Option<&ChainHead>,
+        ended: bool,
     ) -> Result<bool, SharedStateError> {
         let run = self.keys().run(agent, run_id);
-        RedisStateStore::leave_chain(self, &run, owner, head)
+        RedisStateStore::leave_chain(self, &run, owner, head, ended)
             .await
             .map_err(err)
+    }
+
+    async fn renew_leases(&self, runs: &[LeaseRenewal]) -> Result<Vec<bool>, SharedStateError> {
+        let runs: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                (
+                    self.keys().run(&r.agent, &r.run_id),
+                    r.hold.owner.clone(),
+                    r.hold.head.clone(),
+                )
+            })
+            .collect();
+        RedisStateStore::renew_leases(self, &runs)
+            .await
+            .map_err(err)
+    }
+
+    fn lease_duration(&self) -> Option<std::time::Duration> {
+        Some(self.config().lease)
     }
 
     async fn acquire_current_run(
@@ -296,8 +323,17 @@ impl SharedStateStore for LazyRedisStore {
         run_id: &str,
         owner: &str,
         head: Option<&ChainHead>,
+        ended: bool,
     ) -> Result<bool, SharedStateError> {
-        SharedStateStore::leave_chain(self.get().await?, agent, run_id, owner, head).await
+        SharedStateStore::leave_chain(self.get().await?, agent, run_id, owner, head, ended).await
+    }
+
+    async fn renew_leases(&self, runs: &[LeaseRenewal]) -> Result<Vec<bool>, SharedStateError> {
+        SharedStateStore::renew_leases(self.get().await?, runs).await
+    }
+
+    fn lease_duration(&self) -> Option<std::time::Duration> {
+        Some(self.config.lease)
     }
 
     async fn acquire_current_run(
