@@ -72,6 +72,7 @@ pub(crate) struct RunAudit {
 pub(crate) type ChainProblems = Vec<String>;
 
 impl EngineInner {
+    #[inline]
     pub(crate) fn audit_enabled(&self) -> bool {
         self.audit.is_some()
     }
