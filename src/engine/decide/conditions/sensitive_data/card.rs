@@ -165,11 +165,7 @@ pub(crate) fn card_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
     loop {
         // A card spans at least 13 chain bytes (13 digits, each of one byte or more): when the
         // byte 12 ahead is not part of a chain, no card starts in `i..=i + 12`, and the search
-        // resumes after it. Most bytes of prose are settled by one table look (two windows a
-        // step).
-        while i + 25 < n && (CLASS[usize::from(s[i + 12])] | CLASS[usize::from(s[i + 25])]) == 0 {
-            i += 26;
-        }
+        // resumes after it. Most bytes of prose are settled by one table look.
         while i + 12 < n && CLASS[usize::from(s[i + 12])] == 0 {
             i += 13;
         }
@@ -183,7 +179,8 @@ pub(crate) fn card_spans(s: &[u8], mut f: impl FnMut(Range<usize>) -> bool) -> b
         }
         // A chain of 13 bytes or more holding `p` holds `p - 6` or `p + 6`: when neither is in
         // a chain, no card starts in `i..=p + 6` (one starting after `p` would hold `p + 6`).
-        if !(p + 6 < n && chain_byte(s, p + 6)) && !chain_byte(s, p - 6) {
+        let near = (p + 6 < n && chain_byte(s, p + 6)) || chain_byte(s, p - 6);
+        if !near {
             i = p + 7;
             continue;
         }
