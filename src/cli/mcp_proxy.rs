@@ -246,16 +246,21 @@ pub fn run(args: McpProxyArgs) -> ExitCode {
             Ok(None) => {}
             Err(e) => return fail(e),
         }
-        let engine = match builder.build() {
-            Ok(e) => e,
-            Err(e) => return fail(e),
-        };
         let request_state_key = match &args.request_state_key {
             Some(p) => match SealKey::load(p) {
-                Ok(k) => k,
+                Ok(k) => {
+                    // Replicas sharing this key share the hitl fingerprint key too, so a call
+                    // holding redacted data finds the review another replica raised.
+                    builder = builder.hitl_fingerprint_key(&k.derive(b"toolgate hitl fingerprint"));
+                    k
+                }
                 Err(e) => return fail(e),
             },
             None => SealKey::random(),
+        };
+        let engine = match builder.build() {
+            Ok(e) => e,
+            Err(e) => return fail(e),
         };
         let config = ProxyConfig {
             engine,

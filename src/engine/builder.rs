@@ -29,6 +29,7 @@ pub struct EngineBuilder {
     pub(super) notify: Option<NotifyConfig>,
     pub(super) scan_limit: usize,
     pub(super) stand_ins: bool,
+    pub(super) fingerprint_key: Option<Vec<u8>>,
 }
 
 impl Default for EngineBuilder {
@@ -58,6 +59,7 @@ impl Default for EngineBuilder {
             notify: None,
             scan_limit: decide::conditions::DEFAULT_SCAN_LIMIT,
             stand_ins: false,
+            fingerprint_key: None,
         }
     }
 }
@@ -148,6 +150,19 @@ impl EngineBuilder {
     /// `missing` records the cut.
     pub fn sensitive_scan_limit(mut self, bytes: usize) -> Self {
         self.scan_limit = bytes.max(1);
+        self
+    }
+
+    /// The key of the hitl fingerprint's keyed part (HMAC-SHA256; default: 32 random bytes per
+    /// engine, held in memory only). When a redacting `sensitiveData` condition changed a
+    /// call's arguments for the trail, its fingerprint also covers the real arguments through
+    /// this key, so an approval never covers a call that differs inside a redacted span.
+    /// Engines that share a review store (replicas) must share the key for such calls to find
+    /// each other's reviews; with different keys each asks for its own review (never a wrong
+    /// approval). Keep it secret: with it, a guess of a redacted value can be checked against
+    /// the fingerprint in the trail.
+    pub fn hitl_fingerprint_key(mut self, key: &[u8]) -> Self {
+        self.fingerprint_key = Some(key.to_vec());
         self
     }
 
@@ -322,6 +337,10 @@ impl EngineBuilder {
                 shared: self.shared,
                 reviews: self.reviews,
                 fingerprints: hitl::fp_cache::FingerprintCache::default(),
+                fingerprint_key: self
+                    .fingerprint_key
+                    .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec())
+                    .into(),
                 tz_names: decide::tz::TzNames::default(),
                 signals: ArcSwap::from_pointee(SignalRegistry::new()),
                 customs: ArcSwap::from_pointee(self.customs),

@@ -142,6 +142,8 @@ pub(crate) struct EngineInner {
     pub(crate) reviews: Arc<dyn ReviewStore>,
     /// Hitl fingerprints of the calls seen (see `hitl/fp_cache.rs`).
     pub(crate) fingerprints: hitl::fp_cache::FingerprintCache,
+    /// The key of the hitl fingerprint's keyed part (see `hitl::reviews::keyed_fingerprint`).
+    pub(crate) fingerprint_key: Box<[u8]>,
     /// End-user time zone names parsed (see `decide/tz.rs`).
     pub(crate) tz_names: decide::tz::TzNames,
     pub(crate) signals: ArcSwap<SignalRegistry>,

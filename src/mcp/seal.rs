@@ -81,6 +81,11 @@ impl SealKey {
         SealKey(std::sync::Arc::new(bytes.to_vec()))
     }
 
+    /// A key for another use, derived from this one (HMAC-SHA256 of `label`).
+    pub(crate) fn derive(&self, label: &[u8]) -> [u8; 32] {
+        hmac_sha256(&self.0, label)
+    }
+
     /// Seals `state`.
     pub(crate) fn seal(&self, state: &RequestState) -> String {
         let payload = hex::encode(serde_json::to_vec(state).unwrap_or_default());

@@ -103,6 +103,7 @@ fn claim_deadline(lease: std::time::Duration) -> std::time::Instant {
 }
 
 impl EngineInner {
+    #[inline]
     pub(crate) fn audit_enabled(&self) -> bool {
         self.audit.is_some()
     }

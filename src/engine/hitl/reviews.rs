@@ -241,6 +241,21 @@ pub fn fingerprint(
     hex::encode(h.finalize())
 }
 
+/// The fingerprint of a call whose arguments the trail holds redacted: `redacted_fp` (the
+/// [`fingerprint`] of the redacted arguments) extended by an HMAC-SHA256, under the engine's
+/// fingerprint key, of the real arguments' canonical JSON. Two calls that differ only inside
+/// a redacted span get different fingerprints (an approval of one does not approve the other),
+/// while the fingerprint written in the trail cannot be checked against a guess of the
+/// redacted value without the key (held in memory, never written).
+pub(crate) fn keyed_fingerprint(redacted_fp: &str, key: &[u8], real_args: &Value) -> String {
+    let mac = super::notify::sign(key, crate::audit::canonical_json(real_args).as_bytes());
+    let mut h = Sha256::new();
+    h.update(redacted_fp.as_bytes());
+    h.update([0x1f]);
+    h.update(mac.as_bytes());
+    hex::encode(h.finalize())
+}
+
 /// The part of a [`Review`] a decision reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewHead {

@@ -37,8 +37,19 @@ impl Run {
     /// Checked when the engine writes a trail (what it writes must verify); without one, a
     /// value nested too deep is never written, and a `sensitiveData` condition that meets it
     /// answers missing data (it cannot scan it), so a decision never rests on unscanned text.
+    ///
+    /// Inline, so that an engine without a trail pays one test per call, not a call.
+    #[inline(always)]
     pub(crate) fn refuse_too_deep(&self, call: &ToolCall, now: DateTime<Utc>) -> Option<Decision> {
-        if !self.engine.audit_enabled() || !deeper_than(&call.args, MAX_VALUE_DEPTH) {
+        if !self.engine.audit_enabled() {
+            return None;
+        }
+        self.refuse_too_deep_audited(call, now)
+    }
+
+    #[inline(never)]
+    fn refuse_too_deep_audited(&self, call: &ToolCall, now: DateTime<Utc>) -> Option<Decision> {
+        if !deeper_than(&call.args, MAX_VALUE_DEPTH) {
             return None;
         }
         let msg = too_deep_message("arguments");

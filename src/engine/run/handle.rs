@@ -438,7 +438,10 @@ impl Run {
         now: DateTime<Utc>,
     ) -> Decision {
         // The run may have ended while this call was decided: then it is refused, unwritten.
-        let _open = self.shared.gate.read();
+        // The gate orders this decision against `run.ended` for the trail and the observers;
+        // with neither, nothing after `end` reads what it writes (one test, no lock).
+        let _open = (self.engine.audit_enabled() || !self.engine.observers.is_empty())
+            .then(|| self.shared.gate.read());
         if let Some(why) = self.closed() {
             return closed_decision(Phase::Before, why);
         }

@@ -22,21 +22,27 @@ impl Run {
         let enduser = ctx.enduser.as_ref().map(|u| u.id.as_str());
         // Taken over the arguments as the trail holds them (what a redacting sensitiveData
         // condition of the policies finds, redacted): the fingerprint, written in the trail,
-        // must not let a guess of the redacted text be checked.
+        // must not let a guess of the redacted text be checked. When that redaction changed
+        // anything, it is extended by a keyed hash of the real arguments (the engine's key, in
+        // memory only), so calls differing only inside a redacted span do not share a review.
         let redacting = self.engine.policies.load().redacting.clone();
-        let redacted;
-        let args = if redacting.is_empty() {
-            &call.args
+        let fingerprints = &self.engine.fingerprints;
+        let fp = if redacting.is_empty() {
+            fingerprints.get(&ctx.agent_id, rule_id, &call.name, &call.args, enduser)
         } else {
             let mut a = call.args.clone();
             crate::engine::decide::conditions::redact_found(&mut a, &redacting);
-            redacted = a;
-            &redacted
+            let fp = fingerprints.get(&ctx.agent_id, rule_id, &call.name, &a, enduser);
+            if a == call.args {
+                fp
+            } else {
+                crate::engine::hitl::reviews::keyed_fingerprint(
+                    &fp,
+                    &self.engine.fingerprint_key,
+                    &call.args,
+                )
+            }
         };
-        let fp = self
-            .engine
-            .fingerprints
-            .get(&ctx.agent_id, rule_id, &call.name, args, enduser);
         let store = &self.engine.reviews;
         let mut head = store.head(&fp);
         // A pending review past its expiry with an `onExpire` is decided by it, as a reviewer

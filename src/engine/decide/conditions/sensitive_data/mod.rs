@@ -6,6 +6,7 @@
 //! matched text. Live calls are scanned whatever they hold; only a what-if replay honours the
 //! trail's stand-ins (`walk.rs`).
 
+mod card;
 mod contact;
 mod finance;
 mod first_pass;
@@ -57,12 +58,21 @@ impl CSub {
         match self.op {
             SubOp::Eq | SubOp::In => self.values.iter().any(eq),
             SubOp::Neq => !self.values.iter().any(eq),
-            SubOp::EndsWith => self.values.iter().any(|v| {
-                got.len() >= v.len()
-                    && got.as_bytes()[got.len() - v.len()..].eq_ignore_ascii_case(v.as_bytes())
-            }),
+            SubOp::EndsWith => self.values.iter().any(|v| label_suffix(got, v)),
         }
     }
+}
+
+/// Whether `name` ends with `suffix` on a label boundary (ignoring case): `name` is `suffix`
+/// itself or ends with `.` + `suffix` (`x.corp.example` and `corp.example` end with
+/// `corp.example`; `evilcorp.example` does not). A suffix written with its leading dot
+/// (`.corp.example`) matches subdomains only.
+fn label_suffix(name: &str, suffix: &str) -> bool {
+    let (n, v) = (name.as_bytes(), suffix.as_bytes());
+    if n.len() < v.len() || !n[n.len() - v.len()..].eq_ignore_ascii_case(v) {
+        return false;
+    }
+    n.len() == v.len() || v.first() == Some(&b'.') || n[n.len() - v.len() - 1] == b'.'
 }
 
 /// A compiled `sensitiveData` condition.
@@ -141,7 +151,7 @@ pub(crate) fn detect_bytes(detector: Detector, b: &[u8], sub: Option<&CSub>) -> 
             sub.is_none_or(|c| c.accepts(scheme, host))
         }),
         Detector::Phone => contact::phone(b),
-        Detector::CreditCard => finance::credit_card(b),
+        Detector::CreditCard => card::credit_card(b),
         Detector::Iban => finance::iban(b),
         Detector::UkNino => finance::uk_nino(b),
         Detector::IpAddress => network::ip_address(b),

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::{contact, finance, network, secrets};
+use super::{card, contact, finance, network, secrets};
 use crate::policy::Detector;
 
 /// Calls `f` with the byte range of each match of `detector` in `s` (sub-conditions are not
@@ -18,7 +18,7 @@ pub(crate) fn detector_spans(
         Detector::Email | Detector::EmailDomain => contact::email_spans(s, |_, r| f(r)),
         Detector::Url => contact::url_spans(s, |_, _, r| f(r)),
         Detector::Phone => contact::phone_spans(s, f),
-        Detector::CreditCard => finance::card_spans(s, f),
+        Detector::CreditCard => card::card_spans(s, f),
         Detector::Iban => finance::iban_spans(s, f),
         Detector::UkNino => finance::nino_spans(s, f),
         Detector::IpAddress => network::ip_spans(s, f),
