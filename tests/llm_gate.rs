@@ -395,7 +395,7 @@ async fn on_redis_two_engines_share_the_model_call_cap_and_the_token_budget() {
         "metric": {"kind": "inbuilt", "key": "llm_tokens_in"}, "aggregate": "sum", "op": "gte",
         "value": 1000}"#;
     let policy = doc(&[
-        llm_rule("cap", "", cap, "block"),
+        llm_rule("cap", r#"{"name": "gpt-*"}"#, cap, "block"),
         llm_rule("budget", "", budget, "block"),
     ]);
     let clock = clock();
