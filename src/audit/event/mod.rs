@@ -93,6 +93,12 @@ pub enum EventKind {
     /// lost with the store's state (`headLost`), was taken over (design §16).
     #[serde(rename = "run.resumed")]
     RunResumed,
+    /// `llm.decision`: the `llm.before` decision about a model call (like `tool.decision`).
+    #[serde(rename = "llm.decision")]
+    LlmDecision,
+    /// `llm.messages`: the messages of a model call (with the engine's `record_messages` on).
+    #[serde(rename = "llm.messages")]
+    LlmMessages,
 }
 
 impl EventKind {
@@ -110,6 +116,8 @@ impl EventKind {
         EventKind::ReviewDecided,
         EventKind::RunContinued,
         EventKind::RunResumed,
+        EventKind::LlmDecision,
+        EventKind::LlmMessages,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -127,6 +135,8 @@ impl EventKind {
             EventKind::ReviewDecided => "review.decided",
             EventKind::RunContinued => "run.continued",
             EventKind::RunResumed => "run.resumed",
+            EventKind::LlmDecision => "llm.decision",
+            EventKind::LlmMessages => "llm.messages",
         }
     }
 }
