@@ -20,7 +20,7 @@ if os.environ.get("CI"):
     # letting its test file's `pytest.importorskip` skip it.
     import importlib
 
-    for _framework in ("langchain.agents", "agents", "pydantic_ai", "claude_agent_sdk"):
+    for _framework in ("langchain.agents", "agents", "pydantic_ai", "claude_agent_sdk", "google.adk"):
         importlib.import_module(_framework)
 
 

@@ -1,0 +1,213 @@
+"""The model's side, shared by every adapter: the ``llm.before`` gate before each model call and
+the usage recorded after it (``llm.result``). One place, so each adapter only says where the
+framework's model calls start and end, and what their messages and usage are.
+
+Usage a model reports is read defensively (a hostile or broken model may report anything):
+
+- a count that is not a finite number (missing, ``None``, a string, ``NaN``) is *missing*;
+  missing usage is **estimated** from the text (one token per 4 characters, rounded up) so a
+  token budget never sees a free call, and the estimate is flagged in the adapter's log;
+- a negative count is 0 (a model cannot give tokens back); a count above
+  :data:`MAX_TOKENS_PER_CALL` is that bound (the engine's totals are 64-bit counters: no
+  number of calls at the bound can wrap them);
+- cost: the adapter's ``prices`` (else the engine's) per million tokens; a model without a
+  price records no cost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple, cast
+
+from ._errors import Blocked, ReviewRequired
+from ._native import Decision, Run
+
+__all__ = ["LlmGate", "Prices", "MAX_TOKENS_PER_CALL", "parse_prices", "text_tokens"]
+
+log = logging.getLogger("toolgate")
+
+Prices = Mapping[str, Mapping[str, float]]
+"""``{model: {"in": usd_per_million_input_tokens, "out": usd_per_million_output_tokens}}``."""
+
+MAX_TOKENS_PER_CALL = 10**12
+"""The largest token count one model call is recorded with (a trillion: far above any real
+call, far below what could wrap the engine's 64-bit totals)."""
+
+# Messages longer than this (as JSON) are cut before they are handed to the gate: the engine
+# bounds what it records (16 KiB per message), and a hostile history must not cost a copy of
+# itself per call.
+_MAX_MESSAGES_JSON = 4 * 1024 * 1024
+
+
+def parse_prices(prices: Optional[Prices]) -> Optional[Dict[str, Tuple[float, float]]]:
+    """``prices`` checked: each model's ``in`` and ``out`` finite numbers ≥ 0 (a ``ValueError``
+    names the first that is not)."""
+    if prices is None:
+        return None
+    out: Dict[str, Tuple[float, float]] = {}
+    for model, p in prices.items():
+        try:
+            pin, pout = float(p["in"]), float(p["out"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"prices[{model!r}]: expected {{'in': usd_per_M, 'out': usd_per_M}} ({e})") from None
+        if not (math.isfinite(pin) and math.isfinite(pout) and pin >= 0 and pout >= 0):
+            raise ValueError(f"prices[{model!r}]: prices are finite numbers >= 0")
+        out[str(model)] = (pin, pout)
+    return out
+
+
+def _count(v: Any) -> Optional[int]:
+    """A reported token count, bounded; ``None`` when it is no number."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            return None if math.isnan(v) else (MAX_TOKENS_PER_CALL if v > 0 else 0)
+        n = int(v)
+    else:
+        return None
+    return max(0, min(n, MAX_TOKENS_PER_CALL))
+
+
+def text_tokens(value: Any) -> int:
+    """An estimate of the tokens in ``value`` (its text as JSON, 4 characters a token)."""
+    if value is None:
+        return 0
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, default=str)
+        except (TypeError, ValueError):
+            value = str(value)
+    return min(MAX_TOKENS_PER_CALL, (len(value) + 3) // 4)
+
+
+def _bounded(messages: Any) -> Any:
+    """The messages as handed to the gate: as given, or cut to a bound when huge."""
+    try:
+        text = json.dumps(messages, default=str)
+    except (TypeError, ValueError):
+        return [{"role": "unknown", "content": str(messages)[:_MAX_MESSAGES_JSON]}]
+    if len(text) <= _MAX_MESSAGES_JSON:
+        return messages
+    return [{"role": "unknown", "content": text[:_MAX_MESSAGES_JSON], "truncated": True}]
+
+
+@dataclass
+class Usage:
+    """One model call's usage as recorded."""
+
+    tokens_in: int
+    tokens_out: int
+    estimated: bool
+
+
+def usage(tokens_in: Any, tokens_out: Any, messages: Any = None, response: Any = None) -> Usage:
+    """The call's usage from what the framework reported; a missing count is estimated from the
+    messages (input) or the response (output)."""
+    tin, tout = _count(tokens_in), _count(tokens_out)
+    estimated = tin is None or tout is None
+    return Usage(
+        tin if tin is not None else text_tokens(messages),
+        tout if tout is not None else text_tokens(response),
+        estimated,
+    )
+
+
+class LlmGate:
+    """The model-call side of one adapter: ``before`` / ``abefore`` (the ``llm.before`` gate),
+    ``record`` (usage → ``llm.result``), ``refuse`` (a refused call as the exception apps
+    catch). ``prices`` and ``record_messages`` given to the adapter win over the engine's."""
+
+    def __init__(self, prices: Optional[Prices] = None, record_messages: Optional[bool] = None) -> None:
+        self.prices = parse_prices(prices)
+        self.record_messages = record_messages
+
+    # -- the gate -----------------------------------------------------------------------------
+    def _gate_args(self, model: str, messages: Any) -> Dict[str, Any]:
+        kw: Dict[str, Any] = {}
+        if self.record_messages is not None:
+            kw["record_messages"] = self.record_messages
+        return {"model": str(model or "unknown"), "messages": _bounded(messages), **kw}
+
+    def before(self, run: Run, model: str, messages: Any) -> Optional[Decision]:
+        """The ``llm.before`` decision for a model call about to be made (``None``: a native
+        module without the gate)."""
+        gate = getattr(run, "before_llm", None)
+        if gate is None:
+            return None
+        a = self._gate_args(model, messages)
+        return cast(Decision, gate(a.pop("model"), a.pop("messages"), **a))
+
+    async def abefore(self, run: Run, model: str, messages: Any) -> Optional[Decision]:
+        """:meth:`before` for asyncio."""
+        gate = getattr(run, "abefore_llm", None)
+        if gate is None:
+            return None
+        a = self._gate_args(model, messages)
+        return cast(Decision, await gate(a.pop("model"), a.pop("messages"), **a))
+
+    @staticmethod
+    def refused(decision: Decision) -> Blocked:
+        """The exception a refused model call is reported with: :class:`ReviewRequired` for a
+        hitl (the run is paused), :class:`Blocked` otherwise."""
+        if decision.effect == "hitl":
+            return ReviewRequired(decision)
+        return Blocked(decision)
+
+    @staticmethod
+    def end_refused(run: Run, decision: Decision) -> None:
+        """Ends ``run`` as ``budget_exceeded`` after a blocked model call (a hitl leaves it
+        paused, waiting for its review)."""
+        if decision.effect != "hitl" and run.closed is None:
+            run.end("budget_exceeded")
+
+    @staticmethod
+    async def aend_refused(run: Run, decision: Decision) -> None:
+        """:meth:`end_refused` for asyncio."""
+        if decision.effect != "hitl" and run.closed is None:
+            await run.aend("budget_exceeded")
+
+    # -- usage --------------------------------------------------------------------------------
+    def cost(self, model: str, u: Usage) -> Optional[float]:
+        """The call's cost from the adapter's prices; ``None``: the engine's prices decide."""
+        if self.prices is None:
+            return None
+        p = self.prices.get(model) or self.prices.get(model.rsplit("/", 1)[-1])
+        if p is None:
+            return 0.0  # the adapter's table has no price for it: no cost, as the engine does
+        return (u.tokens_in * p[0] + u.tokens_out * p[1]) / 1e6
+
+    def record(self, run: Run, model: str, u: Usage, duration_ms: Optional[float]) -> None:
+        """Records one model call's usage on ``run`` (``llm.result``). Never raises: a run that
+        has ended records nothing."""
+        if run.closed is not None:
+            return
+        if u.estimated:
+            log.info("toolgate: model %r reported no usable usage; recorded an estimate", model)
+        ms = duration_ms if duration_ms is not None and math.isfinite(duration_ms) and duration_ms >= 0 else None
+        cost = self.cost(model, u)
+        try:
+            try:
+                run.record_llm(u.tokens_in, u.tokens_out, cost, model=str(model or "unknown"), duration_ms=ms)
+            except TypeError:  # a native module with the older record_llm(tokens_in, tokens_out, cost)
+                run.record_llm(u.tokens_in, u.tokens_out, cost or 0.0)  # type: ignore[call-arg]
+        except Exception as e:  # recording must never break the agent's turn
+            log.warning("toolgate: recording the model call's usage failed: %s", e)
+
+
+class Timer:
+    """Milliseconds since it was made."""
+
+    __slots__ = ("start",)
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def ms(self) -> float:
+        return (time.perf_counter() - self.start) * 1e3
