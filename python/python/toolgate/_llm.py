@@ -196,7 +196,7 @@ class LlmGate:
             try:
                 run.record_llm(u.tokens_in, u.tokens_out, cost, model=str(model or "unknown"), duration_ms=ms)
             except TypeError:  # a native module with the older record_llm(tokens_in, tokens_out, cost)
-                run.record_llm(u.tokens_in, u.tokens_out, cost or 0.0)  # type: ignore[call-arg]
+                run.record_llm(u.tokens_in, u.tokens_out, cost or 0.0)
         except Exception as e:  # recording must never break the agent's turn
             log.warning("toolgate: recording the model call's usage failed: %s", e)
 

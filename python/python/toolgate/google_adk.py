@@ -27,7 +27,6 @@ import threading
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.models.llm_request import LlmRequest
@@ -106,7 +105,7 @@ class ToolgatePlugin(BasePlugin):
         self._allowed: "OrderedDict[Tuple[str, str], str]" = OrderedDict()
 
     # -- runs ---------------------------------------------------------------------------------
-    def _run(self, invocation_id: str, root: Optional[BaseAgent]) -> Run:
+    def _run(self, invocation_id: str, root: Any) -> Run:
         with self._lock:
             run = self._runs.get(invocation_id)
             if run is None:
