@@ -7,6 +7,7 @@ Usage a model reports is read defensively (a hostile or broken model may report 
 - a count that is not a finite number (missing, ``None``, a string, ``NaN``) is *missing*;
   missing usage is **estimated** from the text (one token per 4 characters, rounded up) so a
   token budget never sees a free call, and the estimate is flagged in the adapter's log;
+- an input count of 0 for a prompt that is not empty is not believed (estimated instead);
 - a negative count is 0 (a model cannot give tokens back); a count above
   :data:`MAX_TOKENS_PER_CALL` is that bound (the engine's totals are 64-bit counters: no
   number of calls at the bound can wrap them);
@@ -111,6 +112,8 @@ def usage(tokens_in: Any, tokens_out: Any, messages: Any = None, response: Any =
     """The call's usage from what the framework reported; a missing count is estimated from the
     messages (input) or the response (output)."""
     tin, tout = _count(tokens_in), _count(tokens_out)
+    if tin == 0 and text_tokens(messages) > 0:
+        tin = None  # no model reads a prompt for free: a zero is not believed, it is estimated
     estimated = tin is None or tout is None
     return Usage(
         tin if tin is not None else text_tokens(messages),
