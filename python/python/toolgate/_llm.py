@@ -116,7 +116,7 @@ def usage(tokens_in: Any, tokens_out: Any, messages: Any = None, response: Any =
         tin = None  # no model reads a prompt for free: a zero is not believed, it is estimated
     estimated = tin is None or tout is None
     return Usage(
-        tin if tin is not None else text_tokens(messages),
+        tin if tin is not None else max(1, text_tokens(messages)),  # no call reads nothing
         tout if tout is not None else text_tokens(response),
         estimated,
     )
