@@ -237,3 +237,11 @@ def test_crews_not_governed_are_untouched_and_concurrent_kickoffs_stay_apart() -
     for t in threads:
         t.join(60)
     assert sorted(ran) == sorted(f"refund {i}" for i in range(4))
+
+
+@needs_gate
+def test_the_readme_example_runs() -> None:
+    import runpy
+
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "crewai_example.py"))
+    assert example["main"]() == "toolgate refused delete_user"

@@ -232,3 +232,13 @@ async def test_many_invocations_at_once_keep_their_runs_apart() -> None:
     hs = [Harness(engine, calls(("refund", {"amount": i}, "c1")), echo()) for i in range(20)]
     await asyncio.gather(*(h.say("go") for h in hs))
     assert sorted(ran) == sorted(f"refund {i}" for i in range(20))
+
+
+@needs_gate
+def test_the_readme_example_runs() -> None:
+    import runpy
+    from pathlib import Path as P
+
+    example = runpy.run_path(str(P(__file__).resolve().parents[1] / "examples" / "google_adk_example.py"))
+    texts = asyncio.run(example["main"]())
+    assert "Deleting is not allowed." in texts[-1]
