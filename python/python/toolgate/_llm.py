@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, cast
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ._errors import Blocked, ReviewRequired
 from ._native import Decision, Run
@@ -125,35 +125,20 @@ def usage(tokens_in: Any, tokens_out: Any, messages: Any = None, response: Any =
 class LlmGate:
     """The model-call side of one adapter: ``before`` / ``abefore`` (the ``llm.before`` gate),
     ``record`` (usage → ``llm.result``), ``refuse`` (a refused call as the exception apps
-    catch). ``prices`` and ``record_messages`` given to the adapter win over the engine's."""
+    catch). ``prices`` given to the adapter win over the engine's."""
 
-    def __init__(self, prices: Optional[Prices] = None, record_messages: Optional[bool] = None) -> None:
+    def __init__(self, prices: Optional[Prices] = None) -> None:
         self.prices = parse_prices(prices)
-        self.record_messages = record_messages
 
     # -- the gate -----------------------------------------------------------------------------
-    def _gate_args(self, model: str, messages: Any) -> Dict[str, Any]:
-        kw: Dict[str, Any] = {}
-        if self.record_messages is not None:
-            kw["record_messages"] = self.record_messages
-        return {"model": str(model or "unknown"), "messages": _bounded(messages), **kw}
+    def before(self, run: Run, model: str, messages: Any) -> Decision:
+        """The ``llm.before`` decision for a model call about to be made (the engine writes
+        its ``llm.messages`` when the engine records messages)."""
+        return run.before_llm(str(model or "unknown"), _bounded(messages))
 
-    def before(self, run: Run, model: str, messages: Any) -> Optional[Decision]:
-        """The ``llm.before`` decision for a model call about to be made (``None``: a native
-        module without the gate)."""
-        gate = getattr(run, "before_llm", None)
-        if gate is None:
-            return None
-        a = self._gate_args(model, messages)
-        return cast(Decision, gate(a.pop("model"), a.pop("messages"), **a))
-
-    async def abefore(self, run: Run, model: str, messages: Any) -> Optional[Decision]:
+    async def abefore(self, run: Run, model: str, messages: Any) -> Decision:
         """:meth:`before` for asyncio."""
-        gate = getattr(run, "abefore_llm", None)
-        if gate is None:
-            return None
-        a = self._gate_args(model, messages)
-        return cast(Decision, await gate(a.pop("model"), a.pop("messages"), **a))
+        return await run.abefore_llm(str(model or "unknown"), _bounded(messages))
 
     @staticmethod
     def refused(decision: Decision) -> Blocked:
@@ -186,9 +171,11 @@ class LlmGate:
             return 0.0  # the adapter's table has no price for it: no cost, as the engine does
         return (u.tokens_in * p[0] + u.tokens_out * p[1]) / 1e6
 
-    def record(self, run: Run, model: str, u: Usage, duration_ms: Optional[float]) -> None:
-        """Records one model call's usage on ``run`` (``llm.result``). Never raises: a run that
-        has ended records nothing."""
+    def record(
+        self, run: Run, model: str, u: Usage, duration_ms: Optional[float], call_id: Optional[str] = None
+    ) -> None:
+        """Records one model call's usage on ``run`` (``llm.result``, linked to its gate
+        decision by ``call_id``). Never raises: a run that has ended records nothing."""
         if run.closed is not None:
             return
         if u.estimated:
@@ -196,10 +183,7 @@ class LlmGate:
         ms = duration_ms if duration_ms is not None and math.isfinite(duration_ms) and duration_ms >= 0 else None
         cost = self.cost(model, u)
         try:
-            try:
-                run.record_llm(u.tokens_in, u.tokens_out, cost, model=str(model or "unknown"), duration_ms=ms)
-            except TypeError:  # a native module with the older record_llm(tokens_in, tokens_out, cost)
-                run.record_llm(u.tokens_in, u.tokens_out, cost or 0.0)
+            run.record_llm(u.tokens_in, u.tokens_out, cost, model=str(model or "unknown"), duration_ms=ms, call_id=call_id)
         except Exception as e:  # recording must never break the agent's turn
             log.warning("toolgate: recording the model call's usage failed: %s", e)
 

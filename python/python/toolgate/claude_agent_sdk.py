@@ -92,11 +92,10 @@ class ToolgateHooks:
         enduser: Optional[Mapping[str, Any]] = None,
         agent_tags: Iterable[str] = (),
         prices: Optional[Prices] = None,
-        record_messages: Optional[bool] = None,
         model: Optional[str] = None,
     ) -> None:
         self.engine = engine
-        self.llm = LlmGate(prices, record_messages)
+        self.llm = LlmGate(prices)
         self.model = model
         self._transcripts: "OrderedDict[str, _Transcript]" = OrderedDict()
         self.agent_id = agent_id
@@ -188,7 +187,7 @@ class ToolgateHooks:
             t = self._transcripts.get(str(input.get("session_id", "")))
             model = self.model or (t.model if t is not None else None) or "claude"
         d = await self.llm.abefore(run, model, messages)
-        if d is None or d.allowed:
+        if d.allowed:
             return None
         await self.llm.aend_refused(run, d)
         return refusal_text(d)
@@ -263,12 +262,11 @@ def hooks(
     enduser: Optional[Mapping[str, Any]] = None,
     agent_tags: Iterable[str] = (),
     prices: Optional[Prices] = None,
-    record_messages: Optional[bool] = None,
     model: Optional[str] = None,
 ) -> Dict[str, List[HookMatcher]]:
     """Hook matchers for ``ClaudeAgentOptions(hooks=...)``: every tool's calls go through toolgate,
     every model call through the ``llm.before`` gate, and the transcript's usage is recorded.
     ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches; ``prices``
-    and ``record_messages`` default to the engine's; ``model``: the model's name for the gate
+    defaults to the engine's; ``model``: the model's name for the gate
     (default: the one the transcript names)."""
-    return ToolgateHooks(engine, agent_id, enduser, agent_tags, prices, record_messages, model).matchers()
+    return ToolgateHooks(engine, agent_id, enduser, agent_tags, prices, model).matchers()

@@ -96,6 +96,9 @@ def _counters(llm: Any) -> Tuple[Optional[int], Optional[int]]:
         return None, None
 
 
+_Call = Tuple[Timer, Any, Tuple[Optional[int], Optional[int]], Any, str, str]
+
+
 class Governor:
     """toolgate's hooks for one governed crew or agent (see the module's doc)."""
 
@@ -107,7 +110,6 @@ class Governor:
         enduser: Optional[Mapping[str, Any]],
         agent_tags: Iterable[str],
         prices: Optional[Prices],
-        record_messages: Optional[bool],
         ask_human: bool,
     ) -> None:
         self.target = weakref.ref(target)
@@ -119,14 +121,14 @@ class Governor:
         self.agent_id = agent_id or str(default_id or "crewai")
         self.enduser = enduser
         self.agent_tags = _agent_tags(agent_tags)
-        self.llm = LlmGate(prices, record_messages)
+        self.llm = LlmGate(prices)
         self.ask_human = ask_human
         self._lock = threading.Lock()
         self._run: Optional[Run] = None
         # (thread, tool, args) -> allowed call id, or the refusal text the agent will read
         self._tools: "OrderedDict[Tuple[int, str, str], Tuple[Optional[str], Optional[str]]]" = OrderedDict()
-        # (thread, executor or llm) -> (timer, llm, counters before, messages, model)
-        self._calls: "OrderedDict[Tuple[int, int], Tuple[Timer, Any, Tuple[Optional[int], Optional[int]], Any, str]]" = OrderedDict()
+        # (thread, executor or llm) -> (timer, llm, counters before, messages, model, gate call id)
+        self._calls: "OrderedDict[Tuple[int, int], _Call]" = OrderedDict()
 
     # -- which calls are ours ----------------------------------------------------------------
     def owns(self, ctx: Any) -> bool:
@@ -175,13 +177,13 @@ class Governor:
         model = _model(ctx.llm)
         messages = _messages(ctx.messages)
         d = self.llm.before(run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             self.llm.end_refused(run, d)
             raise ModelCallRefused(refusal_text(d), d)
         if run.aborted:
             raise ModelCallRefused("toolgate: this run waits for a human review; the agent stops here")
         with self._lock:
-            self._calls[key] = (Timer(), ctx.llm, _counters(ctx.llm), messages, model)
+            self._calls[key] = (Timer(), ctx.llm, _counters(ctx.llm), messages, model, d.call_id)
             while len(self._calls) > _MAX_INFLIGHT:
                 self._calls.popitem(last=False)
 
@@ -201,8 +203,8 @@ class Governor:
         for started in calls:
             self._record(started, None)
 
-    def _record(self, started: Tuple[Timer, Any, Tuple[Optional[int], Optional[int]], Any, str], response: Any) -> None:
-        timer, llm, before, messages, model = started
+    def _record(self, started: _Call, response: Any) -> None:
+        timer, llm, before, messages, model, call_id = started
         after = _counters(llm)
         tin = tout = None
         if before[0] is not None and after[0] is not None and before[1] is not None and after[1] is not None:
@@ -210,7 +212,7 @@ class Governor:
                 tin, tout = after[0] - before[0], after[1] - before[1]
         run = self._run
         if run is not None:
-            self.llm.record(run, model, usage(tin, tout, messages, response), timer.ms())
+            self.llm.record(run, model, usage(tin, tout, messages, response), timer.ms(), call_id)
 
     # -- tool calls ---------------------------------------------------------------------------
     def _tool_key(self, ctx: ToolCallHookContext) -> Tuple[int, str, str]:
@@ -366,17 +368,16 @@ def govern(
     enduser: Optional[Mapping[str, Any]] = None,
     agent_tags: Iterable[str] = (),
     prices: Optional[Prices] = None,
-    record_messages: Optional[bool] = None,
     ask_human: bool = True,
 ) -> Any:
     """Puts ``crew_or_agent`` (a ``Crew`` or an ``Agent``) under toolgate and returns it (see the
     module's doc). ``agent_id``: default the crew's name or the agent's role; ``prices``:
     ``{model: {"in": usd_per_M, "out": usd_per_M}}`` (default: the engine's);
-    ``record_messages``: default the engine's; ``ask_human``: put hitl calls to a human through
+    ``ask_human``: put hitl calls to a human through
     CrewAI's console prompt (``False``: refuse them, naming the review)."""
     if not isinstance(crew_or_agent, (Crew, Agent)):
         raise TypeError(f"govern: expected a crewai Crew or Agent, got {type(crew_or_agent).__name__}")
-    g = Governor(crew_or_agent, engine, agent_id, enduser, agent_tags, prices, record_messages, ask_human)
+    g = Governor(crew_or_agent, engine, agent_id, enduser, agent_tags, prices, ask_human)
     if isinstance(crew_or_agent, Crew):
 
         def started(inputs: Any) -> Any:

@@ -76,8 +76,8 @@ class ToolgatePlugin(BasePlugin):
     ``agent_id``: the toolgate agent id (default: the invocation's root agent's name);
     ``enduser``: ``{"id", "tags"}``; ``agent_tags``: matched by policies' ``agentSelector``;
     ``prices``: ``{model: {"in": usd_per_M, "out": usd_per_M}}`` (default: the engine's);
-    ``record_messages``: write each model call's messages (``llm.messages``; default: the
-    engine's setting)."""
+    (each model call's messages go to the gate, and to the trail as ``llm.messages`` when the
+    engine has ``record_messages=True``)."""
 
     def __init__(
         self,
@@ -86,7 +86,6 @@ class ToolgatePlugin(BasePlugin):
         enduser: Optional[Mapping[str, Any]] = None,
         agent_tags: Iterable[str] = (),
         prices: Optional[Prices] = None,
-        record_messages: Optional[bool] = None,
         name: str = "toolgate",
     ) -> None:
         super().__init__(name)
@@ -94,11 +93,11 @@ class ToolgatePlugin(BasePlugin):
         self.agent_id = agent_id
         self.enduser = enduser
         self.agent_tags = _agent_tags(agent_tags)
-        self.llm = LlmGate(prices, record_messages)
+        self.llm = LlmGate(prices)
         self._lock = threading.Lock()
         self._runs: "OrderedDict[str, Run]" = OrderedDict()
-        # (invocation, agent) -> (timer, estimate input) of the model call under way
-        self._calls: Dict[Tuple[str, str], Tuple[Timer, Any]] = {}
+        # (invocation, agent) -> (timer, messages, gate call id) of the model call under way
+        self._calls: Dict[Tuple[str, str], Tuple[Timer, Any, str]] = {}
         # function call id -> (review id, args key): the review a confirmation answers
         self._held: "OrderedDict[str, Tuple[str, str]]" = OrderedDict()
         # (invocation, function call id) -> toolgate call id, for calls let through to run
@@ -142,7 +141,7 @@ class ToolgatePlugin(BasePlugin):
         model = llm_request.model or "unknown"
         messages = _contents(llm_request.contents)
         d = await self.llm.abefore(run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             await self.llm.aend_refused(run, d)
             return LlmResponse(
                 content=types.Content(role="model", parts=[types.Part(text=refusal_text(d))]),
@@ -150,7 +149,7 @@ class ToolgatePlugin(BasePlugin):
                 custom_metadata={"toolgateCode": d.code, "toolgateReviewId": d.review_id},
             )
         with self._lock:
-            self._calls[(callback_context.invocation_id, callback_context.agent_name)] = (Timer(), messages)
+            self._calls[(callback_context.invocation_id, callback_context.agent_name)] = (Timer(), messages, d.call_id)
         return None
 
     async def after_model_callback(
@@ -167,7 +166,7 @@ class ToolgatePlugin(BasePlugin):
         u = usage(getattr(um, "prompt_token_count", None), getattr(um, "candidates_token_count", None),
                   started[1], _text(llm_response.content))
         model = llm_response.model_version or "unknown"
-        self.llm.record(run, str(model), u, started[0].ms())
+        self.llm.record(run, str(model), u, started[0].ms(), started[2])
         return None
 
     async def on_model_error_callback(
@@ -178,7 +177,7 @@ class ToolgatePlugin(BasePlugin):
         if started is not None:
             # A failed call is still a call: what was sent counts, nothing came back.
             run = self._ctx_run(callback_context)
-            self.llm.record(run, llm_request.model or "unknown", usage(None, 0, started[1]), started[0].ms())
+            self.llm.record(run, llm_request.model or "unknown", usage(None, 0, started[1]), started[0].ms(), started[2])
         return None
 
     # -- tool calls ---------------------------------------------------------------------------

@@ -122,10 +122,9 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         enduser: Optional[Mapping[str, Any]] = None,
         agent_tags: Iterable[str] = (),
         prices: Optional[Prices] = None,
-        record_messages: Optional[bool] = None,
     ) -> None:
         super().__init__()
-        self.llm = LlmGate(prices, record_messages)
+        self.llm = LlmGate(prices)
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
@@ -193,17 +192,17 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         run = self._run(request.state)
         model, messages = _model_name(request.model), _messages(request)
         d = self.llm.before(run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             self.llm.end_refused(run, d)
             return self._refused_model(d)
         timer = Timer()
         try:
             result = handler(request)
         except Exception:
-            self.llm.record(run, model, usage(None, 0, messages), timer.ms())  # what was sent counts
+            self.llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)  # what was sent counts
             raise
         u, name = _usage(result, messages)
-        self.llm.record(run, name or model, u, timer.ms())
+        self.llm.record(run, name or model, u, timer.ms(), d.call_id)
         return result
 
     async def awrap_model_call(
@@ -212,17 +211,17 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         run = self._run(request.state)
         model, messages = _model_name(request.model), _messages(request)
         d = await self.llm.abefore(run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             await self.llm.aend_refused(run, d)
             return self._refused_model(d)
         timer = Timer()
         try:
             result = await handler(request)
         except Exception:
-            self.llm.record(run, model, usage(None, 0, messages), timer.ms())
+            self.llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)
             raise
         u, name = _usage(result, messages)
-        self.llm.record(run, name or model, u, timer.ms())
+        self.llm.record(run, name or model, u, timer.ms(), d.call_id)
         return result
 
     # -- tool calls ---------------------------------------------------------------------------

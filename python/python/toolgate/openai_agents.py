@@ -79,7 +79,7 @@ class _RunState:
         self.anchor = anchor  # kept alive, so its id() is not reused while tracked
         self.run = run
         self.decisions: "OrderedDict[Tuple[str, str], Decision]" = OrderedDict()
-        self.model_call: Optional[Tuple[Timer, Any, str]] = None  # (timer, messages, model)
+        self.model_call: Optional[Tuple[Timer, Any, str, str]] = None  # (timer, messages, model, call id)
 
 
 def _model_name(agent: Any) -> str:
@@ -121,9 +121,8 @@ class _Governor(AgentHooks[Any]):
         agent_tags: Iterable[str] = (),
         approver: Optional[Approver] = None,
         prices: Optional[Prices] = None,
-        record_messages: Optional[bool] = None,
     ) -> None:
-        self.llm = LlmGate(prices, record_messages)
+        self.llm = LlmGate(prices)
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
@@ -228,10 +227,10 @@ class _Governor(AgentHooks[Any]):
         st = self.state(context)
         model, messages = _model_name(agent), _messages(system_prompt, input_items)
         d = await self.llm.abefore(st.run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             await self.llm.aend_refused(st.run, d)
             raise self.llm.refused(d)  # the model is not called; the app catches it
-        st.model_call = (Timer(), messages, model)
+        st.model_call = (Timer(), messages, model, d.call_id)
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
@@ -277,7 +276,7 @@ class _Governor(AgentHooks[Any]):
             output = _jsonable(getattr(response, "output", None))
             self.llm.record(st.run, started[2],
                             usage(getattr(u, "input_tokens", None), getattr(u, "output_tokens", None), started[1], output),
-                            started[0].ms())
+                            started[0].ms(), started[3])
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
 
@@ -346,14 +345,12 @@ def govern(
     agent_tags: Iterable[str] = (),
     approver: Optional[Approver] = None,
     prices: Optional[Prices] = None,
-    record_messages: Optional[bool] = None,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools toolgate decides (see the module's doc).
     ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches;
     ``approver(review, context)`` says whether an SDK answer may decide a toolgate review;
-    ``prices`` (``{model: {"in": usd_per_M, "out": usd_per_M}}``) and ``record_messages``
-    default to the engine's."""
-    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags, approver, prices, record_messages)
+    ``prices`` (``{model: {"in": usd_per_M, "out": usd_per_M}}``) defaults to the engine's."""
+    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags, approver, prices)
     tools = []
     for t in agent.tools:
         if isinstance(t, FunctionTool):

@@ -82,11 +82,9 @@ class ToolgateToolset(WrapperToolset[Any]):
     module's doc); ``None``: any answer does."""
     prices: Optional[Prices] = field(default=None, repr=False)
     """``{model: {"in": usd_per_M, "out": usd_per_M}}`` for model calls (default: the engine's)."""
-    record_messages: Optional[bool] = None
-    """Write each model request's messages (``llm.messages``); default: the engine's setting."""
 
     def __post_init__(self) -> None:
-        self._llm = LlmGate(self.prices, self.record_messages)
+        self._llm = LlmGate(self.prices)
         self._runs: Dict[str, Run] = {}
         # tool call id -> (review id, arguments key): the review raised for that held call.
         self._reviews: "OrderedDict[str, Tuple[str, str]]" = OrderedDict()
@@ -253,20 +251,20 @@ class ToolgateCapability(AbstractCapability[Any]):
             return ModelResponse(parts=[TextPart(f"toolgate: this run has ended ({run.closed}); the model is not called")],
                                  model_name="toolgate")
         d = await ts._llm.abefore(run, model, messages)
-        if d is not None and not d.allowed:
+        if not d.allowed:
             await ts._llm.aend_refused(run, d)
             return ModelResponse(parts=[TextPart(refusal_text(d))], model_name="toolgate")
         timer = Timer()
         try:
             response: ModelResponse = await handler(request_context)
         except Exception:
-            ts._llm.record(run, model, usage(None, 0, messages), timer.ms())  # what was sent counts
+            ts._llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)  # what was sent counts
             raise
         u = response.usage
         ts._llm.record(run, response.model_name or model,
                        usage(getattr(u, "input_tokens", None), getattr(u, "output_tokens", None), messages,
                              _jsonable([getattr(p, "content", None) for p in response.parts])),
-                       timer.ms())
+                       timer.ms(), d.call_id)
         return response
 
 
