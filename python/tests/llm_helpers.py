@@ -28,7 +28,8 @@ def token_budget(max_in: int, scope: str = "run") -> Dict[str, Any]:
 
 def model_hitl() -> Dict[str, Any]:
     """A policy that holds every model call for review."""
-    cond = {"kind": "toolName", "op": "glob", "value": "*"}
+    cond = {"kind": "metricWindow", "scope": "run", "metric": {"kind": "inbuilt", "key": "llm_tokens_in"},
+            "aggregate": "sum", "windowSeconds": 3600, "op": "gte", "value": 0}
     return policy(rule("ask-first", cond, "hitl", phase="llm.before", reason="A human approves model calls."),
                   name="model-hitl")
 
@@ -49,7 +50,7 @@ def field(e: Dict[str, Any], name: str) -> Any:
     """An event field, wherever the event keeps its body."""
     if name in e:
         return e[name]
-    for body in ("data", "body", "payload"):
+    for body in ("decision", "data", "body", "payload"):
         if isinstance(e.get(body), dict) and name in e[body]:
             return e[body][name]
     return None
