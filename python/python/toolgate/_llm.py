@@ -11,18 +11,19 @@ Usage a model reports is read defensively (a hostile or broken model may report 
 - a negative count is 0 (a model cannot give tokens back); a count above
   :data:`MAX_TOKENS_PER_CALL` is that bound (the engine's totals are 64-bit counters: no
   number of calls at the bound can wrap them);
-- cost: the adapter's ``prices`` (else the engine's) per million tokens; a model without a
-  price records no cost.
+- cost: the adapter's ``prices`` (read as the engine reads its own: lower case, globs) per
+  million tokens, else the engine's; a model without a price records no cost.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ._errors import Blocked, ReviewRequired
 from ._native import Decision, Run
@@ -44,21 +45,42 @@ call, far below what could wrap the engine's 64-bit totals)."""
 _MAX_MESSAGES_JSON = 4 * 1024 * 1024
 
 
-def parse_prices(prices: Optional[Prices]) -> Optional[Dict[str, Tuple[float, float]]]:
-    """``prices`` checked: each model's ``in`` and ``out`` finite numbers ≥ 0 (a ``ValueError``
-    names the first that is not)."""
-    if prices is None:
-        return None
-    out: Dict[str, Tuple[float, float]] = {}
-    for model, p in prices.items():
-        try:
-            pin, pout = float(p["in"]), float(p["out"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"prices[{model!r}]: expected {{'in': usd_per_M, 'out': usd_per_M}} ({e})") from None
-        if not (math.isfinite(pin) and math.isfinite(pout) and pin >= 0 and pout >= 0):
-            raise ValueError(f"prices[{model!r}]: prices are finite numbers >= 0")
-        out[str(model)] = (pin, pout)
-    return out
+class PriceTable:
+    """An adapter's price table, read as the engine reads ``Engine(prices=...)``: model names
+    compared in lower case; a name with ``*``, ``?`` or ``[`` is a glob (the longest glob that
+    matches wins, an exact name before any glob)."""
+
+    def __init__(self, prices: Prices) -> None:
+        if len(prices) > 4096:
+            raise ValueError("prices: at most 4096 models")
+        self.exact: Dict[str, Tuple[float, float]] = {}
+        self.globs: List[Tuple[str, Tuple[float, float]]] = []
+        for model, p in prices.items():
+            if not isinstance(p, Mapping) or set(p) - {"in", "out"}:
+                raise ValueError(f"prices.{model}: expected {{'in': usd_per_million, 'out': usd_per_million}}")
+            nums = []
+            for k in ("in", "out"):
+                v = p.get(k)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise ValueError(f"prices.{model}.{k}: expected a non-negative number (USD per million tokens)")
+                nums.append(float(v))
+            name = str(model).lower()
+            if any(c in name for c in "*?["):
+                self.globs.append((name, (nums[0], nums[1])))
+            else:
+                self.exact[name] = (nums[0], nums[1])
+        self.globs.sort(key=lambda g: -len(g[0]))
+
+    def get(self, model: str) -> Optional[Tuple[float, float]]:
+        name = model.lower()
+        if name in self.exact:
+            return self.exact[name]
+        return next((p for g, p in self.globs if fnmatch.fnmatchcase(name, g)), None)
+
+
+def parse_prices(prices: Optional[Prices]) -> Optional[PriceTable]:
+    """``prices`` checked (a ``ValueError`` names the first problem), or None."""
+    return None if prices is None else PriceTable(prices)
 
 
 def _count(v: Any) -> Optional[int]:
@@ -166,9 +188,9 @@ class LlmGate:
         """The call's cost from the adapter's prices; ``None``: the engine's prices decide."""
         if self.prices is None:
             return None
-        p = self.prices.get(model) or self.prices.get(model.rsplit("/", 1)[-1])
+        p = self.prices.get(model)
         if p is None:
-            return 0.0  # the adapter's table has no price for it: no cost, as the engine does
+            return None  # not in the adapter's table: the engine's prices (if any) decide
         return (u.tokens_in * p[0] + u.tokens_out * p[1]) / 1e6
 
     def record(
