@@ -37,3 +37,32 @@ def test_usage_counts_are_bounded_and_missing_ones_estimated() -> None:
     assert usage(0, 0, [{"content": "hello there"}]).tokens_in > 0  # a prompt is never free
     assert usage(None, None).tokens_in == 1  # nothing known: still not free
     assert not usage(12, 3).estimated
+
+
+# -- hostile histories: what the gate reads ------------------------------------------------------
+
+import toolgate  # noqa: E402
+from policies_for_tests import policy, rule  # noqa: E402
+
+NO_CARDS = policy(rule("no-cards", {"kind": "sensitiveData", "target": "llmInput", "detectors": [{"detector": "credit_card"}]},
+                       "block", phase="llm.before", reason="Card numbers must not reach the model."), name="no-cards")
+CARD = "4111 1111 1111 1111"
+
+
+def test_content_nested_past_any_depth_limit_is_still_read() -> None:
+    run = toolgate.Engine(NO_CARDS).start_run("bot")
+    gate = LlmGate()
+    for depth in (10, 200, 5000):
+        deep: object = {"card": CARD}
+        for _ in range(depth):
+            deep = [deep]
+        d = gate.before(run, "m", [{"role": "tool", "kind": "tool_result", "content": deep}])
+        assert d.effect == "block", depth  # never an exception, never unscanned
+    assert gate.before(run, "m", [{"role": "user", "content": [[["nothing here"]]]}]).allowed
+
+
+def test_a_secret_after_megabytes_of_history_is_not_missed() -> None:
+    run = toolgate.Engine(NO_CARDS).start_run("bot")
+    history = [{"role": "tool", "kind": "tool_result", "content": "x" * 500_000} for _ in range(12)]
+    history.append({"role": "user", "kind": "text", "content": f"my card is {CARD}"})
+    assert LlmGate().before(run, "m", history).effect == "block"

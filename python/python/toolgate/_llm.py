@@ -21,6 +21,7 @@ import fnmatch
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -38,11 +39,6 @@ Prices = Mapping[str, Mapping[str, float]]
 MAX_TOKENS_PER_CALL = 10**12
 """The largest token count one model call is recorded with (a trillion: far above any real
 call, far below what could wrap the engine's 64-bit totals)."""
-
-# Messages longer than this (as JSON) are cut before they are handed to the gate: the engine
-# bounds what it records (16 KiB per message), and a hostile history must not cost a copy of
-# itself per call.
-_MAX_MESSAGES_JSON = 4 * 1024 * 1024
 
 
 class PriceTable:
@@ -110,15 +106,55 @@ def text_tokens(value: Any) -> int:
     return min(MAX_TOKENS_PER_CALL, (len(value) + 3) // 4)
 
 
-def _bounded(messages: Any) -> Any:
-    """The messages as handed to the gate: as given, or cut to a bound when huge."""
+def _leaves(value: Any, limit: int) -> str:
+    """The scalars inside ``value`` (dict keys included) as text, read without recursion (for
+    content nested past what JSON encoders accept), at most ``limit`` characters."""
+    out: List[str] = []
+    size = 0
+    stack = [value]
+    while stack and size < limit:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            for k, x in reversed(list(v.items())):
+                stack.append(x)
+                stack.append(k)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        else:
+            t = str(v)
+            out.append(t)
+            size += len(t) + 1
+    return " ".join(out)[:limit]
+
+
+def _as_text(content: Any, limit: int) -> str:
+    """A message's content as the text the gate reads: a string as is, anything else as JSON
+    (its leaves when it is nested too deep to encode), at most ``limit`` characters."""
+    if isinstance(content, str):
+        return content[:limit]
+    if content is None:
+        return ""
     try:
-        text = json.dumps(messages, default=str)
-    except (TypeError, ValueError):
-        return [{"role": "unknown", "content": str(messages)[:_MAX_MESSAGES_JSON]}]
-    if len(text) <= _MAX_MESSAGES_JSON:
-        return messages
-    return [{"role": "unknown", "content": text[:_MAX_MESSAGES_JSON], "truncated": True}]
+        return json.dumps(content, default=str, ensure_ascii=False)[:limit]
+    except (RecursionError, TypeError, ValueError):
+        return _leaves(content, limit)
+
+
+def _bounded(messages: Any) -> List[Dict[str, Any]]:
+    """The messages as handed to the gate: ``{"role", "kind", "content"}`` each, content as
+    text, so no nesting can exceed the engine's JSON depth limit and every string in it is
+    still there for the sensitiveData detectors. Nothing is cut here: the engine applies its
+    own limits (past its scan limit a detector's answer is missing data, which blocks; it
+    truncates what ``llm.messages`` records), so a long history is never silently unscanned."""
+    items = messages if isinstance(messages, list) else [messages]
+    out: List[Dict[str, Any]] = []
+    for m in items:
+        if isinstance(m, Mapping):
+            role, kind, content = m.get("role", "user"), m.get("kind", "text"), m.get("content")
+        else:
+            role, kind, content = "user", "text", m
+        out.append({"role": str(role), "kind": str(kind), "content": _as_text(content, sys.maxsize)})
+    return out
 
 
 @dataclass
