@@ -242,3 +242,15 @@ def test_the_readme_example_runs() -> None:
     example = runpy.run_path(str(P(__file__).resolve().parents[1] / "examples" / "google_adk_example.py"))
     texts = asyncio.run(example["main"]())
     assert "Deleting is not allowed." in texts[-1]
+
+
+async def test_an_error_inside_toolgate_fails_the_invocation_and_the_tool_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(toolgate.Run, "abefore_tool", broken)
+    h = Harness(toolgate.Engine(GATE), calls(("refund", {"amount": 5}, "c1")), echo())
+    with pytest.raises(Exception, match="engine exploded"):
+        await h.say("go")
+    assert ran == []
+

@@ -150,6 +150,8 @@ class ToolgatePlugin(BasePlugin):
             )
         with self._lock:
             self._calls[(callback_context.invocation_id, callback_context.agent_name)] = (Timer(), messages, d.call_id)
+            while len(self._calls) > _MAX_RUNS:  # invocations that died without after_run
+                del self._calls[next(iter(self._calls))]
         return None
 
     async def after_model_callback(
