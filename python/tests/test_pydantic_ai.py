@@ -284,3 +284,18 @@ def test_a_model_request_held_for_review_is_not_made() -> None:
     out = gated(engine, metered("refund", {"amount": 5}, counter=n)).run_sync("go").output
     [review] = engine.reviews.pending()
     assert n == [] and review["id"] in out
+
+
+def test_hostile_usage_is_bounded_and_a_model_error_is_recorded(tmp_path: Path) -> None:
+    engine = toolgate.Engine(GATE, audit=str(tmp_path))
+    gated(engine, metered("refund", {"amount": 5}, 10**40, -9)).run_sync("go")
+
+    def down(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError("model down")
+
+    with pytest.raises(RuntimeError, match="model down"):
+        gated(engine, FunctionModel(down, model_name="scripted-1")).run_sync("go")
+    engine.shutdown()
+    r = events(tmp_path, "llm.result")
+    assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r[:2]] == [(10**12, 0), (10**12, 0)]
+    assert field(r[2], "tokensIn") > 0 and field(r[2], "tokensOut") == 0  # the failed call: what was sent
