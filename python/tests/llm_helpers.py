@@ -6,14 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
-import toolgate
 from policies_for_tests import policy, rule
-
-#: ``llm.before`` needs the engine's model-side API (run.before_llm).
-HAS_GATE = hasattr(toolgate.Run, "before_llm")
-needs_gate = pytest.mark.skipif(not HAS_GATE, reason="the native module has no run.before_llm yet")
 
 PRICES = {"scripted-1": {"in": 2.0, "out": 8.0}}
 

@@ -27,7 +27,7 @@ from crewai.tools import tool
 
 import toolgate
 from toolgate.crewai import ModelCallRefused, govern
-from llm_helpers import HAS_GATE, PRICES, events, field, model_hitl, needs_gate, run_status, token_budget
+from llm_helpers import PRICES, events, field, model_hitl, run_status, token_budget
 from policies_for_tests import GATE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -149,12 +149,10 @@ def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
     assert [field(e, "tokensIn") for e in r] == [1000, 1000]
     assert [field(e, "tokensOut") for e in r] == [50, 50]
     assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
-    if HAS_GATE:
-        assert {field(e, "model") for e in r} == {"scripted-1"}
+    assert {field(e, "model") for e in r} == {"scripted-1"}
     assert run_status(tmp_path) == ["success"]
 
 
-@needs_gate
 def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
     engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
     c, llm = crew(engine, act("refund", '{"amount": 5}'), FINAL, usage=(1500, 10))
@@ -166,7 +164,6 @@ def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: 
     assert run_status(tmp_path) == ["budget_exceeded"]
 
 
-@needs_gate
 def test_a_model_call_held_for_review_is_not_made() -> None:
     engine = toolgate.Engine(model_hitl())
     c, llm = crew(engine, FINAL)
@@ -239,7 +236,6 @@ def test_crews_not_governed_are_untouched_and_concurrent_kickoffs_stay_apart() -
     assert sorted(ran) == sorted(f"refund {i}" for i in range(4))
 
 
-@needs_gate
 def test_the_readme_example_runs() -> None:
     import runpy
 

@@ -132,7 +132,7 @@ def test_arguments_the_schema_refuses_never_reach_the_tool() -> None:
 
 from pathlib import Path  # noqa: E402
 
-from llm_helpers import HAS_GATE, PRICES, events, field, model_hitl, needs_gate, run_status, token_budget  # noqa: E402
+from llm_helpers import PRICES, events, field, model_hitl, run_status, token_budget  # noqa: E402
 
 
 def used(msg: AIMessage, tin: Any, tout: Any) -> AIMessage:
@@ -164,8 +164,7 @@ def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
     r = events(tmp_path, "llm.result")
     assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r] == [(1000, 50), (1200, 20)]
     assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
-    if HAS_GATE:
-        assert {field(e, "model") for e in r} == {"scripted-1"}
+    assert {field(e, "model") for e in r} == {"scripted-1"}
 
 
 def test_missing_or_hostile_usage_is_estimated_or_bounded(tmp_path: Path) -> None:
@@ -178,7 +177,6 @@ def test_missing_or_hostile_usage_is_estimated_or_bounded(tmp_path: Path) -> Non
     assert field(r[1], "tokensIn") > 0 and field(r[1], "tokensOut") > 0  # no usage: estimated
 
 
-@needs_gate
 def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
     engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
     a, model = counted_agent(engine, used(call("refund", {"amount": 5}, "t1"), 1500, 5), AIMessage(content="never"))
@@ -189,7 +187,6 @@ def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: 
     assert run_status(tmp_path) == ["budget_exceeded"]
 
 
-@needs_gate
 async def test_a_model_call_held_for_review_is_not_made_async() -> None:
     engine = toolgate.Engine(model_hitl())
     a, model = counted_agent(engine, AIMessage(content="never"))

@@ -246,7 +246,7 @@ async def test_an_approver_that_accepts_lets_the_answer_decide() -> None:
 
 from pathlib import Path  # noqa: E402
 
-from llm_helpers import HAS_GATE, PRICES, events, field, model_hitl, needs_gate, run_status, token_budget  # noqa: E402
+from llm_helpers import PRICES, events, field, model_hitl, run_status, token_budget  # noqa: E402
 
 
 class MeteredModel(ScriptedModel):
@@ -279,8 +279,7 @@ async def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
     r = events(tmp_path, "llm.result")
     assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r] == [(1000, 50), (1000, 50)]
     assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
-    if HAS_GATE:
-        assert {field(e, "model") for e in r} == {"scripted-1"}
+    assert {field(e, "model") for e in r} == {"scripted-1"}
 
 
 async def test_zero_or_hostile_usage_is_estimated_or_bounded(tmp_path: Path) -> None:
@@ -298,7 +297,6 @@ async def test_a_model_that_raises_reaches_the_app() -> None:
         await Runner.run(metered(toolgate.Engine(GATE), MeteredModel("refund", {"amount": 5}, fail=True)), "go")
 
 
-@needs_gate
 async def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
     engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
     model = MeteredModel("refund", {"amount": 5}, 1500, 5)
@@ -310,7 +308,6 @@ async def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_
     assert run_status(tmp_path) == ["budget_exceeded"]
 
 
-@needs_gate
 async def test_a_model_call_held_for_review_is_not_made() -> None:
     engine = toolgate.Engine(model_hitl())
     model = MeteredModel("refund", {"amount": 5})

@@ -227,7 +227,7 @@ from pathlib import Path  # noqa: E402
 
 from pydantic_ai.usage import RequestUsage  # noqa: E402
 
-from llm_helpers import HAS_GATE, events, field, model_hitl, needs_gate, run_status, token_budget  # noqa: E402
+from llm_helpers import events, field, model_hitl, run_status, token_budget  # noqa: E402
 
 
 def metered(name: str, args: dict, tin: int = 100, tout: int = 10, counter: List[int] | None = None) -> FunctionModel:
@@ -257,8 +257,7 @@ def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
     r = events(tmp_path, "llm.result")
     assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r] == [(1000, 50), (1000, 50)]
     assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
-    if HAS_GATE:
-        assert {field(e, "model") for e in r} == {"scripted-1"}
+    assert {field(e, "model") for e in r} == {"scripted-1"}
     assert ran == ["refund 5"]
 
 
@@ -267,7 +266,6 @@ def test_blocked_tool_through_the_capability_reads_the_refusal() -> None:
     assert "BLOCKED_RULE, rule no-delete" in agent.run_sync("go").output and ran == []
 
 
-@needs_gate
 def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
     engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
     n: List[int] = []
@@ -277,7 +275,6 @@ def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: 
     assert run_status(tmp_path) == ["budget_exceeded"]
 
 
-@needs_gate
 def test_a_model_request_held_for_review_is_not_made() -> None:
     engine = toolgate.Engine(model_hitl())
     n: List[int] = []
