@@ -5,7 +5,8 @@
 What every adapter adds to one model call: the ``llm.before`` gate (``run.before_llm`` with the
 call's messages) and the usage record (``run.record_llm``), measured two ways:
 
-- *native*: the two binding calls alone;
+- *bare*: the two binding calls with no messages (what the engine itself costs);
+- *native*: the two binding calls alone, with the messages;
 - *adapter*: through ``toolgate._llm.LlmGate`` as the adapters call it (messages bounded,
   usage read defensively, cost from an adapter price table).
 
@@ -76,13 +77,17 @@ def main() -> None:
         d = run.before_llm("gpt-4o", MESSAGES)
         run.record_llm(1200, 80, model="gpt-4o", duration_ms=812.0, call_id=d.call_id)
 
+    def bare(run: toolgate.Run) -> None:
+        d = run.before_llm("gpt-4o")
+        run.record_llm(1200, 80, model="gpt-4o", duration_ms=812.0, call_id=d.call_id)
+
     def adapter(run: toolgate.Run) -> None:
         d = gate.before(run, "gpt-4o", MESSAGES)
         gate.record(run, "gpt-4o", usage(1200, 80, MESSAGES), 812.0, d.call_id)
 
     for label, policy in (("no llm.before rule", rules), ("with a token budget", rules + [BUDGET])):
         engine = toolgate.Engine({"policy": {"name": "bench"}, "rules": policy})
-        for how, step in (("native", native), ("adapter", adapter)):
+        for how, step in (("bare", bare), ("native", native), ("adapter", adapter)):
             t = measure(engine, a.calls, step)
             q = statistics.quantiles(t, n=10)
             print(f"{label:22} {how:8} median {statistics.median(t) / 1e3:6.2f} µs   p90 {q[8] / 1e3:6.2f} µs")
