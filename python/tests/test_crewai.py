@@ -12,6 +12,7 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 
 import builtins
+import json
 import threading
 from pathlib import Path
 from typing import Any, List, Optional
@@ -241,3 +242,35 @@ def test_the_readme_example_runs() -> None:
 
     example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "crewai_example.py"))
     assert example["main"]() == "toolgate refused delete_user"
+
+
+class NativeLLM(ScriptedLLM):
+    """A model that calls tools natively (OpenAI-style tool calls), several in one answer."""
+
+    batch: List[Any] = []
+
+    def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
+             from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> Any:
+        self.calls += 1
+        self.seen.append(list(messages) if isinstance(messages, list) else messages)
+        self._track_token_usage_internal({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+        if self.calls == 1:
+            return self.batch
+        return "all done"
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+
+def test_parallel_native_tool_calls_are_each_decided() -> None:
+    engine = toolgate.Engine(GATE)
+    batch = [{"id": f"d{i}", "type": "function", "function": {"name": "deleteUser", "arguments": json.dumps({"id": i})}}
+             for i in range(4)]
+    batch += [{"id": f"r{i}", "type": "function", "function": {"name": "refund", "arguments": json.dumps({"amount": i})}}
+              for i in range(4)]
+    llm = NativeLLM(model="scripted-1", batch=batch, seen=[])
+    agent = Agent(role="support", goal="help", backstory="b", llm=llm, tools=[refund, delete_user], verbose=False)
+    c = govern(Crew(agents=[agent], tasks=[Task(description="do it", expected_output="text", agent=agent)]), engine)
+    c.kickoff()
+    assert sorted(ran) == sorted(f"refund {i}" for i in range(4))
+    assert tool_results(llm).count("Deleting is not allowed.") == 4
