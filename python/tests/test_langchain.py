@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, List
 
 import pytest
@@ -203,3 +204,25 @@ def test_parallel_tool_calls_are_each_decided() -> None:
     msgs = tool_messages(result)
     assert sorted(ran) == sorted(f"refund {i}" for i in range(5))
     assert sum(1 for m in msgs if m.status == "error" and "BLOCKED_RULE" in m.content) == 5
+
+
+def test_record_messages_through_the_adapter_writes_them_redacted(tmp_path: Path) -> None:
+    from policies_for_tests import policy as pol, rule as rl
+
+    cards = pol(rl("no-cards", {"kind": "sensitiveData", "target": "llmInput", "detectors": [{"detector": "credit_card"}]},
+                   "block", phase="llm.before", reason="Card numbers must not reach the model."))
+    engine = toolgate.Engine([GATE, token_budget(10**9)], audit=str(tmp_path), record_messages=True)
+    a, _ = counted_agent(engine, AIMessage(content="done"))
+    a.invoke({"messages": [{"role": "user", "content": "hello, refund my order"}]})
+    engine.shutdown()
+    msgs = events(tmp_path, "llm.messages")
+    assert msgs and "hello, refund my order" in json.dumps(msgs)
+    # with a redacting detector in play, the card never reaches the trail
+    audit2 = tmp_path / "b"
+    engine = toolgate.Engine([GATE, cards], audit=str(audit2), record_messages=True)
+    a, model = counted_agent(engine, AIMessage(content="never"))
+    out = a.invoke({"messages": [{"role": "user", "content": "my card is 4111 1111 1111 1111"}]})
+    engine.shutdown()
+    assert model.calls == 0 and "Card numbers must not reach the model." in out["messages"][-1].content
+    trail = json.dumps(events(audit2))
+    assert "4111 1111 1111 1111" not in trail and "llm.messages" in trail
