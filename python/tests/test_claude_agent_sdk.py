@@ -265,3 +265,18 @@ async def test_a_hostile_transcript_is_bounded(tmp_path: Path) -> None:
     engine.shutdown()
     [r] = events(audit, "llm.result")
     assert (field(r, "tokensIn"), field(r, "tokensOut")) == (10**12, 0)
+
+
+async def test_a_fifo_or_device_named_as_the_transcript_does_not_hang_the_hook(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    engine = toolgate.Engine(GATE)
+    client, cli = await connected(engine)
+    try:
+        for path in (fifo, Path("/dev/zero")):
+            out = await asyncio.wait_for(cli.hook("UserPromptSubmit", prompt("hi", path), None), 10)
+            assert out == {}
+    finally:
+        await client.disconnect()

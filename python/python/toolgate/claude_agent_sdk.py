@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import threading
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
@@ -67,8 +68,17 @@ class _Transcript:
 def _read_new(path: str, offset: int) -> Tuple[List[bytes], int]:
     """Complete lines appended to ``path`` since ``offset`` (at most ``_MAX_READ`` bytes)."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # Non-blocking, and regular files only: a FIFO or device named as the transcript must
+        # not hang the hook.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return [], offset
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return [], offset
+            size = st.st_size
             if size < offset:
                 offset = 0  # a new file (rotated or rewritten)
             f.seek(offset)
