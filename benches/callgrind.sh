@@ -27,6 +27,15 @@ for n in "${sizes[@]}"; do
   echo "support/$n before_tool: $((total / decisions)) instructions per decision ($decisions decisions, callgrind)"
 done
 
+# A model call's gate on a policy without llm.before rules (design: it costs nothing
+# measurable): instructions per `before_llm`, counted like the decisions above.
+if valgrind --tool=callgrind --callgrind-out-file="$out/llm" \
+    --toggle-collect='*support_calls::gate_model*' "$bin" 10 "$runs" llm >"$out/llm.calls" 2>"$out/llm.log"; then
+  calls=$(tail -1 "$out/llm.calls")
+  total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/llm" | head -1)
+  echo "support/10 before_llm without llm.before rules: $((total / calls)) instructions per model call ($calls calls, callgrind)"
+fi
+
 # Audited runs (file sink, fsync off): every thread's instructions per decision, the whole audit
 # pipeline included, as the difference of a 300-run and a 100-run count (start-up cancels out).
 # Pinned to one CPU when taskset is there (the one-core path: callers seal batches of 512).

@@ -6,10 +6,13 @@
 //!   (fsync off) in a temporary directory; runs are dropped (so `run.ended` is written without
 //!   waiting for the disk) and the engine is shut down at the end. Callgrind then counts every
 //!   thread (caller, sealer, sink): the whole cost of an audited decision.
+//! * `support_calls RULES RUNS llm`: the same runs, each tool call preceded by a model call
+//!   decided by [`gate_model`] (the support policy has no `llm.before` rule: what a policy
+//!   without model rules pays per model call). Prints the number of model calls.
 
 use std::hint::black_box;
 
-use toolgate::engine::{Decision, Run, ToolCall};
+use toolgate::engine::{Decision, LlmCall, Run, ToolCall};
 
 mod support;
 use support::Workload;
@@ -33,11 +36,24 @@ fn warm_up(run: &Run, call: ToolCall) -> Decision {
     black_box(run).before_tool_blocking(black_box(call))
 }
 
+/// The measured model call (`llm` mode): one `before_llm`, nothing else.
+#[inline(never)]
+fn gate_model(run: &Run, call: &LlmCall) -> Decision {
+    run.before_llm_blocking(call)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let rules: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
-    let audit = args.next().as_deref() == Some("audit");
+    let mode = args.next();
+    let audit = mode.as_deref() == Some("audit");
+    let llm = mode.as_deref() == Some("llm");
+    let model = LlmCall::new("gpt-4o").with_messages(serde_json::json!([
+        {"role": "system", "content": "You are a support assistant."},
+        {"role": "user", "content": "Where is my order?"}
+    ]));
+    let mut model_calls = 0usize;
     let w = Workload::load();
     let dir = std::env::temp_dir().join(format!("toolgate-callgrind-{}", std::process::id()));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -55,6 +71,10 @@ fn main() {
     for k in 0..=runs {
         let run = engine.start_run(w.context(k));
         for call in &w.calls {
+            if llm && k > 0 {
+                model_calls += 1;
+                black_box(gate_model(&run, &model));
+            }
             let c = call.clone();
             let d = if k == 0 {
                 warm_up(&run, c)
@@ -77,5 +97,5 @@ fn main() {
             .expect("the audit trail shuts down");
         let _ = std::fs::remove_dir_all(&dir);
     }
-    println!("{decisions}");
+    println!("{}", if llm { model_calls } else { decisions });
 }

@@ -543,7 +543,10 @@ class Run {
     try {
       if (typeof model !== 'string') throw new TypeError('beforeLlm: expected the model name (a string)')
       const callId = options?.callId == null ? undefined : String(options.callId)
-      r = this[kNative].beforeLlm(model, json(messages ?? undefined, 'messages'), callId)
+      const n = this[kNative]
+      // Without llm.before rules (nor recorded messages) the messages are not serialised.
+      const text = n.gatesLlm ? json(messages ?? undefined, 'messages') : undefined
+      r = n.beforeLlm(model, text, callId)
     } catch (e) {
       return Promise.reject(translate(e))
     }

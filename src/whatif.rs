@@ -231,6 +231,8 @@ struct Recorded {
     effect: String,
     rule_id: Option<String>,
     code: String,
+    /// A model call the trail shows only by its usage (no `llm.decision` was recorded).
+    usage_only: bool,
 }
 
 /// A trace rebuilt from audit events.
@@ -319,9 +321,15 @@ async fn replay<S: rebuild::RunSource>(
         skipped: std::mem::take(&mut merge.skipped),
         ..WhatIfReport::default()
     };
+    let new_policies = replayer.engine().policies();
+    // Model calls seen only by their usage are listed when the new policy decides model calls.
+    let gates_llm = new_policies.has_llm_rules();
+    let scans_messages = new_policies.scans_llm_input();
     // Each `tool.call` comes with its own recorded decision (a retried call reuses its id and
     // is matched by position).
     for (line, rec) in merge {
+        let unrecorded_messages =
+            matches!(&line, TraceLine::LlmCall { messages, .. } if messages.is_null());
         let rows = match replayer.step(line).await {
             Ok(rows) => rows,
             Err(message) => {
@@ -336,13 +344,31 @@ async fn replay<S: rebuild::RunSource>(
             let Some(rec) = rec.as_ref() else {
                 continue;
             };
-            let undecidable = row.decision.as_ref().and_then(|d| {
-                d.evaluated
-                    .iter()
-                    .flat_map(|e| e.missing.iter())
-                    .find(|m| m.starts_with(crate::engine::conditions::UNDECIDABLE_NOTE))
-                    .cloned()
-            });
+            if rec.usage_only && !gates_llm {
+                continue;
+            }
+            let undecidable = row
+                .decision
+                .as_ref()
+                .and_then(|d| {
+                    d.evaluated
+                        .iter()
+                        .flat_map(|e| e.missing.iter())
+                        .find(|m| m.starts_with(crate::engine::conditions::UNDECIDABLE_NOTE))
+                        .cloned()
+                })
+                .or_else(|| {
+                    // A block stands whatever the messages hold; anything else might have
+                    // been a block had the scan seen them.
+                    let open = row.effect != "block";
+                    (unrecorded_messages && scans_messages && open).then(|| {
+                        format!(
+                            "{}: its messages were not recorded (record_messages off) and the \
+                             new policy scans them (sensitiveData, target llmInput)",
+                            crate::engine::conditions::UNDECIDABLE_NOTE
+                        )
+                    })
+                });
             report.calls.push(WhatIfCall {
                 undecidable,
                 phase: (row.phase == "llm.before").then(|| row.phase.clone()),

@@ -107,15 +107,19 @@ fn example_policies_are_clean() {
         [
             "rules[8].condition.windowSeconds",
             "rules[7].condition.filter",
+            "selector.phase \"llm.before\" (rules[0] \"run-token-budget\", rules[1] \
+             \"daily-cost-review\", rules[2] \"big-model-call-cap\", rules[3] \
+             \"no-secrets-to-models\", rules[4] \"trial-users-night\")",
         ],
         "{}",
         o.stdout
     );
-    assert_eq!(lines.len(), 3, "{}", o.stdout);
+    assert_eq!(lines.len(), 4, "{}", o.stdout);
     for (line, name) in lines.iter().zip([
         "coding-agent.json",
         "customer-support.json",
         "finance-ops.json",
+        "model-budget.json",
     ]) {
         let prefix = format!("{}: ok: ", dir.join(name).display());
         assert!(
@@ -160,7 +164,7 @@ fn example_policies_are_clean() {
         .assert()
         .success()
         .stdout(predicate::function(|s: &str| {
-            s.lines().count() == 2 && s.lines().all(|l| l.contains("Handlebar"))
+            s.lines().count() == 3 && s.lines().all(|l| l.contains("Handlebar"))
         }));
 }
 

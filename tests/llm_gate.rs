@@ -349,3 +349,74 @@ async fn messages_nested_too_deep_are_refused() {
     engine.flush().await.unwrap();
     assert!(verify_events(sink.events().iter().map(|e| &**e)).is_ok());
 }
+
+#[test]
+fn parallel_model_calls_never_exceed_a_model_call_cap() {
+    let clock = clock();
+    let cap = r#"{"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]},
+        "max": 10, "per": "agent"}"#;
+    let engine = engine(&doc(&[llm_rule("cap", "", cap, "block")]), &clock);
+    let allowed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let engine = &engine;
+            let allowed = &allowed;
+            s.spawn(move || {
+                let run = engine.start_run(RunContext::new(format!("r{t}"), "a"));
+                for i in 0..25 {
+                    let call = LlmCall::new("m").with_id(format!("c{i}"));
+                    if run.before_llm_blocking(&call).is_allowed() {
+                        allowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(
+        allowed.into_inner(),
+        10,
+        "exactly the cap, across 8 threads"
+    );
+}
+
+/// On Redis (TOOLGATE_TEST_REDIS_URL): two engines (two processes' worth) share one agent's
+/// model-call cap and token budget.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_two_engines_share_the_model_call_cap_and_the_token_budget() {
+    let Ok(url) = std::env::var("TOOLGATE_TEST_REDIS_URL") else {
+        return;
+    };
+    let mut cfg = toolgate::state::redis::RedisConfig::new(url);
+    cfg.prefix = format!("tgtest:llm:{}", uuid::Uuid::now_v7().simple());
+    let cap = r#"{"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["gpt-*"]},
+        "max": 3, "per": "agent"}"#;
+    let budget = r#"{"kind": "metricWindow", "scope": "agent", "windowSeconds": 3600,
+        "metric": {"kind": "inbuilt", "key": "llm_tokens_in"}, "aggregate": "sum", "op": "gte",
+        "value": 1000}"#;
+    let policy = doc(&[
+        llm_rule("cap", "", cap, "block"),
+        llm_rule("budget", "", budget, "block"),
+    ]);
+    let clock = clock();
+    let a = builder(&policy, &clock)
+        .redis_state(cfg.clone())
+        .build()
+        .unwrap();
+    let b = builder(&policy, &clock).redis_state(cfg).build().unwrap();
+    let ra = a.start_run(RunContext::new("ra", "agent"));
+    let rb = b.start_run(RunContext::new("rb", "agent"));
+    let call = LlmCall::new("gpt-4o");
+    assert!(ra.before_llm(&call).await.is_allowed());
+    assert!(rb.before_llm(&call).await.is_allowed());
+    assert!(ra.before_llm(&call).await.is_allowed());
+    let d = rb.before_llm(&call).await;
+    assert_eq!(d.rule_id.as_deref(), Some("cap"), "{d:?}");
+    assert_eq!(d.phase, Phase::LlmBefore);
+    // Other models are not capped; the shared token budget stops them once spent elsewhere.
+    assert!(rb.before_llm(&LlmCall::new("claude")).await.is_allowed());
+    ra.record_llm_usage(LlmUsage::new(1500, 0).with_model("gpt-4o"));
+    ra.flush_state().await;
+    let d = rb.before_llm(&LlmCall::new("claude")).await;
+    assert_eq!(d.rule_id.as_deref(), Some("budget"), "{d:?}");
+}

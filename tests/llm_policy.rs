@@ -72,7 +72,9 @@ fn every_condition_kind_is_allowed_or_refused_in_llm_before() {
             // Nested, it is reported at its own path.
             let nested = json!({"kind": "or", "any": [sample("enduserTag"),
                 {"kind": "not", "not": sample(kind)}]});
-            let e = parse_policy(&llm(nested), None).expect_err(kind).to_string();
+            let e = parse_policy(&llm(nested), None)
+                .expect_err(kind)
+                .to_string();
             assert!(
                 e.starts_with("rules[0].condition.any[1].not.kind: "),
                 "{kind}: {e}"
@@ -95,13 +97,17 @@ fn every_condition_kind_is_allowed_or_refused_in_llm_before() {
 fn the_details_that_do_not_apply_to_a_model_call_are_refused() {
     let cases = [
         (
-            llm(json!({"kind": "maxCalls", "selector": {"by": "toolTag", "tags": ["x"]}, "max": 1})),
+            llm(
+                json!({"kind": "maxCalls", "selector": {"by": "toolTag", "tags": ["x"]}, "max": 1}),
+            ),
             "rules[0].condition.selector",
             "models have no tags",
         ),
         (
-            llm(json!({"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]},
-                "max": 1, "tagFilter": ["x"]})),
+            llm(
+                json!({"kind": "maxCalls", "selector": {"by": "toolName", "patterns": ["*"]},
+                "max": 1, "tagFilter": ["x"]}),
+            ),
             "rules[0].condition.tagFilter",
             "tagFilter does not apply",
         ),
@@ -117,8 +123,10 @@ fn the_details_that_do_not_apply_to_a_model_call_are_refused() {
             "target must be \"llmInput\"",
         ),
         (
-            llm(json!({"kind": "signal", "key": "k", "args": {"t": {"from": "toolTag", "tag": "x"}},
-                "op": "eq", "value": true})),
+            llm(
+                json!({"kind": "signal", "key": "k", "args": {"t": {"from": "toolTag", "tag": "x"}},
+                "op": "eq", "value": true}),
+            ),
             "rules[0].condition.args.t",
             "models have no tags",
         ),
@@ -198,7 +206,8 @@ fn leaves(c: &Value, path: &str, out: &mut Vec<String>) {
 
 fn replace_at(c: &mut Value, path: &str, with: Value) {
     let mut cur = c;
-    for seg in path.split('.').skip(1) {
+    // The path starts at `rules[0].condition`, which is `c` itself.
+    for seg in path.split('.').skip(2) {
         cur = match seg.split_once('[') {
             Some((k, i)) => &mut cur[k][i.trim_end_matches(']').parse::<usize>().unwrap()],
             None => &mut cur[seg],

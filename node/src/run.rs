@@ -360,7 +360,8 @@ impl NativeRun {
     ) -> Result<Decided<'env>> {
         let state = &self.state;
         state.open()?;
-        let messages = match messages_json {
+        // Without llm.before rules (nor recorded messages) the messages are not parsed.
+        let messages = match messages_json.filter(|_| state.run.gates_llm()) {
             None => Value::Array(Vec::new()),
             Some(t) => json_value("messages", &t)?,
         };
@@ -384,6 +385,13 @@ impl NativeRun {
                 })
                 .map(Either::B),
         }
+    }
+
+    /// Whether `beforeLlm` reads a call's messages now (some `llm.before` rule is loaded, or
+    /// messages are recorded): when not, `index.js` does not serialise them.
+    #[napi(getter)]
+    pub fn gates_llm(&self) -> bool {
+        self.state.run.gates_llm()
     }
 
     /// Records a model call's usage (the `llm_tokens_in`, `llm_tokens_out` and

@@ -416,6 +416,8 @@ impl PyRun {
         call_id: Option<String>,
     ) -> PyResult<PyDecision> {
         self.open(py)?;
+        // Without llm.before rules (nor recorded messages) the messages are not converted.
+        let messages = messages.filter(|_| self.run.gates_llm());
         let call = self.llm_call(model, messages, call_id)?;
         let run = &self.run;
         let d = py.detach(|| {
@@ -436,6 +438,7 @@ impl PyRun {
         call_id: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.open(py)?;
+        let messages = messages.filter(|_| self.run.gates_llm());
         let call = self.llm_call(model, messages, call_id)?;
         let run = self.run.clone();
         let locals = caller_loop(py)?;

@@ -76,8 +76,8 @@ def test_before_llm_is_decided_by_the_llm_before_rules() -> None:
     assert d.to_dict()["phase"] == "llm.before"
     # The budget rule selects gpt-* only.
     assert run.before_llm("claude-sonnet", MSGS, call_id="x").allowed
-    run.end(toolgate_status := "budget_exceeded")
-    assert toolgate_status == "budget_exceeded"
+    run.end("budget_exceeded")
+    assert run.closed == "ended"
 
 
 def test_prices_turn_tokens_into_cost_and_a_cost_budget_asks_a_human(tmp_path: Path) -> None:

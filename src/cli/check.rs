@@ -14,7 +14,8 @@ and about block/hitl rules that fail open: their condition can be unknown (missi
 `onMissing`/`onMissingDefault` resolves unknown to allow. \
 Also warns where toolgate reads Handlebar's current spec differently on purpose (a \
 `metricWindow.filter`, which Handlebar now ignores; `windowSeconds` on a run-scoped \
-`metricWindow`) and about `custom` conditions, which the host must register. \
+`metricWindow`), about `custom` conditions, which the host must register, and about rules of \
+phase `llm.before` (a toolgate extension: Handlebar has no such phase). \
 Rule ids must be unique across all the files given, as they are when loaded into one engine.\n\n\
 Exit status: 0 when every file is valid, 1 otherwise.";
 
@@ -136,15 +137,22 @@ fn display_paths(p: &[PathBuf]) -> String {
 /// Rules that can never be evaluated.
 fn warnings(p: &Policy) -> Vec<String> {
     let mut out = Vec::new();
+    let llm: Vec<String> = p
+        .rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.selector.phase == Phase::LlmBefore)
+        .map(|(i, r)| format!("rules[{i}] \"{}\"", r.id))
+        .collect();
+    if !llm.is_empty() {
+        out.push(format!(
+            "selector.phase \"llm.before\" ({}): a toolgate extension; Handlebar has no such \
+             phase (its engine would never evaluate these rules); toolgate decides them before \
+             each model call (run.before_llm)",
+            llm.join(", ")
+        ));
+    }
     for (i, r) in p.rules.iter().enumerate() {
-        if r.selector.phase == Phase::LlmBefore {
-            out.push(format!(
-                "rules[{i}] \"{}\": selector.phase \"llm.before\" is a toolgate extension: \
-                 Handlebar has no such phase (its engine would never evaluate this rule); \
-                 toolgate decides it before each model call (run.before_llm)",
-                r.id
-            ));
-        }
         if r.selector.tool.is_none() && r.selector.phase != Phase::LlmBefore {
             out.push(format!(
                 "rules[{i}] \"{}\": the selector has no `tool`, so the rule is never evaluated (use \"tool\": {{}} to match every tool)",

@@ -1052,4 +1052,18 @@ impl CompiledPolicies {
     pub fn has_llm_rules(&self) -> bool {
         self.phases[2].any
     }
+
+    /// Whether some rule scans the messages sent to a model (`sensitiveData`, `llmInput`).
+    pub fn scans_llm_input(&self) -> bool {
+        self.rules.iter().any(|r| scans_llm_input(&r.condition))
+    }
+}
+
+fn scans_llm_input(c: &CCond) -> bool {
+    match c {
+        CCond::SensitiveData(s) => s.scans_llm_input(),
+        CCond::And(cs) | CCond::Or(cs) => cs.iter().any(scans_llm_input),
+        CCond::Not(c) => scans_llm_input(c),
+        _ => false,
+    }
 }

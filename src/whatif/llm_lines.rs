@@ -25,6 +25,8 @@ pub(super) struct RunLines {
     ready: VecDeque<RunLine>,
     /// The last allowed model call whose usage was not seen yet.
     unpaired: Option<String>,
+    /// The ids of the run's `llm.decision` events seen so far.
+    decided: std::collections::HashSet<String>,
 }
 
 impl RunLines {
@@ -35,6 +37,7 @@ impl RunLines {
             held: None,
             ready: VecDeque::new(),
             unpaired: None,
+            decided: Default::default(),
         }
     }
 
@@ -61,13 +64,15 @@ impl RunLines {
                     .and_then(Value::as_str)
                     == Some("allow");
                 self.unpaired = allowed.then(|| id.clone());
+                self.decided.insert(id.clone());
                 self.held = Some((
                     at,
                     TraceLine::LlmCall {
                         run_id: run,
                         id,
                         model: model.clone(),
-                        messages: Value::Array(Vec::new()),
+                        // Null: not recorded (an `llm.messages` event after it fills them).
+                        messages: Value::Null,
                         at: Some(at),
                     },
                     Some(CallMeta {
@@ -78,11 +83,13 @@ impl RunLines {
             }
             EventKind::LlmResult => {
                 let model = str_field(b.get("model"));
-                let id = match str_field(b.get("callId")).or_else(|| self.unpaired.take()) {
+                let named = str_field(b.get("callId")).filter(|id| self.decided.contains(id));
+                let id = match named.or_else(|| self.unpaired.take()) {
                     Some(id) => id,
                     None => {
                         // Usage of a call no llm.before decision recorded: it was made.
-                        let id = format!("llm@{}", e.seq());
+                        let id = str_field(b.get("callId"))
+                            .unwrap_or_else(|| format!("llm@{}", e.seq()));
                         let decision = json!({"effect": "allow", "code": "ALLOWED"});
                         let name = model.clone().unwrap_or_default();
                         self.ready.push_back((
@@ -91,11 +98,14 @@ impl RunLines {
                                 run_id: run.clone(),
                                 id: id.clone(),
                                 model: name.clone(),
-                                messages: Value::Array(Vec::new()),
+                                messages: Value::Null,
                                 at: Some(at),
                             },
                             Some(CallMeta {
-                                recorded: recorded(e.agent_id(), &name, at, Some(&decision)),
+                                recorded: super::Recorded {
+                                    usage_only: true,
+                                    ..recorded(e.agent_id(), &name, at, Some(&decision))
+                                },
                                 signals: Default::default(),
                             }),
                         ));

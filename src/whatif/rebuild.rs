@@ -427,5 +427,6 @@ pub(super) fn recorded(
         code: decision
             .and_then(|d| str_field(d.get("code")))
             .unwrap_or_default(),
+        usage_only: false,
     }
 }

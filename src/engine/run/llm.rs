@@ -107,6 +107,13 @@ impl Run {
         self.llm_finish(call, id, d, started, now)
     }
 
+    /// Whether [`before_llm`](Run::before_llm) does anything with a call's messages now: some
+    /// `llm.before` rule is loaded, or the engine records messages. When not, a caller may
+    /// skip building the messages (the bindings skip converting them): the decision is allow.
+    pub fn gates_llm(&self) -> bool {
+        self.engine.llm.record_messages || self.engine.policies.load().has_llm_rules()
+    }
+
     /// The quick checks: a closed run, a policy set without `llm.before` rules (the common
     /// case: one flag), an aborted run, messages nested too deep.
     #[inline]
@@ -448,10 +455,11 @@ pub(crate) fn message_entries(messages: &Value) -> (Vec<Value>, usize) {
 fn message_entry(m: &Value) -> Value {
     let field = |k: &str| m.get(k).and_then(Value::as_str);
     let role = field("role").or_else(|| field("type")).unwrap_or("unknown");
+    // A string is cut before it is copied (a huge content is never copied whole).
     let (content, default_kind) = match m {
-        Value::String(s) => (s.clone(), "text"),
+        Value::String(s) => (head(s), "text"),
         Value::Object(o) => match o.get("content") {
-            Some(Value::String(s)) => (s.clone(), "text"),
+            Some(Value::String(s)) => (head(s), "text"),
             Some(other) => (bounded_json(other), "json"),
             None => {
                 // No `content`: everything but the role (tool calls, function results).
@@ -500,6 +508,16 @@ fn bounded_json(v: &Value) -> String {
         bytes.pop();
     }
     String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// The first [`MAX_MESSAGE_CONTENT`] bytes of `s` and one more character (so [`cut`] sees
+/// that it was longer), copied.
+fn head(s: &str) -> String {
+    let mut end = (MAX_MESSAGE_CONTENT + 1).min(s.len());
+    while !s.is_char_boundary(end) {
+        end += 1;
+    }
+    s[..end].to_string()
 }
 
 /// `s` cut to at most `max` bytes at a character boundary; whether it was cut.

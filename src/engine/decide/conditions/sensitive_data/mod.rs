@@ -100,6 +100,11 @@ fn shared_mask(detectors: &[(Detector, Option<CSub>)]) -> u8 {
 }
 
 impl CSensitive {
+    /// Whether it scans the messages sent to a model (`target: "llmInput"`).
+    pub(crate) fn scans_llm_input(&self) -> bool {
+        self.target == Target::LlmInput
+    }
+
     /// Compiles a condition's parts.
     pub(crate) fn compile(
         target: Target,
