@@ -66,3 +66,23 @@ def test_a_secret_after_megabytes_of_history_is_not_missed() -> None:
     history = [{"role": "tool", "kind": "tool_result", "content": "x" * 500_000} for _ in range(12)]
     history.append({"role": "user", "kind": "text", "content": f"my card is {CARD}"})
     assert LlmGate().before(run, "m", history).effect == "block"
+
+
+def test_messages_are_built_only_when_the_gate_reads_them() -> None:
+    from llm_helpers import token_budget
+    from policies_for_tests import GATE
+    from toolgate._llm import Messages
+
+    built: list = []
+
+    def build() -> list:
+        built.append(1)
+        return [{"role": "user", "content": "hi"}]
+
+    gate = LlmGate()
+    assert gate.before(toolgate.Engine(GATE).start_run("bot"), "m", Messages(build)).allowed
+    assert built == []  # no llm.before rule, messages not recorded: never built
+    assert gate.before(toolgate.Engine([GATE, token_budget(10**9)]).start_run("bot"), "m", Messages(build)).allowed
+    assert built == [1]
+    assert gate.before(toolgate.Engine(GATE, record_messages=True).start_run("bot"), "m", Messages(build)).allowed
+    assert built == [1, 1]

@@ -24,12 +24,12 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._errors import Blocked, ReviewRequired
 from ._native import Decision, Run
 
-__all__ = ["LlmGate", "Prices", "MAX_TOKENS_PER_CALL", "parse_prices", "text_tokens"]
+__all__ = ["LlmGate", "Messages", "Prices", "MAX_TOKENS_PER_CALL", "parse_prices", "text_tokens"]
 
 log = logging.getLogger("toolgate")
 
@@ -94,8 +94,28 @@ def _count(v: Any) -> Optional[int]:
     return max(0, min(n, MAX_TOKENS_PER_CALL))
 
 
+class Messages:
+    """A model call's messages, built on first use: only when the gate reads them (an
+    ``llm.before`` rule in play, or the engine recording messages) or a missing usage count
+    must be estimated. ``fn`` builds them (``[{"role", "kind", "content"}, ...]``)."""
+
+    __slots__ = ("_fn", "_value", "_built")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._built = False
+
+    def get(self) -> Any:
+        if not self._built:
+            self._value, self._built = self._fn(), True
+        return self._value
+
+
 def text_tokens(value: Any) -> int:
     """An estimate of the tokens in ``value`` (its text as JSON, 4 characters a token)."""
+    if isinstance(value, Messages):
+        value = value.get()
     if value is None:
         return 0
     if not isinstance(value, str):
@@ -189,14 +209,23 @@ class LlmGate:
         self.prices = parse_prices(prices)
 
     # -- the gate -----------------------------------------------------------------------------
+    @staticmethod
+    def _for_gate(run: Run, messages: Any) -> Any:
+        """The messages as the gate reads them, or None when it reads none (no ``llm.before``
+        rule, messages not recorded): then they are not even built."""
+        if not run.gates_llm:
+            return None
+        return _bounded(messages.get() if isinstance(messages, Messages) else messages)
+
     def before(self, run: Run, model: str, messages: Any) -> Decision:
         """The ``llm.before`` decision for a model call about to be made (the engine writes
-        its ``llm.messages`` when the engine records messages)."""
-        return run.before_llm(str(model or "unknown"), _bounded(messages))
+        its ``llm.messages`` when the engine records messages). ``messages``: a list, or
+        :class:`Messages` to build them only if they are read."""
+        return run.before_llm(str(model or "unknown"), self._for_gate(run, messages))
 
     async def abefore(self, run: Run, model: str, messages: Any) -> Decision:
         """:meth:`before` for asyncio."""
-        return await run.abefore_llm(str(model or "unknown"), _bounded(messages))
+        return await run.abefore_llm(str(model or "unknown"), self._for_gate(run, messages))
 
     @staticmethod
     def refused(decision: Decision) -> Blocked:

@@ -48,7 +48,7 @@ from crewai.hooks import (
 )
 
 from . import Decision, Engine, Run, ToolgateError, _agent_tags, _jsonable, refusal_text
-from ._llm import LlmGate, Prices, Timer, usage
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
 __all__ = ["govern", "Governor", "ModelCallRefused"]
 
@@ -175,7 +175,8 @@ class Governor:
         self._flush(key)  # a call whose after hook CrewAI skipped (a structured answer)
         run = self.run()
         model = _model(ctx.llm)
-        messages = _messages(ctx.messages)
+        snapshot = list(ctx.messages or ())
+        messages = Messages(lambda: _messages(snapshot))
         d = self.llm.before(run, model, messages)
         if not d.allowed:
             self.llm.end_refused(run, d)

@@ -37,7 +37,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from . import Decision, Engine, Run, ToolgateError, _agent_tags, _jsonable, refusal_text
-from ._llm import LlmGate, Prices, Timer, usage
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
 __all__ = ["ToolgatePlugin"]
 
@@ -139,7 +139,7 @@ class ToolgatePlugin(BasePlugin):
     ) -> Optional[LlmResponse]:
         run = self._ctx_run(callback_context)
         model = llm_request.model or "unknown"
-        messages = _contents(llm_request.contents)
+        messages = Messages(lambda: _contents(llm_request.contents))
         d = await self.llm.abefore(run, model, messages)
         if not d.allowed:
             await self.llm.aend_refused(run, d)

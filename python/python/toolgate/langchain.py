@@ -33,7 +33,7 @@ from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
 from . import _agent_tags, Decision, Engine, Run, _jsonable, refusal_text
-from ._llm import LlmGate, Prices, Timer, Usage, usage
+from ._llm import LlmGate, Messages, Prices, Timer, Usage, usage
 
 __all__ = ["ToolgateMiddleware", "ToolgateState"]
 
@@ -190,7 +190,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> ModelResult:
         run = self._run(request.state)
-        model, messages = _model_name(request.model), _messages(request)
+        model, messages = _model_name(request.model), Messages(lambda: _messages(request))
         d = self.llm.before(run, model, messages)
         if not d.allowed:
             self.llm.end_refused(run, d)
@@ -209,7 +209,7 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> ModelResult:
         run = self._run(request.state)
-        model, messages = _model_name(request.model), _messages(request)
+        model, messages = _model_name(request.model), Messages(lambda: _messages(request))
         d = await self.llm.abefore(run, model, messages)
         if not d.allowed:
             await self.llm.aend_refused(run, d)

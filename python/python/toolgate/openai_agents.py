@@ -44,7 +44,7 @@ from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, ToolGuard
 from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
 
 from . import _agent_tags, Decision, Engine, Run, ToolgateError, _jsonable, refusal_text
-from ._llm import LlmGate, Prices, Timer, usage
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
 __all__ = ["govern", "Approver"]
 
@@ -225,7 +225,7 @@ class _Governor(AgentHooks[Any]):
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
         await self.settle(context)
         st = self.state(context)
-        model, messages = _model_name(agent), _messages(system_prompt, input_items)
+        model, messages = _model_name(agent), Messages(lambda: _messages(system_prompt, input_items))
         d = await self.llm.abefore(st.run, model, messages)
         if not d.allowed:
             await self.llm.aend_refused(st.run, d)

@@ -50,7 +50,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
 from . import Engine, Run, ToolgateError, _jsonable, refusal_text
-from ._llm import LlmGate, Prices, Timer, usage
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
 __all__ = ["ToolgateToolset", "ToolgateCapability", "Approver"]
 
@@ -246,7 +246,7 @@ class ToolgateCapability(AbstractCapability[Any]):
         ts = self.toolset
         run = ts._run(ctx)
         model = str(getattr(request_context.model, "model_name", None) or "unknown")
-        messages = _model_messages(request_context.messages)
+        messages = Messages(lambda: _model_messages(request_context.messages))
         if run.closed is not None:
             return ModelResponse(parts=[TextPart(f"toolgate: this run has ended ({run.closed}); the model is not called")],
                                  model_name="toolgate")
