@@ -60,6 +60,9 @@ impl Run {
     /// engine records messages). Never fails: an internal fault yields a decision by the
     /// engine's failure mode.
     pub async fn before_llm(&self, call: &LlmCall) -> Decision {
+        if let Some(d) = self.llm_quick() {
+            return d;
+        }
         let started = Instant::now();
         let now = self.engine.clock.now();
         let (policies, profile, id) = match self.llm_start(call, now) {
@@ -85,6 +88,9 @@ impl Run {
     /// [`before_llm`](Run::before_llm) for callers that are not async (no runtime needed);
     /// see [`before_tool_blocking`](Run::before_tool_blocking) for when it waits.
     pub fn before_llm_blocking(&self, call: &LlmCall) -> Decision {
+        if let Some(d) = self.llm_quick() {
+            return d;
+        }
         let started = Instant::now();
         let now = self.engine.clock.now();
         let (policies, profile, id) = match self.llm_start(call, now) {
@@ -114,18 +120,24 @@ impl Run {
         self.engine.llm.record_messages || self.engine.policies.load().has_llm_rules()
     }
 
-    /// The quick checks: a closed run, a policy set without `llm.before` rules (the common
-    /// case: one flag), an aborted run, messages nested too deep.
+    /// The decision without reading the clock or the call: a closed run is refused; a policy
+    /// set without `llm.before` rules (the common case: one flag) allows, unless messages are
+    /// recorded.
     #[inline]
-    fn llm_start(&self, call: &LlmCall, now: DateTime<Utc>) -> Step {
+    fn llm_quick(&self) -> Option<Decision> {
         if let Some(why) = self.closed() {
-            return Step::Done(closed_decision(Phase::LlmBefore, why));
+            return Some(closed_decision(Phase::LlmBefore, why));
         }
+        if !self.engine.llm.record_messages && !self.engine.policies.load().has_llm_rules() {
+            return Some(llm_allowed());
+        }
+        None
+    }
+
+    /// The other checks (an aborted run, messages nested too deep), then what to decide.
+    fn llm_start(&self, call: &LlmCall, now: DateTime<Utc>) -> Step {
         let policies = self.engine.policies.load_full();
         let rules = policies.has_llm_rules();
-        if !rules && !self.engine.llm.record_messages {
-            return Step::Done(llm_allowed());
-        }
         let id = match &call.id {
             Some(id) => id.clone(),
             None => {
