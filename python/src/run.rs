@@ -406,6 +406,13 @@ impl PyRun {
         })
     }
 
+    /// Whether `before_llm` reads a call's messages (an `llm.before` rule in play, or the
+    /// engine recording messages): adapters build them only then.
+    #[getter]
+    fn gates_llm(&self) -> bool {
+        self.run.gates_llm()
+    }
+
     /// Decides a model call (phase `llm.before`); the GIL is released while deciding.
     #[pyo3(signature = (model, messages=None, call_id=None))]
     fn before_llm(

@@ -20,7 +20,10 @@ if os.environ.get("CI"):
     # letting its test file's `pytest.importorskip` skip it.
     import importlib
 
-    for _framework in ("langchain.agents", "agents", "pydantic_ai", "claude_agent_sdk"):
+    # CrewAI's tests run in a venv of their own (its dependencies cannot share one with
+    # openai-agents): there TOOLGATE_TEST_FRAMEWORKS=crewai names what must be present.
+    _required = os.environ.get("TOOLGATE_TEST_FRAMEWORKS", "langchain.agents,agents,pydantic_ai,claude_agent_sdk,google.adk")
+    for _framework in filter(None, _required.split(",")):
         importlib.import_module(_framework)
 
 

@@ -87,11 +87,11 @@ def post(tool: str, args: Dict[str, Any], out: Any, id: str) -> Dict[str, Any]:
             "tool_name": tool, "tool_input": args, "tool_response": out, "tool_use_id": id, "duration_ms": 12}
 
 
-async def connected(engine: toolgate.Engine) -> tuple[ClaudeSDKClient, FakeCLI]:
+async def connected(engine: toolgate.Engine, **kw: Any) -> tuple[ClaudeSDKClient, FakeCLI]:
     cli = FakeCLI()
-    client = ClaudeSDKClient(options=ClaudeAgentOptions(hooks=hooks(engine, "claude-bot")), transport=cli)
+    client = ClaudeSDKClient(options=ClaudeAgentOptions(hooks=hooks(engine, "claude-bot", **kw)), transport=cli)
     await client.connect()
-    assert set(cli.hooks) == {"PreToolUse", "PostToolUse", "Stop"}
+    assert set(cli.hooks) == {"UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"}
     return client, cli
 
 
@@ -160,5 +160,123 @@ async def test_a_hitl_pauses_the_sessions_run_and_its_caps_hold_after_the_review
         assert await denied("refund", {"amount": 900}, "t5") == ""
         assert "Too many searches." in await denied("search", {"q": 4}, "t6")
         assert "Too many searches." in await denied("search", {"q": 5}, "t7")
+    finally:
+        await client.disconnect()
+
+
+# -- issue 36: the model's side (usage from the transcript, the gate at the turn's model calls) ---
+
+from pathlib import Path  # noqa: E402
+
+from llm_helpers import events, field, model_hitl, run_status, token_budget  # noqa: E402
+
+
+def assistant(mid: str, tin: Any, tout: Any, model: str = "claude-test-1", **cache: Any) -> str:
+    """One transcript line of an assistant message, as Claude Code writes it."""
+    return json.dumps({"type": "assistant", "uuid": mid + "-u", "sessionId": "s1", "message": {
+        "id": mid, "role": "assistant", "model": model, "content": [{"type": "text", "text": "ok"}],
+        "usage": {"input_tokens": tin, "output_tokens": tout, **cache}}}) + "\n"
+
+
+def prompt(text: str, transcript: Path) -> Dict[str, Any]:
+    return {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "transcript_path": str(transcript), "cwd": "/",
+            "prompt": text}
+
+
+def post_t(tool: str, out: Any, id: str, transcript: Path) -> Dict[str, Any]:
+    return {**post(tool, {}, out, id), "transcript_path": str(transcript)}
+
+
+def stop(transcript: Path) -> Dict[str, Any]:
+    return {"hook_event_name": "Stop", "session_id": "s1", "transcript_path": str(transcript), "cwd": "/",
+            "stop_hook_active": False}
+
+
+async def test_usage_is_read_from_the_transcript_once_per_message(tmp_path: Path) -> None:
+    audit = tmp_path / "audit"
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("")
+    engine = toolgate.Engine(GATE, audit=str(audit))
+    client, cli = await connected(engine, prices={"claude-test-1": {"in": 3.0, "out": 15.0}})
+    try:
+        assert await cli.hook("UserPromptSubmit", prompt("hi", transcript), None) == {}
+        # one model call written as two lines (one per content block), then a partial line
+        with transcript.open("a") as f:
+            f.write(assistant("m1", 100, 20, cache_read_input_tokens=900) + assistant("m1", 100, 20, cache_read_input_tokens=900))
+            f.write('{"type": "assistant", "message": {"id": "m2"')  # still being written
+        assert await cli.hook("PreToolUse", pre("refund", {"amount": 5}, "t1"), "t1") == {}
+        assert await cli.hook("PostToolUse", post_t("refund", "ok", "t1", transcript), "t1") == {}
+        with transcript.open("a") as f:
+            f.write(', "model": "claude-test-1", "usage": {"input_tokens": 50, "output_tokens": 5}}}\n')
+            f.write("not json\n" + assistant("m3", None, None))
+        assert await cli.hook("Stop", stop(transcript), None) == {}
+    finally:
+        await client.disconnect()
+    engine.shutdown()
+    r = events(audit, "llm.result")
+    assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r][:2] == [(1000, 20), (50, 5)]
+    assert field(r[2], "tokensIn") > 0  # m3 reported nothing: estimated, never free
+    assert field(r[0], "costUsd") == pytest.approx((1000 * 3.0 + 20 * 15.0) / 1e6)
+    assert field(r[0], "model") == "claude-test-1"
+
+
+async def test_the_gate_blocks_the_prompt_and_stops_claude_after_a_tool(tmp_path: Path) -> None:
+    audit = tmp_path / "audit"
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("")
+    engine = toolgate.Engine([token_budget(1000), GATE], audit=str(audit))
+    client, cli = await connected(engine)
+    try:
+        assert await cli.hook("UserPromptSubmit", prompt("hi", transcript), None) == {}
+        transcript.write_text(assistant("m1", 1500, 20))
+        assert await cli.hook("PreToolUse", pre("refund", {"amount": 5}, "t1"), "t1") == {}
+        out = await cli.hook("PostToolUse", post_t("refund", "ok", "t1", transcript), "t1")
+        assert out["continue"] is False and "The token budget is spent." in out["stopReason"]
+    finally:
+        await client.disconnect()
+    engine.shutdown()
+    assert run_status(audit) == ["budget_exceeded"]
+
+
+async def test_a_prompt_held_for_review_is_blocked(tmp_path: Path) -> None:
+    engine = toolgate.Engine(model_hitl())
+    client, cli = await connected(engine)
+    try:
+        out = await cli.hook("UserPromptSubmit", prompt("hi", tmp_path / "none.jsonl"), None)
+        [review] = engine.reviews.pending()
+        assert out["decision"] == "block" and review["id"] in out["reason"]
+    finally:
+        await client.disconnect()
+
+
+async def test_a_hostile_transcript_is_bounded(tmp_path: Path) -> None:
+    audit = tmp_path / "audit"
+    transcript = tmp_path / "t.jsonl"
+    # a 20 MiB line with no newline, then real lines: toolgate reads 8 MiB at a time, skips it
+    transcript.write_bytes(b"x" * (20 * 1024 * 1024) + b"\n" + assistant("m1", 10**40, -1).encode())
+    engine = toolgate.Engine(GATE, audit=str(audit))
+    client, cli = await connected(engine)
+    try:
+        for i in range(4):
+            await cli.hook("PreToolUse", pre("refund", {"amount": 1}, f"t{i}"), f"t{i}")
+            await cli.hook("PostToolUse", post_t("refund", "ok", f"t{i}", transcript), f"t{i}")
+    finally:
+        await client.disconnect()
+    engine.shutdown()
+    [r] = events(audit, "llm.result")
+    assert (field(r, "tokensIn"), field(r, "tokensOut")) == (10**12, 0)
+
+
+async def test_a_fifo_or_device_named_as_the_transcript_does_not_hang_the_hook(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    engine = toolgate.Engine(GATE)
+    client, cli = await connected(engine)
+    try:
+        for path in (fifo, Path("/dev/zero")):
+            out = await asyncio.wait_for(cli.hook("UserPromptSubmit", prompt("hi", path), None), 10)
+            assert out == {}
     finally:
         await client.disconnect()

@@ -240,3 +240,78 @@ async def test_an_approver_that_accepts_lets_the_answer_decide() -> None:
     await Runner.run(a, state)
     assert ran == ["refund 500"]
     assert [r["status"] for r in engine.reviews.list()] == ["approved"]
+
+
+# -- issue 36: the model's side -----------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from llm_helpers import PRICES, events, field, model_hitl, run_status, token_budget  # noqa: E402
+
+
+class MeteredModel(ScriptedModel):
+    """ScriptedModel reporting usage (``tin``/``tout``; None leaves the SDK's default, 0) and
+    counting its calls; ``model`` is its name."""
+
+    def __init__(self, tool: str, args: dict, tin: Any = 100, tout: Any = 10, fail: bool = False) -> None:
+        super().__init__(tool, args)
+        self.model, self.calls, self.tin, self.tout, self.fail = "scripted-1", 0, tin, tout, fail
+
+    async def get_response(self, *a: Any, **kw: Any) -> ModelResponse:
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("model down")
+        r = await super().get_response(*a, **kw)
+        if self.tin is not None:
+            r.usage = Usage(requests=1)
+            r.usage.input_tokens, r.usage.output_tokens = self.tin, self.tout
+        return r
+
+
+def metered(engine: toolgate.Engine, model: MeteredModel, **kw: Any) -> Agent[Any]:
+    return govern(Agent(name="oa-bot", model=model, tools=[refund, deleteUser]), engine, **kw)
+
+
+async def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
+    engine = toolgate.Engine(GATE, audit=str(tmp_path))
+    await Runner.run(metered(engine, MeteredModel("refund", {"amount": 5}, 1000, 50), prices=PRICES), "go")
+    engine.shutdown()
+    r = events(tmp_path, "llm.result")
+    assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r] == [(1000, 50), (1000, 50)]
+    assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
+    assert {field(e, "model") for e in r} == {"scripted-1"}
+
+
+async def test_zero_or_hostile_usage_is_estimated_or_bounded(tmp_path: Path) -> None:
+    engine = toolgate.Engine(GATE, audit=str(tmp_path))
+    await Runner.run(metered(engine, MeteredModel("refund", {"amount": 5}, tin=None)), "go")  # SDK default: 0 tokens
+    await Runner.run(metered(engine, MeteredModel("refund", {"amount": 5}, tin=10**40, tout=10**40)), "go")
+    engine.shutdown()
+    r = events(tmp_path, "llm.result")
+    assert all(field(e, "tokensIn") > 0 for e in r[:2])  # a prompt is never free
+    assert (field(r[2], "tokensIn"), field(r[2], "tokensOut")) == (10**12, 10**12)
+
+
+async def test_a_model_that_raises_reaches_the_app() -> None:
+    with pytest.raises(RuntimeError, match="model down"):
+        await Runner.run(metered(toolgate.Engine(GATE), MeteredModel("refund", {"amount": 5}, fail=True)), "go")
+
+
+async def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
+    engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
+    model = MeteredModel("refund", {"amount": 5}, 1500, 5)
+    with pytest.raises(toolgate.Blocked, match="The token budget is spent.") as e:
+        await Runner.run(metered(engine, model), "go")
+    assert not isinstance(e.value, toolgate.ReviewRequired)
+    assert model.calls == 1 and ran == ["refund 5"]
+    engine.shutdown()
+    assert run_status(tmp_path) == ["budget_exceeded"]
+
+
+async def test_a_model_call_held_for_review_is_not_made() -> None:
+    engine = toolgate.Engine(model_hitl())
+    model = MeteredModel("refund", {"amount": 5})
+    with pytest.raises(toolgate.ReviewRequired) as e:
+        await Runner.run(metered(engine, model), "go")
+    [review] = engine.reviews.pending()
+    assert model.calls == 0 and e.value.review_id == review["id"]

@@ -219,3 +219,80 @@ async def test_adecide_asks_an_async_approver_on_the_callers_loop() -> None:
 
     assert loops == [asyncio.get_running_loop()]
     assert [r["status"] for r in engine.reviews.list()] == ["approved"]
+
+
+# -- issue 36: the model's side -----------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from pydantic_ai.usage import RequestUsage  # noqa: E402
+
+from llm_helpers import events, field, model_hitl, run_status, token_budget  # noqa: E402
+
+
+def metered(name: str, args: dict, tin: int = 100, tout: int = 10, counter: List[int] | None = None) -> FunctionModel:
+    """`scripted`, reporting usage and counting calls."""
+    inner = scripted(name, args)
+
+    def fn(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if counter is not None:
+            counter.append(1)
+        r = inner.function(messages, info)  # type: ignore[misc,union-attr]
+        r.usage = RequestUsage(input_tokens=tin, output_tokens=tout)
+        return r
+
+    return FunctionModel(fn, model_name="scripted-1")
+
+
+def gated(engine: toolgate.Engine, model: Any, **kw: Any) -> Agent[None, Any]:
+    toolset = ToolgateToolset(FunctionToolset([refund, deleteUser]), engine, "pai-bot", **kw)
+    return Agent(model, capabilities=[toolset.capability()], output_type=[str, DeferredToolRequests])
+
+
+def test_usage_is_recorded_with_model_and_cost(tmp_path: Path) -> None:
+    engine = toolgate.Engine(GATE, audit=str(tmp_path))
+    agent = gated(engine, metered("refund", {"amount": 5}, 1000, 50), prices={"scripted-1": {"in": 2.0, "out": 8.0}})
+    assert agent.run_sync("go").output == "tool said: refunded 5"
+    engine.shutdown()
+    r = events(tmp_path, "llm.result")
+    assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r] == [(1000, 50), (1000, 50)]
+    assert field(r[0], "costUsd") == pytest.approx((1000 * 2.0 + 50 * 8.0) / 1e6)
+    assert {field(e, "model") for e in r} == {"scripted-1"}
+    assert ran == ["refund 5"]
+
+
+def test_blocked_tool_through_the_capability_reads_the_refusal() -> None:
+    agent = gated(toolgate.Engine(GATE), metered("deleteUser", {"id": 1}))
+    assert "BLOCKED_RULE, rule no-delete" in agent.run_sync("go").output and ran == []
+
+
+def test_the_llm_before_gate_stops_the_model_once_the_budget_is_spent(tmp_path: Path) -> None:
+    engine = toolgate.Engine([token_budget(1000), GATE], audit=str(tmp_path))
+    n: List[int] = []
+    out = gated(engine, metered("refund", {"amount": 5}, 1500, 5, n)).run_sync("go").output
+    assert "The token budget is spent." in out and len(n) == 1 and ran == ["refund 5"]
+    engine.shutdown()
+    assert run_status(tmp_path) == ["budget_exceeded"]
+
+
+def test_a_model_request_held_for_review_is_not_made() -> None:
+    engine = toolgate.Engine(model_hitl())
+    n: List[int] = []
+    out = gated(engine, metered("refund", {"amount": 5}, counter=n)).run_sync("go").output
+    [review] = engine.reviews.pending()
+    assert n == [] and review["id"] in out
+
+
+def test_hostile_usage_is_bounded_and_a_model_error_is_recorded(tmp_path: Path) -> None:
+    engine = toolgate.Engine(GATE, audit=str(tmp_path))
+    gated(engine, metered("refund", {"amount": 5}, 10**40, -9)).run_sync("go")
+
+    def down(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError("model down")
+
+    with pytest.raises(RuntimeError, match="model down"):
+        gated(engine, FunctionModel(down, model_name="scripted-1")).run_sync("go")
+    engine.shutdown()
+    r = events(tmp_path, "llm.result")
+    assert [(field(e, "tokensIn"), field(e, "tokensOut")) for e in r[:2]] == [(10**12, 0), (10**12, 0)]
+    assert field(r[2], "tokensIn") > 0 and field(r[2], "tokensOut") == 0  # the failed call: what was sent

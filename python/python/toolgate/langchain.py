@@ -3,7 +3,11 @@
 >>> from langchain.agents import create_agent
 >>> agent = create_agent(model, tools, middleware=[ToolgateMiddleware(engine, "support-bot")])
 
-One toolgate run per agent invocation. A blocked call never runs: the model reads a
+One toolgate run per agent invocation. Every model call goes through the ``llm.before`` gate
+first (``wrap_model_call``): a refused call is not made; the agent ends with an ``AIMessage``
+reading the refusal and the run ends ``budget_exceeded`` (a hitl leaves it paused for its
+review). Each call's tokens (``usage_metadata``), model and duration are recorded
+(``llm.result``), with a cost from ``prices`` (or the engine's). A blocked call never runs: the model reads a
 ``ToolMessage(status="error")`` saying ``toolgate blocked this call: <reason> [<CODE>, rule <id>]``
 and may go on. A call held for human review (hitl) gets the same message naming the review, and
 the agent stops before its next model call. Approving the review (``engine.reviews.approve`` or
@@ -19,20 +23,53 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
-from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import ToolMessage
+from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from typing_extensions import Annotated, NotRequired
 
-from . import _agent_tags, Engine, Run, _jsonable, refusal_text
+from . import _agent_tags, Decision, Engine, Run, _jsonable, refusal_text
+from ._llm import LlmGate, Messages, Prices, Timer, Usage, usage
 
 __all__ = ["ToolgateMiddleware", "ToolgateState"]
 
 ToolResult = Union[ToolMessage, Command[Any]]
+ModelResult = Union[ModelResponse[Any], AIMessage, Any]
+
+
+def _model_name(model: Any) -> str:
+    for attr in ("model_name", "model", "model_id"):
+        v = getattr(model, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return type(model).__name__
+
+
+def _messages(request: ModelRequest[Any]) -> List[Dict[str, Any]]:
+    msgs: List[BaseMessage] = list(request.messages)
+    if request.system_message is not None:
+        msgs.insert(0, request.system_message)
+    out: List[Dict[str, Any]] = []
+    for m in msgs:
+        calls = getattr(m, "tool_calls", None)
+        kind = "tool_result" if isinstance(m, ToolMessage) else ("tool_call" if calls else "text")
+        content: Any = m.content if not calls else {"text": m.content, "toolCalls": calls}
+        out.append({"role": m.type, "kind": kind, "content": _jsonable(content)})
+    return out
+
+
+def _usage(result: Any, messages: Any) -> Tuple[Usage, Optional[str]]:
+    """The call's usage and the model's name from its AIMessage."""
+    msgs = result.result if isinstance(result, ModelResponse) else [result]
+    ai = next((m for m in msgs if isinstance(m, AIMessage)), None)
+    um = getattr(ai, "usage_metadata", None) or {}
+    name = (getattr(ai, "response_metadata", None) or {}).get("model_name")
+    return (usage(um.get("input_tokens"), um.get("output_tokens"), messages, getattr(ai, "content", None)),
+            name if isinstance(name, str) else None)
 
 
 class ToolgateState(AgentState[Any]):
@@ -84,8 +121,10 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
         agent_id: str,
         enduser: Optional[Mapping[str, Any]] = None,
         agent_tags: Iterable[str] = (),
+        prices: Optional[Prices] = None,
     ) -> None:
         super().__init__()
+        self.llm = LlmGate(prices)
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
@@ -131,15 +170,59 @@ class ToolgateMiddleware(AgentMiddleware[ToolgateState, Any, Any]):
 
     def after_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
         run = self._pop(state)
-        if run is not None:
+        if run is not None and run.closed is None:
             run.end("aborted" if run.aborted else "success")
         return None
 
     async def aafter_agent(self, state: ToolgateState, runtime: Any) -> Dict[str, Any] | None:
         run = self._pop(state)
-        if run is not None:
+        if run is not None and run.closed is None:
             await run.aend("aborted" if run.aborted else "success")
         return None
+
+    # -- model calls --------------------------------------------------------------------------
+    @staticmethod
+    def _refused_model(d: Decision) -> AIMessage:
+        return AIMessage(content=refusal_text(d), response_metadata={"toolgateCode": d.code,
+                                                                       "toolgateReviewId": d.review_id})
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResult:
+        run = self._run(request.state)
+        model, messages = _model_name(request.model), Messages(lambda: _messages(request))
+        d = self.llm.before(run, model, messages)
+        if not d.allowed:
+            self.llm.end_refused(run, d)
+            return self._refused_model(d)
+        timer = Timer()
+        try:
+            result = handler(request)
+        except Exception:
+            self.llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)  # what was sent counts
+            raise
+        u, name = _usage(result, messages)
+        self.llm.record(run, name or model, u, timer.ms(), d.call_id)
+        return result
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> ModelResult:
+        run = self._run(request.state)
+        model, messages = _model_name(request.model), Messages(lambda: _messages(request))
+        d = await self.llm.abefore(run, model, messages)
+        if not d.allowed:
+            await self.llm.aend_refused(run, d)
+            return self._refused_model(d)
+        timer = Timer()
+        try:
+            result = await handler(request)
+        except Exception:
+            self.llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)
+            raise
+        u, name = _usage(result, messages)
+        self.llm.record(run, name or model, u, timer.ms(), d.call_id)
+        return result
 
     # -- tool calls ---------------------------------------------------------------------------
     @staticmethod

@@ -12,6 +12,13 @@ interruption (``result.interruptions``); approving it through the SDK's ``RunSta
 arguments, and the call runs on resume; rejecting it (``state.reject(item)``) denies the
 review. A tool's own ``needs_approval`` is kept: either asking means approval is needed.
 
+Every model call goes through the ``llm.before`` gate first (the agent's ``on_llm_start``
+hook): a refused call is not made and ``Runner.run`` raises :class:`toolgate.Blocked` (the run
+ends ``budget_exceeded``) or :class:`toolgate.ReviewRequired` (a hitl: the run is paused for
+its review), which the app catches. Each call's tokens (``ModelResponse.usage``), model and
+duration are recorded (``llm.result``, ``on_llm_end``), with a cost from ``prices`` (or the
+engine's).
+
 A decision belongs to one run, one call id and one set of arguments: a call id the model sends
 again (in this run or another) with other arguments is decided afresh, and an SDK approval is
 applied to one review only.
@@ -31,12 +38,13 @@ import inspect
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, ToolGuardrailFunctionOutput
 from agents.tool_guardrails import ToolInputGuardrail, ToolInputGuardrailData
 
 from . import _agent_tags, Decision, Engine, Run, ToolgateError, _jsonable, refusal_text
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
 __all__ = ["govern", "Approver"]
 
@@ -71,6 +79,30 @@ class _RunState:
         self.anchor = anchor  # kept alive, so its id() is not reused while tracked
         self.run = run
         self.decisions: "OrderedDict[Tuple[str, str], Decision]" = OrderedDict()
+        self.model_call: Optional[Tuple[Timer, Any, str, str]] = None  # (timer, messages, model, call id)
+
+
+def _model_name(agent: Any) -> str:
+    m = getattr(agent, "model", None)
+    if isinstance(m, str) and m:
+        return m
+    name = getattr(m, "model", None)
+    return name if isinstance(name, str) and name else (type(m).__name__ if m is not None else "default")
+
+
+def _messages(system_prompt: Any, items: Any) -> List[Dict[str, Any]]:
+    out: List[Dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": "system", "kind": "text", "content": _jsonable(system_prompt)})
+    for it in items if isinstance(items, list) else [items]:
+        if not isinstance(it, Mapping):
+            out.append({"role": "user", "kind": "text", "content": _jsonable(it)})
+            continue
+        t = it.get("type")
+        kind = "tool_call" if t == "function_call" else "tool_result" if t == "function_call_output" else "text"
+        content = it.get("content", it.get("output", it.get("arguments")))
+        out.append({"role": str(it.get("role") or t or "user"), "kind": kind, "content": _jsonable(content)})
+    return out
 
 
 async def _maybe_await(v: Any) -> Any:
@@ -88,7 +120,9 @@ class _Governor(AgentHooks[Any]):
         inner: Optional[AgentHooks[Any]],
         agent_tags: Iterable[str] = (),
         approver: Optional[Approver] = None,
+        prices: Optional[Prices] = None,
     ) -> None:
+        self.llm = LlmGate(prices)
         self.engine = engine
         self.agent_id = agent_id
         self.enduser = enduser
@@ -190,6 +224,13 @@ class _Governor(AgentHooks[Any]):
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
         await self.settle(context)
+        st = self.state(context)
+        model, messages = _model_name(agent), Messages(lambda: _messages(system_prompt, input_items))
+        d = await self.llm.abefore(st.run, model, messages)
+        if not d.allowed:
+            await self.llm.aend_refused(st.run, d)
+            raise self.llm.refused(d)  # the model is not called; the app catches it
+        st.model_call = (Timer(), messages, model, d.call_id)
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
@@ -228,6 +269,14 @@ class _Governor(AgentHooks[Any]):
             await self.inner.on_handoff(context, agent, source)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        st = self.state(context)
+        started, st.model_call = st.model_call, None
+        if started is not None:
+            u = getattr(response, "usage", None)
+            output = _jsonable(getattr(response, "output", None))
+            self.llm.record(st.run, started[2],
+                            usage(getattr(u, "input_tokens", None), getattr(u, "output_tokens", None), started[1], output),
+                            started[0].ms(), started[3])
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
 
@@ -295,11 +344,13 @@ def govern(
     enduser: Optional[Mapping[str, Any]] = None,
     agent_tags: Iterable[str] = (),
     approver: Optional[Approver] = None,
+    prices: Optional[Prices] = None,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools toolgate decides (see the module's doc).
     ``agent_tags`` are the agent's tags, which policies' ``agentSelector`` matches;
-    ``approver(review, context)`` says whether an SDK answer may decide a toolgate review."""
-    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags, approver)
+    ``approver(review, context)`` says whether an SDK answer may decide a toolgate review;
+    ``prices`` (``{model: {"in": usd_per_M, "out": usd_per_M}}``) defaults to the engine's."""
+    gov = _Governor(engine, agent_id or agent.name, enduser, agent.hooks, agent_tags, approver, prices)
     tools = []
     for t in agent.tools:
         if isinstance(t, FunctionTool):

@@ -16,6 +16,14 @@ An approval applies only to the review raised for exactly the call's arguments: 
 with edited arguments (or with ``ToolApproved(override_args=...)``) is decided afresh, and a new
 review is asked for them.
 
+**Model calls**: PydanticAI decides them outside toolsets, so the toolset comes with a
+capability, :meth:`ToolgateToolset.capability` (``Agent(model, capabilities=[ts.capability()])``,
+which also brings the toolset's tools): every model request goes through the ``llm.before``
+gate first (``wrap_model_request``); a refused request is not made: the agent's answer is a
+text reading the refusal, and the run ends ``budget_exceeded`` (a hitl leaves it paused for
+its review). Each request's tokens (``ModelResponse.usage``), model and duration are recorded
+(``llm.result``), with a cost from ``prices`` (or the engine's).
+
 ``approver``: who may answer a toolgate review through ``DeferredToolResults``. By default
 (``None``) whoever builds the results decides the review. Given a callable
 ``approver(review, context) -> bool`` (plain or ``async def``; ``review`` as
@@ -35,12 +43,16 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from pydantic_ai import ApprovalRequired, DeferredToolResults, ToolDenied, WrapperToolset
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
-from pydantic_ai.toolsets import ToolsetTool
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
 from . import Engine, Run, ToolgateError, _jsonable, refusal_text
+from ._llm import LlmGate, Messages, Prices, Timer, usage
 
-__all__ = ["ToolgateToolset", "Approver"]
+__all__ = ["ToolgateToolset", "ToolgateCapability", "Approver"]
 
 Approver = Callable[[Dict[str, Any], Any], Union[bool, Awaitable[bool]]]
 """``approver(review, context)``: whether this answer may decide the toolgate review."""
@@ -68,8 +80,11 @@ class ToolgateToolset(WrapperToolset[Any]):
     approver: Optional[Approver] = field(default=None, repr=False)
     """``approver(review, context)``: whether an answer may decide a toolgate review (see the
     module's doc); ``None``: any answer does."""
+    prices: Optional[Prices] = field(default=None, repr=False)
+    """``{model: {"in": usd_per_M, "out": usd_per_M}}`` for model calls (default: the engine's)."""
 
     def __post_init__(self) -> None:
+        self._llm = LlmGate(self.prices)
         self._runs: Dict[str, Run] = {}
         # tool call id -> (review id, arguments key): the review raised for that held call.
         self._reviews: "OrderedDict[str, Tuple[str, str]]" = OrderedDict()
@@ -90,7 +105,8 @@ class ToolgateToolset(WrapperToolset[Any]):
                 ended = list(self._runs.values())
                 self._runs.clear()
         for run in ended:
-            await run.aend("aborted" if run.aborted else "success")
+            if run.closed is None:
+                await run.aend("aborted" if run.aborted else "success")
         return await super().__aexit__(*args)
 
     def _run(self, ctx: RunContext[Any]) -> Run:
@@ -101,6 +117,11 @@ class ToolgateToolset(WrapperToolset[Any]):
                 run = self.engine.start_run(self.agent_id, enduser=self.enduser, agent_tags=self.agent_tags)
                 self._runs[key] = run
             return run
+
+    def capability(self) -> "ToolgateCapability":
+        """The capability that gates and records this toolset's agent's model requests (and
+        brings this toolset's tools): ``Agent(model, capabilities=[toolset.capability()])``."""
+        return ToolgateCapability(self)
 
     def decide(self, results: DeferredToolResults, context: Any = None) -> DeferredToolResults:
         """Approves or denies the toolgate reviews that ``results`` answer (each the review
@@ -193,6 +214,58 @@ class ToolgateToolset(WrapperToolset[Any]):
         if not after.allowed:
             return refusal_text(after)
         return out
+
+
+def _model_messages(messages: Any) -> list[Dict[str, Any]]:
+    out: list[Dict[str, Any]] = []
+    for m in messages or ():
+        role = "assistant" if isinstance(m, ModelResponse) else "user"
+        for p in getattr(m, "parts", ()) or ():
+            kind = getattr(p, "part_kind", "text")
+            content = getattr(p, "content", None)
+            if content is None and hasattr(p, "args"):
+                content = {"tool": getattr(p, "tool_name", None), "args": p.args}
+            k = "tool_call" if kind == "tool-call" else "tool_result" if kind == "tool-return" else "text"
+            out.append({"role": "system" if kind == "system-prompt" else role, "kind": k, "content": _jsonable(content)})
+    return out
+
+
+@dataclass
+class ToolgateCapability(AbstractCapability[Any]):
+    """Gates and records every model request of the agent it is given to, in the runs of its
+    :class:`ToolgateToolset` (made by :meth:`ToolgateToolset.capability`)."""
+
+    toolset: ToolgateToolset
+
+    def get_toolset(self) -> AbstractToolset[Any]:
+        return self.toolset
+
+    async def wrap_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, handler: Any
+    ) -> ModelResponse:
+        ts = self.toolset
+        run = ts._run(ctx)
+        model = str(getattr(request_context.model, "model_name", None) or "unknown")
+        messages = Messages(lambda: _model_messages(request_context.messages))
+        if run.closed is not None:
+            return ModelResponse(parts=[TextPart(f"toolgate: this run has ended ({run.closed}); the model is not called")],
+                                 model_name="toolgate")
+        d = await ts._llm.abefore(run, model, messages)
+        if not d.allowed:
+            await ts._llm.aend_refused(run, d)
+            return ModelResponse(parts=[TextPart(refusal_text(d))], model_name="toolgate")
+        timer = Timer()
+        try:
+            response: ModelResponse = await handler(request_context)
+        except Exception:
+            ts._llm.record(run, model, usage(None, 0, messages), timer.ms(), d.call_id)  # what was sent counts
+            raise
+        u = response.usage
+        ts._llm.record(run, response.model_name or model,
+                       usage(getattr(u, "input_tokens", None), getattr(u, "output_tokens", None), messages,
+                             _jsonable([getattr(p, "content", None) for p in response.parts])),
+                       timer.ms(), d.call_id)
+        return response
 
 
 def _sync(aw: Awaitable[DeferredToolResults]) -> DeferredToolResults:
