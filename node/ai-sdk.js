@@ -17,6 +17,8 @@
 //   is stopped (`run.aborted`) until a human approves it (`engine.reviews.approve`).
 
 const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError } = require('./index.js')
+const llm = require('./lib/llm.js')
+const { modelMiddleware, promptMessages } = require('./lib/ai-model.js')
 
 const kGovernor = Symbol('toolgate.governor')
 
@@ -222,4 +224,22 @@ async function settleApprovals(governedTools, messages) {
   await gov.settle(messages)
 }
 
-module.exports = { governTools, settleApprovals, refusalText }
+/**
+ * A language-model middleware (AI SDK v6 `LanguageModelV3Middleware`, also accepted by v5's
+ * `wrapLanguageModel`) that decides every model call with `run`'s `llm.before` rules first and
+ * records its usage after:
+ *
+ *   const model = wrapLanguageModel({ model: openai('gpt-4.1'), middleware: toolgateModelMiddleware(run) })
+ *
+ * Block: the model is not called, the run ends `budget_exceeded`, and `generateText` /
+ * `streamText` reject with an `LlmBlockedError` (a `BlockedError`). Hitl: a
+ * `ReviewRequiredError` (the run stopped until the review is approved and `run.resume()`).
+ * Usage: an `llm.result` (tokens in and out, the model's id, duration, cost from `prices` or
+ * the engine's own table) per call; a stream's at its `finish` part.
+ */
+function toolgateModelMiddleware(run, { prices } = {}) {
+  if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('toolgateModelMiddleware: expected a toolgate Run')
+  return modelMiddleware(() => run, llm.pricesOf(prices))
+}
+
+module.exports = { governTools, settleApprovals, toolgateModelMiddleware, promptMessages, refusalText, LlmBlockedError: llm.LlmBlockedError }

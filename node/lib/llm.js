@@ -1,0 +1,169 @@
+'use strict'
+// The model side of every adapter (design §17): the `llm.before` gate before a model call and
+// the usage after it. Each adapter converts its framework's messages and usage and calls these;
+// the gate call (`run.beforeLlm`) and the usage record (`run.recordLlm`) are made here only.
+
+const { BlockedError, ReviewRequiredError, ToolgateError } = require('./errors.js')
+
+/** The largest token count recorded: a model's count past it (or ±Infinity) is recorded as this. */
+const MAX_TOKENS = Number.MAX_SAFE_INTEGER
+
+/** Characters of one message's content handed to the gate (the engine truncates what it records). */
+const CONTENT_CHARS = 1 << 20
+
+/** Messages handed to the gate per model call (the most recent ones). */
+const MESSAGES = 1024
+
+/** An error the gate's refusal of a model call is thrown as (`BlockedError` / `ReviewRequiredError`). */
+class LlmBlockedError extends BlockedError {}
+
+/**
+ * A price table `{model: {in, out}}` (USD per million tokens) checked once: a `TypeError` names
+ * the first bad entry. `undefined` stays `undefined` (the engine's own table, if any, applies).
+ */
+function pricesOf(prices, what = 'prices') {
+  if (prices == null) return undefined
+  if (typeof prices !== 'object' || Array.isArray(prices)) {
+    throw new TypeError(`${what}: expected {"<model>": {in: usdPerMillionTokens, out: usdPerMillionTokens}}`)
+  }
+  const out = new Map()
+  for (const [model, p] of Object.entries(prices)) {
+    const ok = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0
+    if (p === null || typeof p !== 'object' || !ok(p.in) || !ok(p.out)) {
+      throw new TypeError(`${what}["${model}"]: expected {in, out}, non-negative finite numbers (USD per million tokens)`)
+    }
+    out.set(model, { in: p.in, out: p.out })
+  }
+  return out
+}
+
+/**
+ * A token count as reported by a model (any value) as the count recorded: a non-negative
+ * integer; missing, negative or not a number → 0; past 2^53 (or Infinity) → 2^53 − 1, so a
+ * budget sees "very many", never a wrapped or negative number.
+ */
+function tokens(n) {
+  if (typeof n === 'bigint') n = Number(n)
+  if (typeof n === 'string' && n.trim() !== '') n = Number(n)
+  if (typeof n !== 'number' || Number.isNaN(n) || n <= 0) return 0
+  if (n >= MAX_TOKENS) return MAX_TOKENS
+  return Math.floor(n)
+}
+
+/** The cost of a call from `prices` (a `pricesOf` map), or undefined (the model has no price). */
+function costOf(prices, model, tokensIn, tokensOut) {
+  if (prices === undefined || typeof model !== 'string') return undefined
+  const p = prices.get(model)
+  if (p === undefined) return undefined
+  const cost = (tokensIn * p.in + tokensOut * p.out) / 1e6
+  return Number.isFinite(cost) ? cost : Number.MAX_VALUE
+}
+
+function text(v) {
+  let s
+  if (typeof v === 'string') s = v
+  else {
+    try {
+      s = JSON.stringify(v) ?? String(v)
+    } catch {
+      s = String(v)
+    }
+  }
+  return s.length > CONTENT_CHARS ? s.slice(0, CONTENT_CHARS) : s
+}
+
+/**
+ * Messages in the gate's shape `[{role, kind, content}]` from whatever an adapter has (each
+ * item `{role, kind?, content}`; content a string, or anything else as its JSON text). The most
+ * recent `MESSAGES` are kept, each content cut at `CONTENT_CHARS` (the engine records at most
+ * 16 KiB of each and scans what it is given).
+ */
+function normalize(messages) {
+  if (!Array.isArray(messages)) return []
+  const from = Math.max(0, messages.length - MESSAGES)
+  const out = []
+  for (let i = from; i < messages.length; i++) {
+    const m = messages[i]
+    if (m == null || typeof m !== 'object') continue
+    out.push({
+      role: typeof m.role === 'string' ? m.role : 'unknown',
+      kind: typeof m.kind === 'string' ? m.kind : 'text',
+      content: text(m.content ?? ''),
+    })
+  }
+  return out
+}
+
+/**
+ * The gate before one model call: the `llm.before` decision of `run` for model `model` and its
+ * `messages` (already in the gate's shape or close to it: see `normalize`).
+ */
+function beforeModel(run, model, messages) {
+  return run.beforeLlm(typeof model === 'string' && model !== '' ? model : 'unknown', normalize(messages))
+}
+
+/**
+ * What an adapter does with a refusal of the gate, the same everywhere: block → the run ends
+ * `budget_exceeded` and an `LlmBlockedError` is thrown (the model is not called); hitl → the run
+ * is stopped like a tool hitl and a `ReviewRequiredError` is thrown (the app resumes it once a
+ * human approved: `run.resume()`). Returns when the decision allows the call.
+ */
+async function enforce(run, d) {
+  if (d.allowed) return
+  if (d.effect === 'hitl') throw new ReviewRequiredError(d)
+  await run.end('budget_exceeded').catch(() => {})
+  throw new LlmBlockedError(d)
+}
+
+/** `beforeModel` then `enforce`: resolves when the model may be called. */
+async function gate(run, model, messages) {
+  const d = await beforeModel(run, model, messages)
+  await enforce(run, d)
+  return d
+}
+
+/**
+ * Records one model call's usage on `run` (an `llm.result` event; the `llm_*` metrics). Never
+ * throws (a hostile usage is recorded as `tokens` reads it; a run already ended records
+ * nothing). `prices`: a `pricesOf` map of the adapter's own; without one (or for a model it
+ * has no price for) the engine's own table decides the cost.
+ */
+function recordUsage(run, { model, tokensIn, tokensOut, durationMs, prices } = {}) {
+  const tin = tokens(tokensIn)
+  const tout = tokens(tokensOut)
+  const usage = { tokensIn: tin, tokensOut: tout }
+  const cost = costOf(prices, model, tin, tout)
+  if (cost !== undefined) usage.costUsd = cost
+  if (typeof model === 'string' && model !== '') usage.model = model
+  if (typeof durationMs === 'number' && Number.isFinite(durationMs) && durationMs >= 0) usage.durationMs = durationMs
+  try {
+    run.recordLlm(usage)
+  } catch (e) {
+    if (!(e instanceof ToolgateError) && !(e instanceof TypeError)) throw e
+  }
+  return usage
+}
+
+/** The model's id in a framework's model object (`modelId`, `model`, `name`), else `fallback`. */
+function modelName(m, fallback = 'unknown') {
+  if (typeof m === 'string') return m
+  if (m == null || typeof m !== 'object') return fallback
+  for (const k of ['modelId', 'model', 'modelName', 'name']) {
+    if (typeof m[k] === 'string' && m[k] !== '') return m[k]
+  }
+  return fallback
+}
+
+module.exports = {
+  LlmBlockedError,
+  pricesOf,
+  tokens,
+  costOf,
+  normalize,
+  beforeModel,
+  enforce,
+  gate,
+  recordUsage,
+  modelName,
+  MAX_TOKENS,
+}

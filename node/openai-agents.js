@@ -1,0 +1,334 @@
+'use strict'
+// OpenAI Agents JS (`@openai/agents`): `govern(agent, engine, opts)` returns a governed copy of
+// the agent (`agent.clone`), as the Python adapter does for the Python SDK.
+//
+//   const governed = govern(agent, engine, { agentId: 'support', enduser: { id: 'cust-1' } })
+//   const result = await run(governed, 'refund order 7')
+//
+// One toolgate run per SDK run (a run resumed from its `RunState` is the same run; it ends with
+// the agent's `agent_end`). Tools: every function tool gets a `needsApproval` and a governed
+// `invoke`. A blocked call does not run and the model reads `toolgate blocked this call:
+// <reason> [<CODE>, rule <id>]`. A hitl call is an SDK approval interruption
+// (`result.interruptions`): `result.state.approve(item)` approves the toolgate review raised for
+// exactly that call and its arguments (the call then runs on resume), `reject(item)` denies it.
+// A tool's own `needsApproval` is kept: either asking means approval is needed.
+// Model: the agent's model is wrapped; each call is decided by the `llm.before` rules first
+// (block: the model is not called, the run ends `budget_exceeded` and the SDK's `run()` rejects
+// with an `LlmBlockedError`; hitl: a `ReviewRequiredError`) and its usage recorded after.
+
+const { refusalText, jsonable, ToolgateError } = require('./index.js')
+const llm = require('./lib/llm.js')
+
+/** SDK runs tracked per governed agent (the oldest forgotten first) and decisions per run. */
+const MAX_RUNS = 1024
+const MAX_DECISIONS = 4096
+
+let tracing = null
+// `@openai/agents-core` is the app's own (a dependency of `@openai/agents`): loaded when used.
+function currentTrace() {
+  tracing ??= require('@openai/agents-core')
+  try {
+    return tracing.getCurrentTrace() ?? null
+  } catch {
+    return null
+  }
+}
+
+function remember(map, key, value, cap) {
+  map.delete(key)
+  map.set(key, value)
+  if (map.size > cap) map.delete(map.keys().next().value)
+}
+
+function argsOf(input) {
+  if (typeof input === 'string') {
+    if (input.trim() === '') return {}
+    try {
+      return jsonable(JSON.parse(input))
+    } catch {
+      return { _raw: input }
+    }
+  }
+  return jsonable(input ?? {})
+}
+
+function keyOf(callId, args) {
+  return `${callId}\u0000${JSON.stringify(args)}`
+}
+
+function errorText(e) {
+  return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
+}
+
+/** One SDK run: its toolgate run, its decisions and the calls the SDK holds for approval. */
+class RunEntry {
+  constructor(ctx, run) {
+    this.ctx = ctx
+    this.run = run
+    this.decisions = new Map() // key -> Decision
+    this.held = new Map() // key -> {tool, callId, reviewId}
+  }
+}
+
+class Governor {
+  constructor(engine, { agentId, enduser, agentTags, prices, approver }) {
+    this.engine = engine
+    this.agentId = agentId
+    this.enduser = enduser
+    this.agentTags = agentTags
+    this.prices = llm.pricesOf(prices)
+    this.approver = approver
+    this.runs = new Map() // RunContext -> RunEntry (insertion order: the oldest first)
+    this.byTrace = new WeakMap() // the SDK's trace of a run -> its RunEntry (for the model side)
+    this.last = null // the most recent RunEntry (a model call outside any trace)
+  }
+
+  entry(ctx) {
+    let e = this.runs.get(ctx)
+    if (e === undefined) {
+      const run = this.engine.startRun({ agentId: this.agentId, enduser: this.enduser, agentTags: this.agentTags })
+      e = new RunEntry(ctx, run)
+      remember(this.runs, ctx, e, MAX_RUNS)
+    }
+    const trace = currentTrace()
+    if (trace !== null) this.byTrace.set(trace, e)
+    this.last = e
+    return e
+  }
+
+  // The run of a model call: the SDK passes the model no context, so it is found through the
+  // SDK's current trace (set by `agent_start` of the same run), else the most recent run.
+  entryOfModelCall() {
+    const trace = currentTrace()
+    const e = trace === null ? undefined : this.byTrace.get(trace)
+    return e ?? this.last
+  }
+
+  async mayAnswer(reviewId, ctx) {
+    if (this.approver === undefined) return true
+    try {
+      const review = (await this.engine.reviews.list()).find((r) => r.id === reviewId)
+      if (review === undefined) return false
+      return (await this.approver(review, ctx)) === true
+    } catch {
+      return false
+    }
+  }
+
+  // Applies the SDK's answer to the review held for `key`: whether it was applied.
+  async answer(e, key, approve) {
+    const held = e.held.get(key)
+    if (held === undefined) return false
+    if (!(await this.mayAnswer(held.reviewId, e.ctx))) return false
+    if (!e.held.delete(key)) return false
+    try {
+      if (approve) await this.engine.reviews.approve(held.reviewId)
+      else await this.engine.reviews.deny(held.reviewId)
+    } catch (err) {
+      if (!(err instanceof ToolgateError)) throw err // decided already: keep that
+    }
+    e.decisions.delete(key)
+    await e.run.resume()
+    return true
+  }
+
+  // The SDK's rejections of held calls, applied to their reviews (approvals are applied when
+  // the approved call is about to run, with its arguments in hand).
+  async settle(e) {
+    const ctx = e.ctx
+    if (e.held.size === 0 || typeof ctx?.isToolApproved !== 'function') return
+    for (const [key, h] of [...e.held]) {
+      let answer
+      try {
+        answer = ctx.isToolApproved({ toolName: h.tool, callId: h.callId })
+      } catch {
+        continue
+      }
+      if (answer === false) await this.answer(e, key, false)
+    }
+  }
+
+  async decide(e, tool, args, callId) {
+    const key = keyOf(callId, args)
+    const known = e.decisions.get(key)
+    if (known !== undefined) return { d: known, key }
+    const d = await e.run.beforeTool({ name: tool, args, callId })
+    remember(e.decisions, key, d, MAX_DECISIONS)
+    if (d.effect === 'hitl' && d.reviewId !== null) remember(e.held, key, { tool, callId, reviewId: d.reviewId }, MAX_DECISIONS)
+    return { d, key }
+  }
+
+  wrapTool(t) {
+    if (t == null || t.type !== 'function' || typeof t.invoke !== 'function') return t
+    const gov = this
+    const ownApproval = t.needsApproval
+    const invoke = t.invoke
+    return {
+      ...t,
+      async needsApproval(runContext, input, callId) {
+        const own = typeof ownApproval === 'function' ? await ownApproval(runContext, input, callId) : ownApproval === true
+        const e = gov.entry(runContext)
+        await gov.settle(e)
+        const { d } = await gov.decide(e, t.name, argsOf(input), callId ?? 'call')
+        return own === true || d.effect === 'hitl'
+      },
+      async invoke(runContext, input, details) {
+        const e = gov.entry(runContext)
+        const callId = details?.toolCall?.callId ?? 'call'
+        const args = argsOf(input)
+        let { d, key } = await gov.decide(e, t.name, args, callId)
+        if (d.effect === 'hitl' && e.held.has(key)) {
+          let approved
+          try {
+            approved = runContext?.isToolApproved?.({ toolName: t.name, callId })
+          } catch {
+            approved = undefined
+          }
+          if (approved === true && (await gov.answer(e, key, true))) ({ d } = await gov.decide(e, t.name, args, callId))
+        }
+        e.decisions.delete(key)
+        if (!d.allowed) return refusalText(d)
+        const started = performance.now()
+        let out
+        try {
+          out = await invoke.call(this, runContext, input, details)
+        } catch (err) {
+          await e.run.afterTool(d.callId, { durationMs: performance.now() - started, error: errorText(err) })
+          throw err
+        }
+        const after = await e.run.afterTool(d.callId, { output: jsonable(out), durationMs: performance.now() - started })
+        return after.allowed ? out : refusalText(after)
+      },
+    }
+  }
+
+  wrapModel(model, name, provider) {
+    const gov = this
+    let inner = typeof model === 'object' && model !== null ? model : null
+    const resolve = async () => {
+      if (inner === null) {
+        const p = provider ?? defaultProvider()
+        inner = await p.getModel(typeof model === 'string' ? model : undefined)
+      }
+      return inner
+    }
+    const modelId = typeof model === 'string' ? model : llm.modelName(model, model == null ? 'default' : 'unknown')
+    const prepare = async (request) => {
+      const e = gov.entryOfModelCall()
+      if (e === null) return null
+      await gov.settle(e)
+      await llm.gate(e.run, modelId, requestMessages(request))
+      return e
+    }
+    const record = (e, usage, started) => {
+      if (e === null) return
+      llm.recordUsage(e.run, {
+        model: modelId,
+        tokensIn: usage?.inputTokens,
+        tokensOut: usage?.outputTokens,
+        durationMs: performance.now() - started,
+        prices: gov.prices,
+      })
+    }
+    const wrapped = Object.create(inner ?? Object.prototype)
+    Object.assign(wrapped, {
+      async getResponse(request) {
+        const e = await prepare(request)
+        const m = await resolve()
+        const started = performance.now()
+        const r = await m.getResponse(request)
+        record(e, r?.usage, started)
+        return r
+      },
+      async *getStreamedResponse(request) {
+        const e = await prepare(request)
+        const m = await resolve()
+        const started = performance.now()
+        let recorded = false
+        try {
+          for await (const event of m.getStreamedResponse(request)) {
+            if (!recorded && event?.type === 'response_done') {
+              recorded = true
+              record(e, event.response?.usage, started)
+            }
+            yield event
+          }
+        } finally {
+          if (!recorded) record(e, undefined, started)
+        }
+      },
+    })
+    return wrapped
+  }
+
+  onEnd(ctx, output) {
+    const e = this.runs.get(ctx)
+    if (e === undefined) return
+    this.runs.delete(ctx)
+    if (this.last === e) this.last = null
+    e.run.end('success', typeof output === 'string' ? output : undefined).catch(() => {})
+  }
+}
+
+function defaultProvider() {
+  const { OpenAIProvider } = require('@openai/agents')
+  return new OpenAIProvider()
+}
+
+// An SDK input item as the gate's messages.
+function itemEntries(item, out) {
+  if (item == null || typeof item !== 'object') return
+  const role = typeof item.role === 'string' ? item.role : item.type ?? 'unknown'
+  if (typeof item.content === 'string') out.push({ role, kind: 'text', content: item.content })
+  else if (Array.isArray(item.content)) {
+    for (const c of item.content) {
+      if (typeof c?.text === 'string') out.push({ role, kind: 'text', content: c.text })
+      else if (typeof c?.refusal === 'string') out.push({ role, kind: 'refusal', content: c.refusal })
+      else out.push({ role, kind: String(c?.type ?? 'unknown'), content: { type: c?.type } })
+    }
+  } else if (item.type === 'function_call') {
+    out.push({ role: 'assistant', kind: 'tool_call', content: { toolName: item.name, input: item.arguments } })
+  } else if (item.type === 'function_call_result') {
+    out.push({ role: 'tool', kind: 'tool_result', content: { toolName: item.name, output: item.output } })
+  } else {
+    out.push({ role, kind: String(item.type ?? 'unknown'), content: item })
+  }
+}
+
+/** A `ModelRequest`'s instructions and input as the gate's messages. */
+function requestMessages(request) {
+  const out = []
+  if (typeof request?.systemInstructions === 'string' && request.systemInstructions !== '') {
+    out.push({ role: 'system', kind: 'text', content: request.systemInstructions })
+  }
+  const input = request?.input
+  if (typeof input === 'string') out.push({ role: 'user', kind: 'text', content: input })
+  else if (Array.isArray(input)) for (const item of input) itemEntries(item, out)
+  return out
+}
+
+/**
+ * A governed copy of the OpenAI Agents JS `agent` (`agent.clone`): its function tools decided
+ * by `engine` (block → refusal text for the model, hitl → an SDK approval interruption), its
+ * model calls gated by the `llm.before` rules and their usage recorded. Options: `agentId`
+ * (default: the agent's name), `enduser`, `agentTags`, `prices` (`{model: {in, out}}` USD per
+ * million tokens; default: the engine's own), `approver(review, runContext)` (who may answer a
+ * toolgate review through the SDK; default: whoever answers the interruption), `modelProvider`
+ * (resolves a model given by name; default: the SDK's OpenAI provider).
+ */
+function govern(agent, engine, { agentId, enduser, agentTags, prices, approver, modelProvider } = {}) {
+  if (agent == null || typeof agent.clone !== 'function') throw new TypeError('govern: expected an OpenAI Agents JS Agent')
+  if (engine == null || typeof engine.startRun !== 'function') throw new TypeError('govern: expected a toolgate Engine')
+  if (approver !== undefined && typeof approver !== 'function') throw new TypeError('govern: approver must be a function (review, runContext) => boolean')
+  const gov = new Governor(engine, { agentId: agentId ?? agent.name ?? 'agent', enduser, agentTags, prices, approver })
+  const tools = Array.isArray(agent.tools) ? agent.tools.map((t) => gov.wrapTool(t)) : agent.tools
+  const model = gov.wrapModel(agent.model === '' ? undefined : agent.model, agent.name, modelProvider)
+  const copy = agent.clone({ tools, model })
+  copy.on('agent_start', (ctx) => {
+    gov.entry(ctx)
+  })
+  copy.on('agent_end', (ctx, output) => gov.onEnd(ctx, output))
+  return copy
+}
+
+module.exports = { govern, requestMessages, refusalText, LlmBlockedError: llm.LlmBlockedError }
