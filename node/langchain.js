@@ -219,6 +219,7 @@ function toolgateMiddleware(run, { prices } = {}) {
         tokensOut: usage?.output_tokens,
         durationMs: performance.now() - started,
         prices: table,
+        callId: d.callId,
       })
       return out
     },

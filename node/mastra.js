@@ -213,7 +213,9 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver }
   if (engine == null || typeof engine.startRun !== 'function') throw new TypeError('govern: expected a toolgate Engine')
   if (approver !== undefined && typeof approver !== 'function') throw new TypeError('govern: approver must be a function (review, context) => boolean')
   const gov = new Governor(engine, { agentId: agentId ?? agent.id ?? agent.name ?? 'agent', enduser, agentTags, prices, approver })
-  const { Agent } = require('@mastra/core/agent')
+  // The original's own class (its module instance: Mastra tells its model wrappers apart with
+  // `instanceof`, and an app may load @mastra/core as ESM while this file would load the CJS).
+  const Agent = agent.constructor
   const rc = (o) => ({ runtimeContext: o?.runtimeContext })
   const config = {
     id: agent.id,
@@ -221,6 +223,7 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver }
     description: typeof agent.getDescription === 'function' ? agent.getDescription() : undefined,
     instructions: (o) => agent.getInstructions(rc(o)),
     model: async (o) => wrapModel(await agent.getModel(rc(o)), gov.middleware),
+    maxRetries: agent.maxRetries,
     tools: async (o) => gov.wrapTools(await agent.getTools(rc(o))),
     workflows: (o) => agent.getWorkflows(rc(o)),
     scorers: (o) => agent.getScorers(rc(o)),

@@ -217,31 +217,37 @@ class Governor {
       const e = gov.entryOfModelCall()
       if (e === null) return null
       await gov.settle(e)
-      await llm.gate(e.run, modelId, requestMessages(request))
-      return e
+      const d = await llm.gate(e.run, modelId, requestMessages(request))
+      return { e, callId: d.callId }
     }
-    const record = (e, usage, started) => {
-      if (e === null) return
+    const record = (g, usage, started) => {
+      if (g === null) return
+      const { e, callId } = g
       llm.recordUsage(e.run, {
         model: modelId,
         tokensIn: usage?.inputTokens,
         tokensOut: usage?.outputTokens,
         durationMs: performance.now() - started,
         prices: gov.prices,
+        callId,
       })
     }
-    const wrapped = Object.create(inner ?? Object.prototype)
-    Object.assign(wrapped, {
+    // A plain object (not a prototype-linked one: the SDK's models keep private fields).
+    return {
+      model: modelId,
+      getRetryAdvice(args) {
+        return inner !== null && typeof inner.getRetryAdvice === 'function' ? inner.getRetryAdvice(args) : undefined
+      },
       async getResponse(request) {
-        const e = await prepare(request)
+        const g = await prepare(request)
         const m = await resolve()
         const started = performance.now()
         const r = await m.getResponse(request)
-        record(e, r?.usage, started)
+        record(g, r?.usage, started)
         return r
       },
       async *getStreamedResponse(request) {
-        const e = await prepare(request)
+        const g = await prepare(request)
         const m = await resolve()
         const started = performance.now()
         let recorded = false
@@ -249,16 +255,15 @@ class Governor {
           for await (const event of m.getStreamedResponse(request)) {
             if (!recorded && event?.type === 'response_done') {
               recorded = true
-              record(e, event.response?.usage, started)
+              record(g, event.response?.usage, started)
             }
             yield event
           }
         } finally {
-          if (!recorded) record(e, undefined, started)
+          if (!recorded) record(g, undefined, started)
         }
       },
-    })
-    return wrapped
+    }
   }
 
   onEnd(ctx, output) {
@@ -324,10 +329,18 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver, 
   const tools = Array.isArray(agent.tools) ? agent.tools.map((t) => gov.wrapTool(t)) : agent.tools
   const model = gov.wrapModel(agent.model === '' ? undefined : agent.model, agent.name, modelProvider)
   const copy = agent.clone({ tools, model })
+  // Listeners never throw into the SDK's emitter (a run that cannot start is found again, and
+  // refused, at the first tool or model call).
   copy.on('agent_start', (ctx) => {
-    gov.entry(ctx)
+    try {
+      gov.entry(ctx)
+    } catch {}
   })
-  copy.on('agent_end', (ctx, output) => gov.onEnd(ctx, output))
+  copy.on('agent_end', (ctx, output) => {
+    try {
+      gov.onEnd(ctx, output)
+    } catch {}
+  })
   return copy
 }
 

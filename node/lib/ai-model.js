@@ -49,72 +49,57 @@ function count(u) {
  * `null`/`undefined` lets the call through unrecorded (no run to govern it).
  */
 function modelMiddleware(runOf, table) {
-  const record = (run, model, usage, started) =>
-    llm.recordUsage(run, {
-      model,
-      tokensIn: count(usage?.inputTokens),
-      tokensOut: count(usage?.outputTokens),
-      durationMs: performance.now() - started,
-      prices: table,
-    })
+  // Records the usage of result `r`: its `usage`, or — when it is a stream (`doStream`, or a
+  // framework's `doGenerate` answering a stream, as Mastra's model wrappers do) — that of its
+  // `finish` part. Answers the result to give back (a stream piped through the tracking).
+  const track = (run, name, r, started, callId) => {
+    const record = (tokensIn, tokensOut) =>
+      llm.recordUsage(run, { model: name, tokensIn, tokensOut, durationMs: performance.now() - started, prices: table, callId })
+    if (r == null || r.stream == null || typeof r.stream.pipeThrough !== 'function') {
+      record(count(r?.usage?.inputTokens), count(r?.usage?.outputTokens))
+      return r
+    }
+    // Usage at the first `finish` part; a later one (a hostile stream repeating it) adds only
+    // what goes beyond what was recorded. A stream that ends without one records the call
+    // with no tokens.
+    let seenIn = 0
+    let seenOut = 0
+    let recorded = false
+    const onUsage = (usage) => {
+      const tin = llm.tokens(count(usage?.inputTokens))
+      const tout = llm.tokens(count(usage?.outputTokens))
+      if (recorded && tin <= seenIn && tout <= seenOut) return
+      record(Math.max(0, tin - seenIn), Math.max(0, tout - seenOut))
+      seenIn = Math.max(seenIn, tin)
+      seenOut = Math.max(seenOut, tout)
+      recorded = true
+    }
+    const stream = r.stream.pipeThrough(
+      new TransformStream({
+        transform(part, controller) {
+          if (part?.type === 'finish') onUsage(part.usage)
+          controller.enqueue(part)
+        },
+        flush() {
+          if (!recorded) onUsage(undefined)
+        },
+      }),
+    )
+    return { ...r, stream }
+  }
+  const wrap = async (call, params, model) => {
+    const run = runOf()
+    if (run == null) return call()
+    const name = llm.modelName(model)
+    const d = await llm.gate(run, name, promptMessages(params?.prompt))
+    const started = performance.now()
+    return track(run, name, await call(), started, d.callId)
+  }
   return {
     specificationVersion: 'v3',
     middlewareVersion: 'v2',
-    async wrapGenerate({ doGenerate, params, model }) {
-      const run = runOf()
-      if (run == null) return doGenerate()
-      const name = llm.modelName(model)
-      await llm.gate(run, name, promptMessages(params?.prompt))
-      const started = performance.now()
-      const r = await doGenerate()
-      record(run, name, r?.usage, started)
-      return r
-    },
-    async wrapStream({ doStream, params, model }) {
-      const run = runOf()
-      if (run == null) return doStream()
-      const name = llm.modelName(model)
-      await llm.gate(run, name, promptMessages(params?.prompt))
-      const started = performance.now()
-      const r = await doStream()
-      if (r == null || r.stream == null || typeof r.stream.pipeThrough !== 'function') {
-        record(run, name, undefined, started)
-        return r
-      }
-      // Usage at the first `finish` part; a later one (a hostile stream repeating it) adds only
-      // what goes beyond what was recorded. A stream that ends or is cancelled without one
-      // records the call with no tokens.
-      let seenIn = 0
-      let seenOut = 0
-      let recorded = false
-      const onUsage = (usage) => {
-        const tin = llm.tokens(count(usage?.inputTokens))
-        const tout = llm.tokens(count(usage?.outputTokens))
-        if (recorded && tin <= seenIn && tout <= seenOut) return
-        llm.recordUsage(run, {
-          model: name,
-          tokensIn: Math.max(0, tin - seenIn),
-          tokensOut: Math.max(0, tout - seenOut),
-          durationMs: performance.now() - started,
-          prices: table,
-        })
-        seenIn = Math.max(seenIn, tin)
-        seenOut = Math.max(seenOut, tout)
-        recorded = true
-      }
-      const stream = r.stream.pipeThrough(
-        new TransformStream({
-          transform(part, controller) {
-            if (part?.type === 'finish') onUsage(part.usage)
-            controller.enqueue(part)
-          },
-          flush() {
-            if (!recorded) onUsage(undefined)
-          },
-        }),
-      )
-      return { ...r, stream }
-    },
+    wrapGenerate: ({ doGenerate, params, model }) => wrap(doGenerate, params, model),
+    wrapStream: ({ doStream, params, model }) => wrap(doStream, params, model),
   }
 }
 

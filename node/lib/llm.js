@@ -17,24 +17,49 @@ const MESSAGES = 1024
 /** An error the gate's refusal of a model call is thrown as (`BlockedError` / `ReviewRequiredError`). */
 class LlmBlockedError extends BlockedError {}
 
+/** At most this many models in a price table (as the engine's). */
+const MAX_PRICES = 4096
+
+function globRegExp(glob) {
+  let re = '^'
+  for (const ch of glob) re += ch === '*' ? '.*' : ch === '?' ? '.' : ch.replace(/[\\^$.|+()[\]{}]/g, '\\$&')
+  return new RegExp(re + '$', 's')
+}
+
 /**
  * A price table `{model: {in, out}}` (USD per million tokens) checked once: a `TypeError` names
- * the first bad entry. `undefined` stays `undefined` (the engine's own table, if any, applies).
+ * the first bad entry. A model's price is the entry named like it (case-insensitive), else the
+ * longest entry whose name is a glob (`"gpt-4o*"`) matching it — as the engine's own table.
+ * `undefined` stays `undefined` (the engine's own table, if any, applies).
  */
 function pricesOf(prices, what = 'prices') {
   if (prices == null) return undefined
   if (typeof prices !== 'object' || Array.isArray(prices)) {
     throw new TypeError(`${what}: expected {"<model>": {in: usdPerMillionTokens, out: usdPerMillionTokens}}`)
   }
-  const out = new Map()
-  for (const [model, p] of Object.entries(prices)) {
+  const entries = Object.entries(prices)
+  if (entries.length > MAX_PRICES) throw new TypeError(`${what}: at most ${MAX_PRICES} models`)
+  const exact = new Map()
+  const globs = []
+  for (const [model, p] of entries) {
     const ok = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0
     if (p === null || typeof p !== 'object' || !ok(p.in) || !ok(p.out)) {
       throw new TypeError(`${what}["${model}"]: expected {in, out}, non-negative finite numbers (USD per million tokens)`)
     }
-    out.set(model, { in: p.in, out: p.out })
+    const price = { in: p.in, out: p.out }
+    if (/[*?]/.test(model)) globs.push({ length: model.length, re: globRegExp(model.toLowerCase()), price })
+    else exact.set(model.toLowerCase(), price)
   }
-  return out
+  globs.sort((a, b) => b.length - a.length)
+  return { exact, globs }
+}
+
+function priceOf(prices, model) {
+  const name = model.toLowerCase()
+  const p = prices.exact.get(name)
+  if (p !== undefined) return p
+  for (const g of prices.globs) if (g.re.test(name)) return g.price
+  return undefined
 }
 
 /**
@@ -50,10 +75,10 @@ function tokens(n) {
   return Math.floor(n)
 }
 
-/** The cost of a call from `prices` (a `pricesOf` map), or undefined (the model has no price). */
+/** The cost of a call from `prices` (a `pricesOf` table), or undefined (the model has no price). */
 function costOf(prices, model, tokensIn, tokensOut) {
   if (prices === undefined || typeof model !== 'string') return undefined
-  const p = prices.get(model)
+  const p = priceOf(prices, model)
   if (p === undefined) return undefined
   const cost = (tokensIn * p.in + tokensOut * p.out) / 1e6
   return Number.isFinite(cost) ? cost : Number.MAX_VALUE
@@ -125,10 +150,10 @@ async function gate(run, model, messages) {
 /**
  * Records one model call's usage on `run` (an `llm.result` event; the `llm_*` metrics). Never
  * throws (a hostile usage is recorded as `tokens` reads it; a run already ended records
- * nothing). `prices`: a `pricesOf` map of the adapter's own; without one (or for a model it
+ * nothing). `prices`: a `pricesOf` table of the adapter's own; without one (or for a model it
  * has no price for) the engine's own table decides the cost.
  */
-function recordUsage(run, { model, tokensIn, tokensOut, durationMs, prices } = {}) {
+function recordUsage(run, { model, tokensIn, tokensOut, durationMs, prices, callId } = {}) {
   const tin = tokens(tokensIn)
   const tout = tokens(tokensOut)
   const usage = { tokensIn: tin, tokensOut: tout }
@@ -136,6 +161,7 @@ function recordUsage(run, { model, tokensIn, tokensOut, durationMs, prices } = {
   if (cost !== undefined) usage.costUsd = cost
   if (typeof model === 'string' && model !== '') usage.model = model
   if (typeof durationMs === 'number' && Number.isFinite(durationMs) && durationMs >= 0) usage.durationMs = durationMs
+  if (typeof callId === 'string') usage.callId = callId
   try {
     run.recordLlm(usage)
   } catch (e) {

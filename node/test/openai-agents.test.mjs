@@ -1,0 +1,186 @@
+// toolgate/openai-agents through the OpenAI Agents JS SDK's own run loop (`Runner.run`), with a
+// scripted offline model implementing the SDK's `Model` interface (the SDK's own tests drive
+// the runner the same way; no network, no key).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { z } from 'zod'
+
+import { Agent, Runner, Usage, tool } from '@openai/agents'
+import { Engine, BlockedError, ReviewRequiredError } from 'toolgate'
+import { govern, LlmBlockedError } from 'toolgate/openai-agents'
+import { GATE, auditEvents, budget, modelReview, tmp } from './helpers.mjs'
+
+// A scripted model: answers `steps` in order (`{calls: [[callId, tool, args], …]}` or
+// `{text}`), `usage` per call, and records the requests it was given.
+export class ScriptedModel {
+  constructor(steps, { usage = { inputTokens: 10, outputTokens: 5 }, name = 'fake-gpt' } = {}) {
+    this.steps = steps
+    this.usage = usage
+    this.model = name
+    this.requests = []
+  }
+  next(request) {
+    this.requests.push(request)
+    const s = this.steps[this.requests.length - 1] ?? { text: 'done' }
+    const u = typeof this.usage === 'function' ? this.usage(this.requests.length) : this.usage
+    const usage = new Usage({ requests: 1, inputTokens: 0, outputTokens: 0, totalTokens: 0 })
+    // A hostile model may report anything: it is put in as is.
+    Object.assign(usage, { inputTokens: u?.inputTokens, outputTokens: u?.outputTokens })
+    const output = s.calls
+      ? s.calls.map(([callId, name, args]) => ({ type: 'function_call', callId, name, arguments: JSON.stringify(args), status: 'completed' }))
+      : [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: s.text }] }]
+    return { usage, output }
+  }
+  async getResponse(request) {
+    if (this.throwAt === this.requests.length + 1) {
+      this.requests.push(request)
+      throw new Error('model exploded')
+    }
+    return this.next(request)
+  }
+  async *getStreamedResponse(request) {
+    const { usage, output } = this.next(request)
+    for (const item of output) if (item.type === 'message') yield { type: 'output_text_delta', delta: item.content[0].text }
+    yield { type: 'response_done', response: { id: `resp-${this.requests.length}`, usage, output } }
+  }
+}
+
+const ran = []
+const refund = tool({
+  name: 'refund',
+  description: 'Refunds an order.',
+  parameters: z.object({ amount: z.number() }),
+  execute: async ({ amount }) => {
+    ran.push(['refund', amount])
+    return `refunded ${amount}`
+  },
+})
+const deleteUser = tool({
+  name: 'delete_user',
+  description: 'Deletes a user.',
+  parameters: z.object({ id: z.string() }),
+  execute: async ({ id }) => {
+    ran.push(['delete_user', id])
+    return 'deleted'
+  },
+})
+
+const runner = new Runner({ tracingDisabled: true })
+
+function setup(policies, steps, opts = {}) {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies, audit })
+  const model = new ScriptedModel(steps, opts)
+  const agent = new Agent({ name: 'support', instructions: 'Help the customer.', model, tools: [refund, deleteUser] })
+  const governed = govern(agent, engine, { agentId: 'support-bot', enduser: { id: 'cust-1' }, prices: opts.prices })
+  return { engine, model, agent, governed, audit }
+}
+
+function toolResults(request) {
+  return (Array.isArray(request.input) ? request.input : []).filter((i) => i.type === 'function_call_result')
+}
+
+function resultText(item) {
+  return typeof item.output === 'string' ? item.output : item.output?.text
+}
+
+test('a blocked tool call does not run and reaches the model as the refusal text', async () => {
+  ran.length = 0
+  const { engine, model, governed, agent } = setup(GATE, [{ calls: [['c1', 'delete_user', { id: 'u9' }]] }, { text: 'ok' }])
+  const result = await runner.run(governed, 'delete u9')
+  assert.equal(result.finalOutput, 'ok')
+  assert.deepEqual(ran, [])
+  const [r] = toolResults(model.requests[1])
+  assert.match(resultText(r), /^toolgate blocked this call: Deleting is not allowed\. \[BLOCKED_RULE, rule no-delete\]/)
+  assert.notEqual(governed, agent, 'a governed copy')
+  assert.equal(agent.tools[1], deleteUser, 'the original agent is left as it is')
+  await engine.shutdown()
+})
+
+test('hitl is an SDK approval interruption: approving it approves the review and the call runs', async () => {
+  ran.length = 0
+  const { engine, model, governed } = setup(GATE, [{ calls: [['c1', 'refund', { amount: 500 }]] }, { text: 'refunded' }])
+  let result = await runner.run(governed, 'refund 500')
+  assert.equal(result.interruptions.length, 1)
+  assert.equal(result.interruptions[0].rawItem.name, 'refund')
+  const [pending] = await engine.reviews.pending()
+  assert.equal(pending.toolName, 'refund')
+  assert.deepEqual(ran, [])
+  result.state.approve(result.interruptions[0])
+  result = await runner.run(governed, result.state)
+  assert.equal(result.finalOutput, 'refunded')
+  assert.deepEqual(ran, [['refund', 500]])
+  const [review] = await engine.reviews.list()
+  assert.equal(review.status, 'approved')
+  assert.equal(resultText(toolResults(model.requests[1])[0]), 'refunded 500')
+  await engine.shutdown()
+})
+
+test('rejecting the interruption denies the review; the tool does not run', async () => {
+  ran.length = 0
+  const { engine, governed } = setup(GATE, [{ calls: [['c1', 'refund', { amount: 700 }]] }, { text: 'not refunded' }])
+  let result = await runner.run(governed, 'refund 700')
+  result.state.reject(result.interruptions[0])
+  result = await runner.run(governed, result.state)
+  assert.equal(result.finalOutput, 'not refunded')
+  assert.deepEqual(ran, [])
+  const [review] = await engine.reviews.list()
+  assert.equal(review.status, 'denied')
+  await engine.shutdown()
+})
+
+test('every model call records its usage (llm.result: tokens, model, duration, cost from prices)', async () => {
+  const { engine, governed, audit } = setup(GATE, [{ calls: [['c1', 'refund', { amount: 5 }]] }, { text: 'done' }], {
+    prices: { 'fake-*': { in: 2, out: 10 } },
+  })
+  await runner.run(governed, 'refund 5')
+  await engine.shutdown()
+  const results = auditEvents(audit).filter((e) => e.kind === 'llm.result')
+  assert.equal(results.length, 2)
+  for (const r of results) {
+    assert.equal(r.tokensIn, 10)
+    assert.equal(r.tokensOut, 5)
+    assert.equal(r.model, 'fake-gpt')
+    assert.ok(r.durationMs >= 0)
+    assert.ok(Math.abs(r.costUsd - (10 * 2 + 5 * 10) / 1e6) < 1e-12)
+  }
+  const ended = auditEvents(audit).find((e) => e.kind === 'run.ended')
+  assert.equal(ended.status, 'success')
+})
+
+test('the llm.before gate: a spent token budget stops the run before the next model call', async () => {
+  const steps = [{ calls: [['c1', 'refund', { amount: 5 }]] }, { calls: [['c2', 'refund', { amount: 6 }]] }, { text: 'never' }]
+  const { engine, model, governed, audit } = setup(budget(15), steps)
+  await assert.rejects(runner.run(governed, 'refund twice'), (e) => e instanceof LlmBlockedError && e instanceof BlockedError && /Token budget spent/.test(e.message))
+  assert.equal(model.requests.length, 2, 'the third model call is not made')
+  await engine.shutdown()
+  const events = auditEvents(audit)
+  const gate = events.filter((e) => e.kind === 'llm.decision')
+  assert.equal(gate.at(-1).effect, 'block')
+  assert.equal(events.find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
+})
+
+test('an llm.before hitl pauses the run like a tool hitl (ReviewRequiredError, review pending)', async () => {
+  const steps = [{ calls: [['c1', 'refund', { amount: 5 }]] }, { text: 'never' }]
+  const { engine, model, governed } = setup(modelReview(1), steps)
+  await assert.rejects(runner.run(governed, 'refund'), (e) => e instanceof ReviewRequiredError && e.reviewId !== null)
+  assert.equal(model.requests.length, 1)
+  const [review] = await engine.reviews.pending()
+  assert.equal(review.ruleId, 'model-review')
+  await engine.shutdown()
+})
+
+test('streaming runs record the usage of response_done', async () => {
+  const { engine, governed, audit } = setup(GATE, [{ text: 'streamed' }], { usage: { inputTokens: 7, outputTokens: 3 } })
+  const result = await runner.run(governed, 'hi', { stream: true })
+  for await (const _ of result) {
+    // consume
+  }
+  await result.completed
+  assert.equal(result.finalOutput, 'streamed')
+  await engine.shutdown()
+  const [r] = auditEvents(audit).filter((e) => e.kind === 'llm.result')
+  assert.equal(r.tokensIn, 7)
+  assert.equal(r.tokensOut, 3)
+})
