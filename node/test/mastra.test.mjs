@@ -10,39 +10,10 @@ import { Mastra } from '@mastra/core'
 import { Agent } from '@mastra/core/agent'
 import { InMemoryStore } from '@mastra/core/storage'
 import { createTool } from '@mastra/core/tools'
-import { MockLanguageModelV2 } from 'ai-v5/test'
 import { Engine, BlockedError, ReviewRequiredError } from 'toolgate'
 import { govern, LlmBlockedError } from 'toolgate/mastra'
 import { GATE, auditEvents, budget, modelReview, tmp } from './helpers.mjs'
-
-// A scripted model: `steps` in order (`{calls: [[id, tool, args], …]}` or `{text}`), `usage`
-// per call (a function of the call's number, or one value), the prompts it was given.
-export function scriptedModel(steps, { usage = { inputTokens: 10, outputTokens: 5, totalTokens: 15 } } = {}) {
-  const prompts = []
-  const usageOf = () => (typeof usage === 'function' ? usage(prompts.length) : usage)
-  const step = () => steps[prompts.length - 1] ?? { text: 'done' }
-  const model = new MockLanguageModelV2({
-    modelId: 'mock-model',
-    doGenerate: async (o) => {
-      prompts.push(o.prompt)
-      const s = step()
-      const content = s.calls
-        ? s.calls.map(([id, toolName, args]) => ({ type: 'tool-call', toolCallId: id, toolName, input: JSON.stringify(args) }))
-        : [{ type: 'text', text: s.text }]
-      return { content, finishReason: s.calls ? 'tool-calls' : 'stop', usage: usageOf(), warnings: [] }
-    },
-    doStream: async (o) => {
-      prompts.push(o.prompt)
-      const s = step()
-      const parts = [{ type: 'stream-start', warnings: [] }]
-      if (s.calls) for (const [id, toolName, args] of s.calls) parts.push({ type: 'tool-call', toolCallId: id, toolName, input: JSON.stringify(args) })
-      else parts.push({ type: 'text-start', id: 't' }, { type: 'text-delta', id: 't', delta: s.text }, { type: 'text-end', id: 't' })
-      parts.push({ type: 'finish', finishReason: s.calls ? 'tool-calls' : 'stop', usage: usageOf() })
-      return { stream: new ReadableStream({ start: (c) => (parts.forEach((p) => c.enqueue(p)), c.close()) }) }
-    },
-  })
-  return { model, prompts }
-}
+import { mastraModel } from './models.mjs'
 
 const ran = []
 const refund = createTool({
@@ -67,7 +38,7 @@ const deleteUser = createTool({
 function setup(policies, steps, opts = {}) {
   const audit = path.join(tmp(), 'audit')
   const engine = new Engine({ policies, audit })
-  const { model, prompts } = scriptedModel(steps, opts)
+  const { model, prompts } = mastraModel(steps, opts)
   const agent = new Agent({ name: 'support', instructions: 'Help the customer.', model, tools: { refund, delete_user: deleteUser } })
   const mastra = new Mastra({ agents: { support: agent }, storage: new InMemoryStore(), logger: false })
   const governed = govern(mastra.getAgent('support'), engine, { agentId: 'support-bot', prices: opts.prices })

@@ -6,45 +6,11 @@ import assert from 'node:assert/strict'
 import path from 'node:path'
 import { z } from 'zod'
 
-import { Agent, Runner, Usage, tool } from '@openai/agents'
+import { Agent, Runner, tool } from '@openai/agents'
 import { Engine, BlockedError, ReviewRequiredError } from 'toolgate'
 import { govern, LlmBlockedError } from 'toolgate/openai-agents'
 import { GATE, auditEvents, budget, modelReview, tmp } from './helpers.mjs'
-
-// A scripted model: answers `steps` in order (`{calls: [[callId, tool, args], …]}` or
-// `{text}`), `usage` per call, and records the requests it was given.
-export class ScriptedModel {
-  constructor(steps, { usage = { inputTokens: 10, outputTokens: 5 }, name = 'fake-gpt' } = {}) {
-    this.steps = steps
-    this.usage = usage
-    this.model = name
-    this.requests = []
-  }
-  next(request) {
-    this.requests.push(request)
-    const s = this.steps[this.requests.length - 1] ?? { text: 'done' }
-    const u = typeof this.usage === 'function' ? this.usage(this.requests.length) : this.usage
-    const usage = new Usage({ requests: 1, inputTokens: 0, outputTokens: 0, totalTokens: 0 })
-    // A hostile model may report anything: it is put in as is.
-    Object.assign(usage, { inputTokens: u?.inputTokens, outputTokens: u?.outputTokens })
-    const output = s.calls
-      ? s.calls.map(([callId, name, args]) => ({ type: 'function_call', callId, name, arguments: JSON.stringify(args), status: 'completed' }))
-      : [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: s.text }] }]
-    return { usage, output }
-  }
-  async getResponse(request) {
-    if (this.throwAt === this.requests.length + 1) {
-      this.requests.push(request)
-      throw new Error('model exploded')
-    }
-    return this.next(request)
-  }
-  async *getStreamedResponse(request) {
-    const { usage, output } = this.next(request)
-    for (const item of output) if (item.type === 'message') yield { type: 'output_text_delta', delta: item.content[0].text }
-    yield { type: 'response_done', response: { id: `resp-${this.requests.length}`, usage, output } }
-  }
-}
+import { ScriptedModel } from './models.mjs'
 
 const ran = []
 const refund = tool({

@@ -1,0 +1,230 @@
+// The model side against a hostile model and careless apps (issue 36, red team): usage that is
+// huge, missing, negative or not a number; streams that repeat, drop or break their finish
+// part; parallel tool calls; concurrent runs of one governed agent; exceptions in the model,
+// the tools and the app's callbacks; oversized and deeply nested messages.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import path from 'node:path'
+
+import * as ai5 from 'ai-v5'
+import { MockLanguageModelV2, convertArrayToReadableStream as toStream2 } from 'ai-v5/test'
+import { Agent, Runner } from '@openai/agents'
+import { Engine } from 'toolgate'
+import { governTools, toolgateModelMiddleware, LlmBlockedError } from 'toolgate/ai-sdk'
+import { govern } from 'toolgate/openai-agents'
+import { GATE, auditEvents, budget, tmp } from './helpers.mjs'
+import { ScriptedModel, scripted, tools } from './models.mjs'
+
+const MAX = Number.MAX_SAFE_INTEGER
+
+async function generate(policies, usage, steps = [{ text: 'a' }, { text: 'b' }]) {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies, audit })
+  const run = engine.startRun('bot')
+  const { model, prompts } = scripted(MockLanguageModelV2, 2, toStream2, steps, usage)
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const outcomes = []
+  for (let i = 0; i < steps.length; i++) {
+    try {
+      outcomes.push((await ai5.generateText({ model: wrapped, prompt: 'go' })).text)
+    } catch (e) {
+      outcomes.push(e)
+    }
+  }
+  await engine.shutdown()
+  return { outcomes, prompts, events: auditEvents(audit) }
+}
+
+test('hostile usage is recorded as a non-negative count: huge → 2^53−1, negative / missing / NaN → 0; never throws', async () => {
+  const reported = [
+    [1e300, Infinity],
+    [-1e9, -5],
+    [undefined, null],
+    [NaN, '12'],
+    [Number.MAX_VALUE, 3.7],
+  ]
+  const { outcomes, events } = await generate(GATE, (n) => reported[n - 1], reported.map((_, i) => ({ text: `t${i}` })))
+  assert.deepEqual(outcomes, ['t0', 't1', 't2', 't3', 't4'])
+  const got = events.filter((e) => e.kind === 'llm.result').map((e) => [e.tokensIn, e.tokensOut])
+  assert.deepEqual(got, [
+    [MAX, MAX],
+    [0, 0],
+    [0, 0],
+    [0, 12],
+    [MAX, 3],
+  ])
+})
+
+test('a model reporting huge usage trips the budget at once; negative usage cannot buy budget back', async () => {
+  const { outcomes, prompts } = await generate(budget(100), (n) => (n === 1 ? [-1e12, 0] : n === 2 ? [1e300, 0] : [1, 1]), [
+    { text: 'a' },
+    { text: 'b' },
+    { text: 'c' },
+  ])
+  assert.equal(outcomes[0], 'a')
+  assert.equal(outcomes[1], 'b')
+  assert.ok(outcomes[2] instanceof LlmBlockedError)
+  assert.equal(prompts.length, 2)
+})
+
+async function streamed(steps) {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const run = engine.startRun('bot')
+  const { model } = scripted(MockLanguageModelV2, 2, toStream2, steps)
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const texts = []
+  for (let i = 0; i < steps.length; i++) {
+    const r = ai5.streamText({ model: wrapped, prompt: 'go', onError: () => {} })
+    await r.consumeStream()
+    texts.push(await r.text.catch((e) => e))
+  }
+  await engine.shutdown()
+  return { texts, results: auditEvents(audit).filter((e) => e.kind === 'llm.result') }
+}
+
+test('streams: a repeated finish part adds only what it reports beyond the first; none at all records the call once with 0', async () => {
+  const { texts, results } = await streamed([
+    { text: 'x', finishes: [[0, 0], [500, 7], [500, 7], [1, 1]] },
+    { text: 'y', finishes: [] },
+  ])
+  assert.equal(texts[0], 'x')
+  const first = results.slice(0, -1)
+  assert.equal(first.reduce((s, e) => s + e.tokensIn, 0), 500)
+  assert.equal(first.reduce((s, e) => s + e.tokensOut, 0), 7)
+  assert.deepEqual([results.at(-1).tokensIn, results.at(-1).tokensOut], [0, 0])
+})
+
+test('a model that throws: its error reaches the app unchanged, nothing is recorded, the run goes on', async () => {
+  const engine = new Engine(GATE)
+  const run = engine.startRun('bot')
+  let n = 0
+  const model = new MockLanguageModelV2({
+    modelId: 'flaky',
+    doGenerate: async () => {
+      if (++n === 1) throw new RangeError('provider down')
+      return { content: [{ type: 'text', text: 'ok' }], finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 1 }, warnings: [] }
+    },
+  })
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  await assert.rejects(ai5.generateText({ model: wrapped, prompt: 'go', maxRetries: 0 }), /provider down/)
+  assert.equal((await ai5.generateText({ model: wrapped, prompt: 'go', maxRetries: 0 })).text, 'ok')
+  assert.ok(!run.aborted)
+})
+
+test('oversized and deeply nested messages: the gate gets bounded text, never a throw', async () => {
+  const engine = new Engine(GATE)
+  const run = engine.startRun('bot')
+  let deep = { leaf: true }
+  for (let i = 0; i < 100_000; i++) deep = { d: deep }
+  const huge = 'x'.repeat(8 * 1024 * 1024)
+  const model = new MockLanguageModelV2({
+    modelId: 'm',
+    doGenerate: async () => ({ content: [{ type: 'text', text: 'fine' }], finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 1 }, warnings: [] }),
+  })
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const messages = [
+    { role: 'user', content: huge },
+    { role: 'assistant', content: [{ type: 'tool-call', toolCallId: 'c', toolName: 't', input: deep }] },
+    { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c', toolName: 't', output: { type: 'json', value: 1 } }] },
+    ...Array.from({ length: 3000 }, (_, i) => ({ role: 'user', content: `m${i}` })),
+  ]
+  const r = await ai5.generateText({ model: wrapped, messages })
+  assert.equal(r.text, 'fine')
+})
+
+test('OpenAI Agents JS: parallel tool calls in one turn are each decided (allowed runs, blocked refused, hitl interrupts)', async () => {
+  const engine = new Engine(GATE)
+  const ran = []
+  const { tool } = await import('@openai/agents')
+  const { z } = await import('zod')
+  const mk = (name) =>
+    tool({ name, description: name, parameters: z.object({ amount: z.number() }), execute: async ({ amount }) => (ran.push([name, amount]), 'ok') })
+  const model = new ScriptedModel([
+    { calls: [['c1', 'search', { amount: 1 }], ['c2', 'delete_all', { amount: 2 }], ['c3', 'refund', { amount: 900 }], ['c4', 'search', { amount: 3 }]] },
+    { text: 'done' },
+  ])
+  const agent = new Agent({ name: 'p', model, tools: [mk('search'), mk('delete_all'), mk('refund')] })
+  const result = await new Runner({ tracingDisabled: true }).run(govern(agent, engine), 'go')
+  assert.deepEqual(result.interruptions.map((i) => i.rawItem.callId), ['c3'])
+  assert.equal((await engine.reviews.pending()).length, 1)
+  result.state.reject(result.interruptions[0])
+  const done = await new Runner({ tracingDisabled: true }).run(govern(agent, engine), result.state)
+  assert.equal(done.finalOutput, 'done')
+  // The allowed call ran; the blocked one and the held one did not; a call after the held one
+  // in the same turn is refused too (a hitl stops the run until its review is decided).
+  assert.deepEqual(ran, [['search', 1]])
+  const results = Object.fromEntries(
+    model.requests[1].input.filter((i) => i.type === 'function_call_result').map((i) => [i.callId, i.output?.text ?? i.output]),
+  )
+  assert.match(results.c2, /BLOCKED_RULE, rule no-delete/)
+  assert.match(results.c4, /BLOCKED_RUN_ABORTED|BLOCKED_HITL/)
+})
+
+test('OpenAI Agents JS: 40 concurrent runs of one governed agent: each run\'s model calls land on its own toolgate run', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  // Each SDK run: a tool call, then the answer; the model yields between calls so runs interleave.
+  const model = {
+    model: 'fake-gpt',
+    async getResponse(request) {
+      await new Promise((r) => setImmediate(r))
+      const input = Array.isArray(request.input) ? request.input : []
+      const user = input.find((i) => i.role === 'user')
+      const who = typeof user?.content === 'string' ? user.content : 'x'
+      const tokens = Number(who.slice(1))
+      const { Usage } = await import('@openai/agents')
+      const usage = new Usage({ requests: 1, inputTokens: tokens, outputTokens: 1, totalTokens: tokens + 1 })
+      if (!input.some((i) => i.type === 'function_call_result')) {
+        return { usage, output: [{ type: 'function_call', callId: `c-${who}`, name: 'search', arguments: '{"q":"a"}', status: 'completed' }] }
+      }
+      return { usage, output: [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: who }] }] }
+    },
+    async *getStreamedResponse() {},
+  }
+  const { tool } = await import('@openai/agents')
+  const { z } = await import('zod')
+  const search = tool({ name: 'search', description: 's', parameters: z.object({ q: z.string() }), execute: async () => 'hits' })
+  const governed = govern(new Agent({ name: 'c', model, tools: [search] }), engine)
+  const runner = new Runner({ tracingDisabled: true })
+  const outs = await Promise.all(Array.from({ length: 40 }, (_, i) => runner.run(governed, `u${i + 1}`)))
+  assert.deepEqual(outs.map((o) => o.finalOutput), Array.from({ length: 40 }, (_, i) => `u${i + 1}`))
+  await engine.shutdown()
+  const events = auditEvents(audit)
+  const byRun = new Map()
+  for (const e of events.filter((e) => e.kind === 'llm.result')) byRun.set(e.runId, [...(byRun.get(e.runId) ?? []), e.tokensIn])
+  assert.equal(byRun.size, 40)
+  for (const tokens of byRun.values()) {
+    assert.equal(tokens.length, 2)
+    assert.equal(tokens[0], tokens[1], 'both model calls of one SDK run are on the same toolgate run')
+  }
+})
+
+test('AI SDK: a tool that throws and an app callback that throws leave the model side consistent', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const run = engine.startRun('bot')
+  const { model } = scripted(MockLanguageModelV2, 2, toStream2, [{ calls: [['c1', 'refund', { amount: 5 }]] }, { text: 'after' }])
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const t = tools(ai5, [])
+  t.refund.execute = async () => {
+    throw new Error('tool blew up')
+  }
+  await assert.rejects(
+    ai5.generateText({
+      model: wrapped,
+      tools: governTools(t, run),
+      prompt: 'go',
+      stopWhen: ai5.stepCountIs(5),
+      onStepFinish: () => {
+        throw new TypeError('app callback blew up')
+      },
+    }),
+    /app callback blew up/,
+  )
+  await run.end('error')
+  await engine.shutdown()
+  const events = auditEvents(audit)
+  assert.equal(events.filter((e) => e.kind === 'llm.result').length, 1)
+  assert.ok(events.some((e) => e.kind === 'tool.result' || e.kind === 'tool.error' || e.error))
+})
