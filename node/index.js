@@ -13,6 +13,7 @@ const {
   PolicyError,
   BlockedError,
   ReviewRequiredError,
+  LlmBlockedError,
   refusalText,
   translate,
 } = require('./lib/errors.js')
@@ -716,6 +717,7 @@ module.exports = {
   PolicyError,
   BlockedError,
   ReviewRequiredError,
+  LlmBlockedError,
   refusalText,
   jsonable,
 }

@@ -3,7 +3,7 @@
 // the usage after it. Each adapter converts its framework's messages and usage and calls these;
 // the gate call (`run.beforeLlm`) and the usage record (`run.recordLlm`) are made here only.
 
-const { BlockedError, ReviewRequiredError, ToolgateError } = require('./errors.js')
+const { LlmBlockedError, ReviewRequiredError, ToolgateError } = require('./errors.js')
 
 /** The largest token count recorded: a model's count past it (or ±Infinity) is recorded as this. */
 const MAX_TOKENS = Number.MAX_SAFE_INTEGER
@@ -13,9 +13,6 @@ const CONTENT_CHARS = 1 << 20
 
 /** Messages handed to the gate per model call (the most recent ones). */
 const MESSAGES = 1024
-
-/** An error the gate's refusal of a model call is thrown as (`BlockedError` / `ReviewRequiredError`). */
-class LlmBlockedError extends BlockedError {}
 
 /** At most this many models in a price table (as the engine's). */
 const MAX_PRICES = 4096
