@@ -36,6 +36,32 @@ export interface EngineOptions {
   signalTimeoutMs?: number
   /** A {@link ManualClock} for tests and replays. */
   clock?: ManualClock
+  /**
+   * The price of each model in USD per million tokens, `{"gpt-4o": {in: 2.5, out: 10}}` (a name
+   * with `*` is a glob): usage recorded without `costUsd` is priced from it; a model without a
+   * price records no cost.
+   */
+  prices?: Record<string, ModelPrice>
+  /** Write each model call's messages (`beforeLlm`) as `llm.messages` audit events (default false). */
+  recordMessages?: boolean
+}
+
+/** A model's price in USD per million tokens. */
+export interface ModelPrice {
+  in: number
+  out: number
+}
+
+/** The usage of one model call (`run.recordLlm`). */
+export interface LlmUsageInput {
+  tokensIn: number
+  tokensOut: number
+  /** The cost in USD; absent: from the engine's `prices` for `model`. */
+  costUsd?: number
+  model?: string
+  durationMs?: number
+  /** The id of the `beforeLlm` call it belongs to. */
+  callId?: string
 }
 
 /** The end user of a run: `tags` values that are not strings are kept as their JSON text. */
@@ -86,7 +112,7 @@ export type DecisionCode =
 export declare class Decision {
   private constructor()
   readonly callId: string
-  readonly phase: 'tool.before' | 'tool.after'
+  readonly phase: 'tool.before' | 'tool.after' | 'llm.before'
   readonly effect: Effect
   readonly code: DecisionCode
   readonly reason: string | null
@@ -186,7 +212,15 @@ export declare class Run {
    * run goes on, `false` (still stopped) while a review it raised or was held by is pending.
    */
   resume(): Promise<boolean>
-  recordLlm(tokensIn: number, tokensOut: number, costUsd: number): void
+  /**
+   * Decides a model call (phase `llm.before`) before it is made; `messages` is JSON data
+   * (usually `[{role, content}]`). Blocked: do not call the model. Hitl: a review was raised.
+   */
+  beforeLlm(model: string, messages?: unknown, options?: { callId?: string }): Promise<Decision>
+  /** Records a model call's usage (the `llm_*` metrics and an `llm.result` event). */
+  recordLlm(usage: LlmUsageInput): void
+  /** @deprecated the positional form; use `recordLlm({tokensIn, tokensOut, costUsd})`. */
+  recordLlm(tokensIn: number, tokensOut: number, costUsd?: number): void
   recordMetric(key: string, value: number): void
   /**
    * Wraps tool function `fn`: each call is decided first, on its arguments named (`argNames`,

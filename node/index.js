@@ -532,9 +532,55 @@ class Run {
     await this[kNative].end(String(status), text)
   }
 
-  /** Records LLM usage (for `metricWindow` rules on llm_tokens_* / llm_cost_usd). */
-  recordLlm(tokensIn, tokensOut, costUsd) {
-    guarded(() => this[kNative].recordLlm(tokensIn, tokensOut, costUsd))
+  /**
+   * Decides a model call (phase `llm.before`) before it is made: `model` is the model's name,
+   * `messages` what it will be sent (JSON data: usually `[{role, content}]`). Allowed: make the
+   * call, then `recordLlm`. Blocked: do not call the model (end the turn; the run ends
+   * `budget_exceeded`). Hitl: a review was raised and the run is stopped, as for a tool call.
+   * `options.callId` defaults to `llm-1`, `llm-2`, … in the run.
+   */
+  beforeLlm(model, messages, options) {
+    let r
+    try {
+      if (typeof model !== 'string') throw new TypeError('beforeLlm: expected the model name (a string)')
+      const callId = options?.callId == null ? undefined : String(options.callId)
+      r = this[kNative].beforeLlm(model, json(messages ?? undefined, 'messages'), callId)
+    } catch (e) {
+      return Promise.reject(translate(e))
+    }
+    if (r instanceof Promise) return r.then((d) => this.#note(decisionOf(d, this[kNative])))
+    return Promise.resolve(this.#note(decisionOf(r, this[kNative])))
+  }
+
+  /**
+   * Records a model call's usage: `{tokensIn, tokensOut, costUsd?, model?, durationMs?,
+   * callId?}` (the `llm_tokens_in`, `llm_tokens_out`, `llm_cost_usd` metrics and an `llm.result`
+   * event). Without `costUsd` the cost comes from the engine's `prices` for `model`. The older
+   * positional form `recordLlm(tokensIn, tokensOut, costUsd)` still works.
+   */
+  recordLlm(usage, tokensOut, costUsd) {
+    if (typeof usage === 'number') {
+      guarded(() => this[kNative].recordLlm(usage, tokensOut, costUsd ?? undefined))
+      return
+    }
+    if (usage == null || typeof usage !== 'object') {
+      throw new TypeError('recordLlm: expected {tokensIn, tokensOut, costUsd?, model?, durationMs?, callId?}')
+    }
+    const { tokensIn, tokensOut: out, costUsd: cost, model, durationMs, callId } = usage
+    const num = (v, what) => {
+      if (typeof v !== 'number') throw new TypeError(`recordLlm: ${what} must be a number`)
+      return v
+    }
+    guarded(() =>
+      this[kNative].recordLlm(
+        num(tokensIn, 'tokensIn'),
+        num(out, 'tokensOut'),
+        cost == null ? undefined : num(cost, 'costUsd'),
+        model == null ? undefined : String(model),
+        durationMs == null ? undefined : num(durationMs, 'durationMs'),
+        callId == null ? undefined : String(callId),
+      ),
+    )
   }
 
   /**
@@ -617,7 +663,7 @@ class Run {
  * The governance engine. One engine serves every concurrent run and call of the process.
  *
  * @param {object} options `{policies, audit, state, reviews, failureMode, orgTimezone,
- *   signalTimeoutMs, clock}` (see index.d.ts)
+ *   signalTimeoutMs, clock, prices, recordMessages}` (see index.d.ts)
  */
 class Engine {
   constructor(options = {}) {
@@ -634,6 +680,8 @@ class Engine {
       orgTimezone,
       signalTimeoutMs = 100,
       clock,
+      prices,
+      recordMessages = false,
     } = options
     if (clock != null && !(clock instanceof ManualClock)) throw new TypeError('clock: expected a ManualClock')
     if (!Number.isInteger(signalTimeoutMs) || signalTimeoutMs < 1) {
@@ -650,6 +698,8 @@ class Engine {
             failureMode,
             orgTimezone: orgTimezone ?? undefined,
             signalTimeoutMs,
+            prices: prices == null ? undefined : json(prices, 'prices'),
+            recordMessages: Boolean(recordMessages),
           },
           clock == null ? undefined : clock[kNative],
         ),

@@ -30,8 +30,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{
-    Decision, EngineBuilder, EngineError, GovernanceEngine, ManualClock, Run, RunContext, ToolCall,
-    ToolOutcome,
+    Decision, EngineBuilder, EngineError, GovernanceEngine, LlmCall, LlmUsage, ManualClock, Run,
+    RunContext, ToolCall, ToolOutcome,
 };
 use crate::policy::Policy;
 
@@ -48,9 +48,9 @@ pub struct ReplayRow {
     pub run_id: String,
     /// Call id.
     pub call_id: String,
-    /// `tool.before` or `tool.after`.
+    /// `tool.before`, `tool.after` or `llm.before`.
     pub phase: String,
-    /// Tool name.
+    /// Tool name (the model's name for `llm.before`).
     pub tool: String,
     /// allow, block or hitl.
     pub effect: String,
@@ -95,6 +95,8 @@ pub struct Replayer {
     signals: Arc<DashMap<String, SignalBehaviour>>,
     reviews_by_call: HashMap<String, String>,
     tools_by_call: HashMap<(String, String), String>,
+    /// `llm.call`s that were not allowed (run, id): their `llm` usage lines are ignored.
+    llm_refused: std::collections::HashSet<(String, String)>,
     line: usize,
 }
 
@@ -142,6 +144,7 @@ impl Replayer {
             signals: Arc::new(DashMap::new()),
             reviews_by_call: HashMap::new(),
             tools_by_call: HashMap::new(),
+            llm_refused: Default::default(),
             line: 0,
         })
     }
@@ -374,20 +377,61 @@ impl Replayer {
                 run.record_metric(&key, value);
                 Ok(Vec::new())
             }
+            TraceLine::LlmCall {
+                run_id,
+                id,
+                model,
+                messages,
+                ..
+            } => {
+                let (run_id, run) = self.run_for(&run_id)?;
+                let call = LlmCall::new(model.clone())
+                    .with_messages(messages)
+                    .with_id(id.clone());
+                let d = run.before_llm(&call).await;
+                if let Some(h) = &d.hitl {
+                    self.reviews_by_call.insert(id.clone(), h.review_id.clone());
+                }
+                if d.is_allowed() {
+                    self.llm_refused.remove(&(run_id.clone(), id.clone()));
+                } else {
+                    self.llm_refused.insert((run_id.clone(), id.clone()));
+                }
+                Ok(vec![self.row(&run_id, &id, &model, d)])
+            }
             TraceLine::Llm {
                 run_id,
+                id,
                 tokens_in,
                 tokens_out,
                 cost_usd,
+                model,
+                duration_ms,
                 ..
             } => {
-                if !(0.0..=MAX_COST_USD).contains(&cost_usd) {
+                if let Some(c) = cost_usd
+                    && !(0.0..=MAX_COST_USD).contains(&c)
+                {
                     return Err(format!(
-                        "costUsd must be between 0 and {MAX_COST_USD:e}, found {cost_usd}"
+                        "costUsd must be between 0 and {MAX_COST_USD:e}, found {c}"
                     ));
                 }
-                let (_, run) = self.run_for(&run_id)?;
-                run.record_llm(tokens_in, tokens_out, cost_usd);
+                if let Some(ms) = duration_ms {
+                    duration_from_ms(ms)?;
+                }
+                let (run_id, run) = self.run_for(&run_id)?;
+                if let Some(id) = &id
+                    && self.llm_refused.contains(&(run_id, id.clone()))
+                {
+                    // The call was not allowed: the model was not called.
+                    return Ok(Vec::new());
+                }
+                let mut usage = LlmUsage::new(tokens_in, tokens_out);
+                usage.cost_usd = cost_usd;
+                usage.model = model;
+                usage.duration_ms = duration_ms;
+                usage.call_id = id;
+                run.record_llm_usage(usage);
                 Ok(Vec::new())
             }
             TraceLine::Review {

@@ -45,6 +45,7 @@ impl WhatIfFilter {
     }
 }
 
+mod llm_lines;
 mod read;
 mod rebuild;
 mod store;
@@ -65,8 +66,11 @@ pub struct WhatIfCall {
     /// The agent.
     #[serde(skip)]
     pub agent_id: String,
-    /// The tool's name.
+    /// The tool's name (the model's, for a model call).
     pub tool: String,
+    /// `llm.before` for a model call (absent for a tool call).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     /// When the call was made.
     #[serde(skip)]
     pub at: DateTime<Utc>,
@@ -151,6 +155,16 @@ impl WhatIfReport {
     /// change`), then `; 3 undecidable from the trail` when some are.
     pub fn summary(&self) -> String {
         let mut s = self.changes();
+        let stopped = self.stopped_runs();
+        if !stopped.is_empty() {
+            let shown: Vec<&str> = stopped.iter().take(5).map(String::as_str).collect();
+            s.push_str(&format!(
+                "; {} run(s) would be stopped before a model call (llm.before): {}{}",
+                thousands(stopped.len()),
+                shown.join(", "),
+                if stopped.len() > 5 { ", …" } else { "" }
+            ));
+        }
         let u = self.undecidable().count();
         if u > 0 {
             s.push_str(&format!(
@@ -159,6 +173,21 @@ impl WhatIfReport {
             ));
         }
         s
+    }
+
+    /// The runs in which the new policy would stop a model call the recorded run made
+    /// (`llm.before`: allowed before, blocked or held for review now), in replay order.
+    pub fn stopped_runs(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in self.changed() {
+            if c.phase.as_deref() == Some("llm.before")
+                && c.recorded_effect == "allow"
+                && !out.contains(&c.run_id)
+            {
+                out.push(c.run_id.clone());
+            }
+        }
+        out
     }
 
     fn changes(&self) -> String {
@@ -300,7 +329,10 @@ async fn replay<S: rebuild::RunSource>(
                 continue;
             }
         };
-        for row in rows.into_iter().filter(|r| r.phase == "tool.before") {
+        for row in rows
+            .into_iter()
+            .filter(|r| r.phase == "tool.before" || r.phase == "llm.before")
+        {
             let Some(rec) = rec.as_ref() else {
                 continue;
             };
@@ -313,6 +345,7 @@ async fn replay<S: rebuild::RunSource>(
             });
             report.calls.push(WhatIfCall {
                 undecidable,
+                phase: (row.phase == "llm.before").then(|| row.phase.clone()),
                 run_id: row.run_id,
                 call_id: row.call_id,
                 agent_id: rec.agent_id.clone(),

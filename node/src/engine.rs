@@ -55,6 +55,10 @@ pub struct EngineInput {
     pub org_timezone: Option<String>,
     /// Past it a callback is missing data (default 100).
     pub signal_timeout_ms: Option<u32>,
+    /// The price table `{"<model>": {"in": usd_per_million, "out": …}}`, as JSON text.
+    pub prices: Option<String>,
+    /// Write each model call's messages as `llm.messages` events (default false).
+    pub record_messages: Option<bool>,
 }
 
 /// The engine.
@@ -164,6 +168,12 @@ impl NativeEngine {
         if let Some(a) = options.audit {
             b = b.audit(audit_config(a)?);
         }
+        if let Some(text) = options.prices {
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| invalid(format!("prices: not JSON: {e}")))?;
+            b = b.prices(toolgate::engine::Prices::from_json(&v).map_err(invalid)?);
+        }
+        b = b.record_messages(options.record_messages.unwrap_or(false));
         if let Some(url) = &options.state {
             if !url.starts_with("redis://") && !url.starts_with("rediss://") {
                 return Err(invalid(format!(

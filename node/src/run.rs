@@ -10,7 +10,9 @@ use std::time::Duration;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::Value;
-use toolgate::engine::{Decision, DecisionCode, Enduser, Run, ToolCall, ToolOutcome};
+use toolgate::engine::{
+    Decision, DecisionCode, Enduser, LlmCall, LlmUsage, Run, ToolCall, ToolOutcome,
+};
 use toolgate::policy::{EffectType, Phase};
 
 use crate::fast::{self, Filled, Strings, slot};
@@ -28,6 +30,8 @@ pub struct NativeRun {
 struct RunState {
     run: Arc<Run>,
     calls: AtomicU64,
+    /// Model calls numbered so far (`llm-<n>` ids of calls given without one).
+    llm_calls: AtomicU64,
     recent: Arc<Recent>,
     strings: Arc<Strings>,
 }
@@ -51,6 +55,7 @@ impl NativeRun {
         let state = Arc::new(RunState {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
+            llm_calls: AtomicU64::new(0),
             recent: Arc::default(),
             strings,
         });
@@ -341,21 +346,78 @@ impl NativeRun {
         })
     }
 
-    /// Records LLM usage (for `metricWindow` rules on llm_tokens_* / llm_cost_usd).
+    /// Decides a model call (phase `llm.before`): the decision as JSON text at once, or a
+    /// promise of it when a signal, a custom condition or the shared store had to be awaited.
+    /// `messagesJson`: the messages as JSON text (absent: none); `callId` defaults to `llm-1`,
+    /// `llm-2`, … in the run.
     #[napi]
-    pub fn record_llm(&self, tokens_in: f64, tokens_out: f64, cost_usd: f64) -> Result<()> {
+    pub fn before_llm<'env>(
+        &self,
+        env: &'env Env,
+        model: String,
+        messages_json: Option<String>,
+        call_id: Option<String>,
+    ) -> Result<Decided<'env>> {
+        let state = &self.state;
+        state.open()?;
+        let messages = match messages_json {
+            None => Value::Array(Vec::new()),
+            Some(t) => json_value("messages", &t)?,
+        };
+        let id = call_id.unwrap_or_else(|| {
+            format!(
+                "llm-{}",
+                state.llm_calls.fetch_add(1, Ordering::Relaxed) + 1
+            )
+        });
+        let call = LlmCall::new(model)
+            .with_messages(messages)
+            .with_id(id.clone());
+        let run = state.run.clone();
+        match now_or_later(async move { run.before_llm(&call).await }) {
+            NowOrLater::Now(d) => Ok(Either::A(Some(
+                NativeDecision::new(id, d, &state.recent).to_json_text(),
+            ))),
+            NowOrLater::Later(fut) => env
+                .spawn_future(async move {
+                    NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
+                })
+                .map(Either::B),
+        }
+    }
+
+    /// Records a model call's usage (the `llm_tokens_in`, `llm_tokens_out` and
+    /// `llm_cost_usd` metrics, and an `llm.result` event). Without `costUsd` the cost comes
+    /// from the engine's `prices` for `model` (none when the model has no price).
+    #[napi]
+    pub fn record_llm(
+        &self,
+        tokens_in: f64,
+        tokens_out: f64,
+        cost_usd: Option<f64>,
+        model: Option<String>,
+        duration_ms: Option<f64>,
+        call_id: Option<String>,
+    ) -> Result<()> {
         let count = |what: &str, n: f64| -> Result<u64> {
             if n.is_finite() && n >= 0.0 {
+                // Past 2**64 - 1 it counts as 2**64 - 1 (a budget is never under-counted).
                 Ok(n as u64)
             } else {
-                Err(invalid(format!("{what}: expected a non-negative number")))
+                Err(invalid(format!(
+                    "{what} {n}: expected a non-negative number of tokens"
+                )))
             }
         };
-        self.state.run.record_llm(
+        let mut usage = LlmUsage::new(
             count("tokensIn", tokens_in)?,
             count("tokensOut", tokens_out)?,
-            cost_usd,
         );
+        usage.cost_usd = cost_usd;
+        usage.model = model;
+        usage.duration_ms = duration_ms;
+        usage.call_id = call_id;
+        self.state.run.record_llm_usage(usage);
         Ok(())
     }
 

@@ -151,7 +151,7 @@ fn compile(sources: Vec<Source>) -> EngineBuilder {
 impl PyEngine {
     #[new]
     #[pyo3(signature = (policies, audit=None, state=None, reviews=None, failure_mode="closed",
-        org_timezone=None, signal_timeout_ms=100, clock=None))]
+        org_timezone=None, signal_timeout_ms=100, clock=None, prices=None, record_messages=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -163,8 +163,16 @@ impl PyEngine {
         org_timezone: Option<String>,
         signal_timeout_ms: u64,
         clock: Option<PyRef<'_, PyManualClock>>,
+        prices: Option<&Bound<'_, PyAny>>,
+        record_messages: bool,
     ) -> PyResult<Self> {
         let mut builder = compile(sources(py, policies)?);
+        if let Some(p) = prices.filter(|p| !p.is_none()) {
+            let table = toolgate::engine::Prices::from_json(&crate::convert::to_json(p)?)
+                .map_err(PyValueError::new_err)?;
+            builder = builder.prices(table);
+        }
+        builder = builder.record_messages(record_messages);
         builder = builder.failure_mode(match failure_mode {
             "closed" => FailureMode::Closed,
             "open" => FailureMode::Open,

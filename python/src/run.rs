@@ -12,7 +12,8 @@ use pyo3::types::PyDict;
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 use toolgate::engine::{
-    Decision, DecisionCode, Enduser, Run, RunClosed, RunContext, ToolCall, ToolOutcome,
+    Decision, DecisionCode, Enduser, LlmCall, LlmUsage, Run, RunClosed, RunContext, ToolCall,
+    ToolOutcome,
 };
 use toolgate::policy::{EffectType, Phase};
 
@@ -27,6 +28,8 @@ use crate::{PyDecision, error, json_text, runtime};
 pub struct PyRun {
     run: Arc<Run>,
     calls: AtomicU64,
+    /// Model calls numbered so far (`llm-<n>` ids of calls given without one).
+    llm_calls: AtomicU64,
     /// The process the run was started in (a forked child cannot use it: see `rt.rs`).
     pid: u32,
 }
@@ -128,6 +131,45 @@ impl PyRun {
     }
 }
 
+impl PyRun {
+    fn llm_call(
+        &self,
+        model: String,
+        messages: Option<&Bound<'_, PyAny>>,
+        call_id: Option<String>,
+    ) -> PyResult<LlmCall> {
+        let messages = match messages {
+            None => Value::Array(Vec::new()),
+            Some(m) if m.is_none() => Value::Array(Vec::new()),
+            Some(m) => to_json(m)?,
+        };
+        let id = call_id.unwrap_or_else(|| {
+            format!("llm-{}", self.llm_calls.fetch_add(1, Ordering::Relaxed) + 1)
+        });
+        Ok(LlmCall::new(model).with_messages(messages).with_id(id))
+    }
+}
+
+/// A token count: a non-negative `int` (past 2**64 - 1 it counts as 2**64 - 1: a budget is
+/// never under-counted).
+fn tokens(what: &str, n: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if n.cast::<pyo3::types::PyBool>().is_ok() || n.cast::<pyo3::types::PyInt>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: expected an int, found {}",
+            n.get_type().name()?
+        )));
+    }
+    if let Ok(v) = n.extract::<u64>() {
+        return Ok(v);
+    }
+    if n.lt(0)? {
+        return Err(PyValueError::new_err(format!(
+            "{what} {n}: expected a non-negative number of tokens"
+        )));
+    }
+    Ok(u64::MAX)
+}
+
 fn outcome(
     output: Option<&Bound<'_, PyAny>>,
     duration_ms: Option<f64>,
@@ -188,6 +230,7 @@ impl PyRun {
         Ok(PyRun {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
+            llm_calls: AtomicU64::new(0),
             pid: std::process::id(),
         })
     }
@@ -363,9 +406,72 @@ impl PyRun {
         })
     }
 
-    /// Records LLM usage (for `metricWindow` rules on llm_tokens_* / llm_cost_usd).
-    fn record_llm(&self, tokens_in: u64, tokens_out: u64, cost_usd: f64) {
-        self.run.record_llm(tokens_in, tokens_out, cost_usd);
+    /// Decides a model call (phase `llm.before`); the GIL is released while deciding.
+    #[pyo3(signature = (model, messages=None, call_id=None))]
+    fn before_llm(
+        &self,
+        py: Python<'_>,
+        model: String,
+        messages: Option<&Bound<'_, PyAny>>,
+        call_id: Option<String>,
+    ) -> PyResult<PyDecision> {
+        self.open(py)?;
+        let call = self.llm_call(model, messages, call_id)?;
+        let run = &self.run;
+        let d = py.detach(|| {
+            let _rt = runtime().enter();
+            run.before_llm_blocking(&call)
+        });
+        refused(py, &d)?;
+        Ok(PyDecision::new(call.id.unwrap_or_default(), d))
+    }
+
+    /// `before_llm` for asyncio: an awaitable of the decision; never blocks the event loop.
+    #[pyo3(signature = (model, messages=None, call_id=None))]
+    fn abefore_llm<'py>(
+        &self,
+        py: Python<'py>,
+        model: String,
+        messages: Option<&Bound<'py, PyAny>>,
+        call_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.open(py)?;
+        let call = self.llm_call(model, messages, call_id)?;
+        let run = self.run.clone();
+        let locals = caller_loop(py)?;
+        future_into_py(
+            py,
+            CALLER_LOOP.scope(locals, async move {
+                let d = run.before_llm(&call).await;
+                Python::attach(|py| refused(py, &d))?;
+                Ok(PyDecision::new(call.id.unwrap_or_default(), d))
+            }),
+        )
+    }
+
+    /// Records a model call's usage (the `llm_tokens_in`, `llm_tokens_out` and `llm_cost_usd`
+    /// metrics, and an `llm.result` event). Without `cost_usd` the cost comes from the
+    /// engine's `prices` for `model` (none when the model has no price).
+    #[pyo3(signature = (tokens_in, tokens_out, cost_usd=None, model=None, duration_ms=None, call_id=None))]
+    fn record_llm(
+        &self,
+        tokens_in: &Bound<'_, PyAny>,
+        tokens_out: &Bound<'_, PyAny>,
+        cost_usd: Option<f64>,
+        model: Option<String>,
+        duration_ms: Option<f64>,
+        call_id: Option<String>,
+    ) -> PyResult<()> {
+        let mut usage = LlmUsage::new(
+            tokens("tokens_in", tokens_in)?,
+            tokens("tokens_out", tokens_out)?,
+        );
+        usage.cost_usd = cost_usd;
+        usage.model = model;
+        usage.duration_ms = duration_ms;
+        usage.call_id = call_id;
+        self.run.record_llm_usage(usage);
+        Ok(())
     }
 
     /// Records a custom metric.

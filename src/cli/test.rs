@@ -13,7 +13,7 @@ pub const LONG_ABOUT: &str = "Run policy test files and report each case.\n\n\
 A test file (`<name>.tests.json`) is {\"policy\": \"<name>.json\", \"cases\": [{\"name\", \"trace\": [...], \
 \"expect\": [{\"callId\", \"phase\"?, \"effect\", \"ruleId\"?, \"code\"?, \"shadowEffect\"?, \"abortRun\"?}]}]}. \
 Each case replays its trace on a fresh engine and checks each expectation against the decision for that call \
-(phase `tool.before` unless given). Keys left out are not checked; `\"ruleId\": null` checks that no rule decided.\n\n\
+(phase `tool.before` unless given, or `llm.before` for the id of an `llm.call` line). Keys left out are not checked; `\"ruleId\": null` checks that no rule decided.\n\n\
 PATH is a test file or a folder (every `*.tests.json` in it); default: `policies/`.\n\n\
 Exit status: 0 when every case passes, 1 when one fails, 2 when a file cannot be read.";
 
@@ -165,7 +165,20 @@ async fn run_file(file: &Path, filter: Option<&str>) -> Result<(usize, usize), S
         }
         replayer.finish().await;
         for exp in &case.expect {
-            let phase = exp.phase.as_deref().unwrap_or("tool.before");
+            // Without a phase: the call's tool.before decision, else its llm.before one (a
+            // model call of an `llm.call` line).
+            let phase = exp.phase.as_deref().unwrap_or_else(|| {
+                let llm_only = rows.iter().any(|r| r.call_id == exp.call_id)
+                    && rows
+                        .iter()
+                        .filter(|r| r.call_id == exp.call_id)
+                        .all(|r| r.phase == "llm.before");
+                if llm_only {
+                    "llm.before"
+                } else {
+                    "tool.before"
+                }
+            });
             match rows
                 .iter()
                 .find(|r| r.call_id == exp.call_id && r.phase == phase)

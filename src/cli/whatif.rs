@@ -169,7 +169,10 @@ fn print_table(out: &mut impl Write, calls: &[&WhatIfCall]) {
                 c.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 c.run_id.clone(),
                 c.call_id.clone(),
-                c.tool.clone(),
+                match c.phase.as_deref() {
+                    Some("llm.before") => format!("llm:{}", c.tool),
+                    _ => c.tool.clone(),
+                },
                 if c.undecidable.is_some() {
                     format!("{} → undecidable", c.recorded_effect)
                 } else if c.changed() {

@@ -29,6 +29,8 @@ pub struct EngineBuilder {
     pub(super) notify: Option<NotifyConfig>,
     pub(super) scan_limit: usize,
     pub(super) stand_ins: bool,
+    pub(super) prices: Prices,
+    pub(super) record_messages: bool,
 }
 
 impl Default for EngineBuilder {
@@ -58,6 +60,8 @@ impl Default for EngineBuilder {
             notify: None,
             scan_limit: decide::conditions::DEFAULT_SCAN_LIMIT,
             stand_ins: false,
+            prices: Prices::new(),
+            record_messages: false,
         }
     }
 }
@@ -133,6 +137,22 @@ impl EngineBuilder {
     /// the decision path.
     pub fn notify(mut self, config: NotifyConfig) -> Self {
         self.notify = Some(config);
+        self
+    }
+
+    /// The price table for model calls (see [`Prices`]): a usage recorded without a cost
+    /// ([`LlmUsage::cost_usd`] `None`) is priced from it, so `llm_cost_usd` budgets work
+    /// without the app computing costs. A model without a price records no cost.
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// Writes the messages of each model call decided by [`Run::before_llm`] as an
+    /// `llm.messages` audit event (default off): role, kind and content of each message, a
+    /// content past 16 KiB truncated, redacted like arguments.
+    pub fn record_messages(mut self, on: bool) -> Self {
+        self.record_messages = on;
         self
     }
 
@@ -338,6 +358,10 @@ impl EngineBuilder {
                 scan_mode: decide::conditions::ScanMode {
                     limit: self.scan_limit,
                     stand_ins: self.stand_ins,
+                },
+                llm: llm::LlmOptions {
+                    prices: self.prices,
+                    record_messages: self.record_messages,
                 },
             }),
         })

@@ -39,6 +39,7 @@ mod builder;
 mod clock;
 mod decide;
 mod hitl;
+mod llm;
 mod run;
 
 // Paths kept from the flat layout: `crate::engine::conditions` is used by `policy::compile`,
@@ -71,6 +72,7 @@ pub use hitl::reviews::{
     ReviewError, ReviewHead, ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict,
     fingerprint, status_word,
 };
+pub use llm::{LlmCall, LlmUsage, MAX_PRICES, ModelPrice, Prices, STATUS_BUDGET_EXCEEDED};
 pub use run::closed::RunClosed;
 pub use run::guard::{Guarded, Refusal};
 pub use run::handle::Run;
@@ -157,6 +159,8 @@ pub(crate) struct EngineInner {
     pub(crate) shut_down: std::sync::atomic::AtomicBool,
     /// How `sensitiveData` reads strings: the scan limit; stand-ins honoured (what-if only).
     pub(crate) scan_mode: decide::conditions::ScanMode,
+    /// The model's side: prices, whether messages are recorded.
+    pub(crate) llm: llm::LlmOptions,
 }
 
 impl EngineInner {

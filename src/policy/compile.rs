@@ -40,12 +40,15 @@ pub struct CompiledPolicies {
     pub(crate) policies: Vec<PolicyInfo>,
     /// Rules in evaluation order: priority descending, then load order.
     pub(crate) rules: Vec<CompiledRule>,
-    pub(crate) phases: [PhaseIndex; 2],
+    /// Per phase slot ([`phase_slot`]): tool.before, tool.after, llm.before.
+    pub(crate) phases: [PhaseIndex; 3],
     pub(crate) counters: CounterIndex,
     /// Every distinct `sequence` entry; conditions refer to them by index.
     pub(crate) seq_entries: Vec<CSeqEntry>,
     /// What the engine learned about each tool seen (rules in play, counters, sequence bits).
     pub(crate) tools: crate::engine::ToolCache,
+    /// What the engine learned about each model seen (`llm.before` rules and counters).
+    pub(crate) models: crate::engine::ToolCache,
     pub(crate) trackers: Vec<TrackerSpec>,
     /// Trackers by metric key.
     pub(crate) trackers_by_metric: HashMap<String, Vec<usize>>,
@@ -315,6 +318,11 @@ pub(crate) struct CounterIndex {
     pub(crate) glob_counter: Vec<u32>,
     /// Counters selected by tag: (tag lowercased, counter).
     pub(crate) by_tag: HashMap<String, Vec<u32>>,
+    /// The counters of `llm.before` rules, by model-name glob: they count model calls only
+    /// (never tool calls, which `names` and `by_tag` select).
+    pub(crate) llm_names: GlobSet,
+    /// For each glob of `llm_names`, the counter it belongs to.
+    pub(crate) llm_glob_counter: Vec<u32>,
 }
 
 /// One maxCalls counter.
@@ -406,6 +414,8 @@ struct CounterIndexBuilder {
     names: GlobSetBuilder,
     glob_counter: Vec<u32>,
     by_tag: HashMap<String, Vec<u32>>,
+    llm_names: GlobSetBuilder,
+    llm_glob_counter: Vec<u32>,
 }
 
 impl Default for CounterIndexBuilder {
@@ -415,6 +425,8 @@ impl Default for CounterIndexBuilder {
             names: GlobSetBuilder::new(),
             glob_counter: Vec::new(),
             by_tag: HashMap::new(),
+            llm_names: GlobSetBuilder::new(),
+            llm_glob_counter: Vec::new(),
         }
     }
 }
@@ -563,10 +575,15 @@ impl Compiler<'_> {
                     window_seconds: *window_seconds,
                     tag_filter: tag_filter.as_deref().map(lower).unwrap_or_default(),
                 });
+                let llm = self.phase == Phase::LlmBefore;
                 match selector {
                     CallSelector::ToolName(patterns) => {
                         for p in patterns {
                             match GlobBuilder::new(&p.to_lowercase()).build() {
+                                Ok(g) if llm => {
+                                    b.llm_names.add(g);
+                                    b.llm_glob_counter.push(idx);
+                                }
                                 Ok(g) => {
                                     b.names.add(g);
                                     b.glob_counter.push(idx);
@@ -579,6 +596,8 @@ impl Compiler<'_> {
                             }
                         }
                     }
+                    // Models have no tags (the parser refuses this in llm.before).
+                    CallSelector::ToolTag(_) if llm => {}
                     CallSelector::ToolTag(tags) => {
                         for t in tags {
                             b.by_tag.entry(t.to_lowercase()).or_default().push(idx);
@@ -825,7 +844,8 @@ impl CompiledPolicies {
         order.sort_by_key(|(pi, ri)| std::cmp::Reverse(policies[*pi].rules[*ri].priority));
 
         let mut rules = Vec::new();
-        let mut phase_builders: [(GlobSetBuilder, Vec<u32>, Vec<u32>, bool); 2] = [
+        let mut phase_builders: [(GlobSetBuilder, Vec<u32>, Vec<u32>, bool); 3] = [
+            (GlobSetBuilder::new(), Vec::new(), Vec::new(), false),
             (GlobSetBuilder::new(), Vec::new(), Vec::new(), false),
             (GlobSetBuilder::new(), Vec::new(), Vec::new(), false),
         ];
@@ -851,8 +871,12 @@ impl CompiledPolicies {
             c.rule_on_missing = rule.on_missing;
             c.phase = rule.selector.phase;
             let mode = rule.mode.unwrap_or(policy.meta.mode);
-            let Some(tool) = &rule.selector.tool else {
-                continue;
+            // An llm.before rule without `tool` is in play for every model.
+            let every_model = ToolSelector::default();
+            let tool = match &rule.selector.tool {
+                Some(t) => t,
+                None if rule.selector.phase == Phase::LlmBefore => &every_model,
+                None => continue,
             };
             if !rule.enabled || mode == Mode::Off || !policy.meta.enabled {
                 continue;
@@ -911,7 +935,7 @@ impl CompiledPolicies {
                 on_expire: rule.on_expire.or(policy.meta.on_expire).unwrap_or_default(),
             });
         }
-        let mut phases: [PhaseIndex; 2] = Default::default();
+        let mut phases: [PhaseIndex; 3] = Default::default();
         for (i, (b, glob_rule, always, any)) in phase_builders.into_iter().enumerate() {
             match b.build() {
                 Ok(names) => {
@@ -929,7 +953,7 @@ impl CompiledPolicies {
             }
         }
         let cb = std::mem::take(&mut c.counters);
-        let counter_names = match cb.names.build() {
+        let mut build_names = |b: GlobSetBuilder| match b.build() {
             Ok(n) => n,
             Err(e) => {
                 c.err(
@@ -939,6 +963,8 @@ impl CompiledPolicies {
                 GlobSet::empty()
             }
         };
+        let counter_names = build_names(cb.names);
+        let llm_counter_names = build_names(cb.llm_names);
         if !c.errors.is_empty() {
             return Err(PolicyErrors(c.errors));
         }
@@ -988,9 +1014,12 @@ impl CompiledPolicies {
                 names: counter_names,
                 glob_counter: cb.glob_counter,
                 by_tag: cb.by_tag,
+                llm_names: llm_counter_names,
+                llm_glob_counter: cb.llm_glob_counter,
             },
             seq_entries: c.seq_entries,
             tools: crate::engine::ToolCache::default(),
+            models: crate::engine::ToolCache::for_models(),
             trackers: c.trackers,
             trackers_by_metric: c.trackers_by_metric,
             org_timezone,
@@ -1013,5 +1042,14 @@ pub(crate) fn phase_slot(p: Phase) -> usize {
     match p {
         Phase::Before => 0,
         Phase::After => 1,
+        Phase::LlmBefore => 2,
+    }
+}
+
+impl CompiledPolicies {
+    /// Whether some rule is in play before model calls (`llm.before`): without one,
+    /// [`Run::before_llm`](crate::engine::Run::before_llm) returns at once.
+    pub fn has_llm_rules(&self) -> bool {
+        self.phases[2].any
     }
 }

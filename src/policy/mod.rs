@@ -24,7 +24,10 @@ use std::path::{Path, PathBuf};
 pub use compile::CompiledPolicies;
 pub(crate) use compile::*;
 pub use error::{PolicyError, PolicyErrors};
-pub use parse::{CONDITION_KINDS, MAX_CONDITION_DEPTH, parse_policy, parse_policy_value, slug};
+pub use parse::{
+    CONDITION_KINDS, LLM_CONDITION_KINDS, MAX_CONDITION_DEPTH, parse_policy, parse_policy_value,
+    slug,
+};
 pub(crate) use serialize::json_number;
 pub use types::*;
 

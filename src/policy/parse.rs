@@ -11,6 +11,8 @@ use super::error::{PolicyError, PolicyErrors};
 use super::types::*;
 
 mod fields;
+mod llm;
+pub use llm::LLM_CONDITION_KINDS;
 mod sensitive;
 mod signals;
 mod tools;
@@ -403,6 +405,14 @@ impl Parser {
         let effect = self
             .req(&o, "effect")
             .and_then(|e| self.effect(e, &join(path, "effect")));
+        if let (Some(s), Some(rule_id)) = (&selector, &id)
+            && s.phase == Phase::LlmBefore
+        {
+            self.llm_selector(s, &join(path, "selector"), rule_id);
+            if let Some(c) = &condition {
+                self.llm_condition(c, &join(path, "condition"), rule_id);
+            }
+        }
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);
         let mode = self.opt_enum(&o, "mode", MODES);
         let (review_ttl_seconds, on_expire) = self.expiry(&o);
@@ -428,7 +438,11 @@ impl Parser {
         let phase = self.req_enum(
             &o,
             "phase",
-            &[("tool.before", Phase::Before), ("tool.after", Phase::After)],
+            &[
+                ("tool.before", Phase::Before),
+                ("tool.after", Phase::After),
+                ("llm.before", Phase::LlmBefore),
+            ],
         );
         let tool = match o.map.get("tool") {
             None => Some(None),

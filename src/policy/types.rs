@@ -163,14 +163,19 @@ pub enum Phase {
     Before,
     /// After the tool ran: its output and duration are known.
     After,
+    /// Before a model call (`llm.before`, a toolgate extension): the decision can stop the
+    /// model from being called. The selector's `tool` part, when present, matches the model's
+    /// name; absent, the rule is in play for every model.
+    LlmBefore,
 }
 
 impl Phase {
-    /// The JSON spelling: `tool.before` or `tool.after`.
+    /// The JSON spelling: `tool.before`, `tool.after` or `llm.before`.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Before => "tool.before",
             Phase::After => "tool.after",
+            Phase::LlmBefore => "llm.before",
         }
     }
 }
@@ -217,9 +222,10 @@ pub struct Rule {
 /// Which calls a rule is in play for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Selector {
-    /// `tool.before` or `tool.after`.
+    /// `tool.before`, `tool.after` or `llm.before`.
     pub phase: Phase,
-    /// Without `tool` the rule is never evaluated (spec).
+    /// Without `tool` a tool rule is never evaluated (spec); an `llm.before` rule without it is
+    /// in play for every model.
     pub tool: Option<ToolSelector>,
 }
 

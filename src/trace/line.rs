@@ -103,21 +103,48 @@ pub enum TraceLine {
         #[serde(default)]
         at: Option<DateTime<Utc>>,
     },
-    /// An LLM call.
+    /// The agent is about to call a model: decided by the `llm.before` rules.
+    #[serde(rename = "llm.call")]
+    LlmCall {
+        /// Run id (may be left out when one run is live).
+        #[serde(default)]
+        run_id: Option<String>,
+        /// Call id.
+        id: String,
+        /// The model's name.
+        model: String,
+        /// The messages it would be sent.
+        #[serde(default)]
+        messages: Value,
+        /// Time.
+        #[serde(default)]
+        at: Option<DateTime<Utc>>,
+    },
+    /// The usage of a model call (the `llm_*` metrics).
     #[serde(rename = "llm")]
     Llm {
         /// Run id.
         #[serde(default)]
         run_id: Option<String>,
+        /// The `llm.call` it belongs to: ignored when that call was not allowed (the model was
+        /// not called).
+        #[serde(default)]
+        id: Option<String>,
         /// Input tokens.
         #[serde(default)]
         tokens_in: u64,
         /// Output tokens.
         #[serde(default)]
         tokens_out: u64,
-        /// Cost.
+        /// Cost (absent: priced from the replay's price table, if any).
         #[serde(default)]
-        cost_usd: f64,
+        cost_usd: Option<f64>,
+        /// The model's name.
+        #[serde(default)]
+        model: Option<String>,
+        /// How long the call took.
+        #[serde(default)]
+        duration_ms: Option<f64>,
         /// Time.
         #[serde(default)]
         at: Option<DateTime<Utc>>,
@@ -180,6 +207,7 @@ impl TraceLine {
             | TraceLine::ToolCall { at, .. }
             | TraceLine::ToolResult { at, .. }
             | TraceLine::Metric { at, .. }
+            | TraceLine::LlmCall { at, .. }
             | TraceLine::Llm { at, .. }
             | TraceLine::Review { at, .. }
             | TraceLine::RunEnd { at, .. } => *at,

@@ -188,11 +188,10 @@ impl<S: RunSource> Merge<S> {
                 .get(src)
                 .map(|h| h.run_id.clone())
                 .unwrap_or_default();
-            let mut lines: Lines = Box::new(
-                self.source
-                    .open(src)
-                    .filter_map(move |e| event_line(&run_id, &e)),
-            );
+            let mut lines: Lines = Box::new(super::llm_lines::RunLines::new(
+                run_id,
+                self.source.open(src),
+            ));
             if let Some(item) = lines.next() {
                 self.heap.push(std::cmp::Reverse(Head(item.0, i, item)));
                 self.open.insert(i, lines);
@@ -244,12 +243,13 @@ impl<S: RunSource> Iterator for Merge<S> {
     }
 }
 
-type RunLine = (DateTime<Utc>, TraceLine, Option<CallMeta>);
+pub(super) type RunLine = (DateTime<Utc>, TraceLine, Option<CallMeta>);
 
-/// What goes with a rebuilt `tool.call`: the recorded decision and the signals it saw.
-struct CallMeta {
-    recorded: Recorded,
-    signals: BTreeMap<String, (Option<Value>, Option<String>)>,
+/// What goes with a rebuilt `tool.call` (or `llm.call`): the recorded decision and the
+/// signals it saw.
+pub(super) struct CallMeta {
+    pub(super) recorded: Recorded,
+    pub(super) signals: BTreeMap<String, (Option<Value>, Option<String>)>,
 }
 
 /// A run's next line in the merge: ordered by time, then by run.
@@ -272,7 +272,7 @@ impl Ord for Head {
     }
 }
 
-fn str_field(v: Option<&Value>) -> Option<String> {
+pub(super) fn str_field(v: Option<&Value>) -> Option<String> {
     v.and_then(Value::as_str).map(str::to_owned)
 }
 
@@ -288,7 +288,7 @@ fn not_recorded(key: &str) -> TraceLine {
 
 /// The trace line (with the recorded before-phase decision) of one of a run's events, if it
 /// makes one.
-fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
+pub(super) fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
     let run = Some(run_id.to_string());
     {
         let b = e.body();
@@ -331,44 +331,12 @@ fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
                     _ => return None,
                 };
                 let decision = b.get("decision");
-                // The signal values the recorded decision saw.
-                let mut resolved: BTreeMap<String, (Option<Value>, Option<String>)> =
-                    BTreeMap::new();
-                for s in decision
-                    .and_then(|d| d.get("signals"))
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    let Some(key) = str_field(s.get("key")) else {
-                        continue;
-                    };
-                    let value = s.get("value").cloned();
-                    let error = match &value {
-                        Some(_) => None,
-                        None => Some(
-                            str_field(s.get("error"))
-                                .unwrap_or_else(|| "no value recorded".to_string()),
-                        ),
-                    };
-                    resolved.insert(key, (value, error));
-                }
+                let resolved = resolved_signals(decision);
                 let subjects: Vec<SubjectRef> = b
                     .get("subjects")
                     .and_then(|s| serde_json::from_value(s.clone()).ok())
                     .unwrap_or_default();
-                let recorded = Recorded {
-                    agent_id: e.agent_id().to_string(),
-                    tool: tool.name.clone(),
-                    at,
-                    effect: decision
-                        .and_then(|d| str_field(d.get("effect")))
-                        .unwrap_or_default(),
-                    rule_id: decision.and_then(|d| str_field(d.get("ruleId"))),
-                    code: decision
-                        .and_then(|d| str_field(d.get("code")))
-                        .unwrap_or_default(),
-                };
+                let recorded = recorded(e.agent_id(), &tool.name, at, decision);
                 Some((
                     at,
                     TraceLine::ToolCall {
@@ -400,17 +368,6 @@ fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
                     None,
                 ))
             }
-            EventKind::LlmResult => Some((
-                at,
-                TraceLine::Llm {
-                    run_id: run.clone(),
-                    tokens_in: b.get("tokensIn").and_then(Value::as_u64).unwrap_or(0),
-                    tokens_out: b.get("tokensOut").and_then(Value::as_u64).unwrap_or(0),
-                    cost_usd: b.get("costUsd").and_then(Value::as_f64).unwrap_or(0.0),
-                    at: Some(at),
-                },
-                None,
-            )),
             EventKind::RunEnded => Some((
                 at,
                 TraceLine::RunEnd {
@@ -423,5 +380,52 @@ fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
             )),
             _ => None,
         }
+    }
+}
+
+/// The signal values a recorded decision saw.
+pub(super) fn resolved_signals(
+    decision: Option<&Value>,
+) -> BTreeMap<String, (Option<Value>, Option<String>)> {
+    let mut resolved = BTreeMap::new();
+    for s in decision
+        .and_then(|d| d.get("signals"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(key) = str_field(s.get("key")) else {
+            continue;
+        };
+        let value = s.get("value").cloned();
+        let error = match &value {
+            Some(_) => None,
+            None => {
+                Some(str_field(s.get("error")).unwrap_or_else(|| "no value recorded".to_string()))
+            }
+        };
+        resolved.insert(key, (value, error));
+    }
+    resolved
+}
+
+/// What was recorded for a call of `tool` (a tool, or a model) at `at`.
+pub(super) fn recorded(
+    agent_id: &str,
+    tool: &str,
+    at: DateTime<Utc>,
+    decision: Option<&Value>,
+) -> Recorded {
+    Recorded {
+        agent_id: agent_id.to_string(),
+        tool: tool.to_string(),
+        at,
+        effect: decision
+            .and_then(|d| str_field(d.get("effect")))
+            .unwrap_or_default(),
+        rule_id: decision.and_then(|d| str_field(d.get("ruleId"))),
+        code: decision
+            .and_then(|d| str_field(d.get("code")))
+            .unwrap_or_default(),
     }
 }

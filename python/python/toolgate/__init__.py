@@ -106,6 +106,10 @@ class Engine(_native.Engine):
     then live there too unless ``reviews`` is given). ``reviews``: None (in memory) or a review
     file shared with ``toolgate review --store``. ``org_timezone``: None means the policies' own
     ``timezone``. ``clock``: a :class:`ManualClock` for tests and replays.
+    ``prices``: ``{"<model>": {"in": usd_per_million_tokens, "out": ...}}``: usage recorded
+    without a cost (``run.record_llm(tokens_in, tokens_out, model=...)``) is priced from it.
+    ``record_messages``: write each model call's messages (``run.before_llm``) to the trail as
+    ``llm.messages`` events, redacted like arguments.
     """
 
     reviews: Reviews
@@ -120,6 +124,8 @@ class Engine(_native.Engine):
         org_timezone: Optional[str] = None,
         signal_timeout_ms: int = 100,
         clock: Optional[ManualClock] = None,
+        prices: Optional[Mapping[str, Mapping[str, float]]] = None,
+        record_messages: bool = False,
     ) -> None:
         # The native __new__ built the engine from the same arguments.
         self.reviews = Reviews(self)

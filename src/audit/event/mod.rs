@@ -85,11 +85,17 @@ pub enum EventKind {
     /// `onExpire`).
     #[serde(rename = "review.decided")]
     ReviewDecided,
+    /// `llm.decision`: the `llm.before` decision about a model call (like `tool.decision`).
+    #[serde(rename = "llm.decision")]
+    LlmDecision,
+    /// `llm.messages`: the messages of a model call (with the engine's `record_messages` on).
+    #[serde(rename = "llm.messages")]
+    LlmMessages,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
@@ -100,6 +106,8 @@ impl EventKind {
         EventKind::Checkpoint,
         EventKind::ToolChanged,
         EventKind::ReviewDecided,
+        EventKind::LlmDecision,
+        EventKind::LlmMessages,
     ];
 
     /// The wire name, e.g. `"tool.decision"`.
@@ -115,6 +123,8 @@ impl EventKind {
             EventKind::Checkpoint => "checkpoint",
             EventKind::ToolChanged => "tool.changed",
             EventKind::ReviewDecided => "review.decided",
+            EventKind::LlmDecision => "llm.decision",
+            EventKind::LlmMessages => "llm.messages",
         }
     }
 }

@@ -104,10 +104,33 @@ impl ConsoleSink {
                 format!("{tool} call={call} {outcome} {}ms", s(b.get("durationMs")))
             }
             EventKind::LlmResult => format!(
-                "tokensIn={} tokensOut={} costUsd={}",
+                "{} tokensIn={} tokensOut={} costUsd={}",
+                s(b.get("model")),
                 s(b.get("tokensIn")),
                 s(b.get("tokensOut")),
                 s(b.get("costUsd"))
+            ),
+            EventKind::LlmDecision => {
+                let d = b.get("decision");
+                let get = |k: &str| s(d.and_then(|d| d.get(k)));
+                let mut line = format!(
+                    "llm.before {} call={call} -> {} {}",
+                    s(b.get("model")),
+                    get("effect"),
+                    get("code")
+                );
+                let rule = get("ruleId");
+                if !rule.is_empty() {
+                    line.push_str(&format!(" rule={rule}"));
+                }
+                line
+            }
+            EventKind::LlmMessages => format!(
+                "{} call={call} messages={}",
+                s(b.get("model")),
+                b.get("messages")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
             ),
             EventKind::RunEnded => format!(
                 "status={} totals={}",

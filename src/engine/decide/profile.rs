@@ -51,6 +51,42 @@ pub(crate) struct ToolProfile {
 }
 
 impl ToolProfile {
+    /// The profile of a model (for `llm.before` decisions): slot 0 of `rules` holds the
+    /// `llm.before` rules in play for the model's name, `counters` the `llm.before` maxCalls
+    /// counters whose patterns select it; a model has no tags and satisfies no `sequence`
+    /// entry.
+    fn compute_model(policies: &CompiledPolicies, name: &str) -> ToolProfile {
+        let name_lc: Arc<str> = Arc::from(name.to_lowercase());
+        let llm: Box<[u32]> = rules_in_play_uncached(policies, Phase::LlmBefore, &name_lc, &[])
+            .into_iter()
+            .map(|r| r as u32)
+            .collect();
+        let has_signal = llm.iter().any(|&i| policies.rules[i as usize].has_signal);
+        let idx = &policies.counters;
+        let mut counters: Vec<u32> = Vec::new();
+        if !idx.llm_glob_counter.is_empty() {
+            for g in idx.llm_names.matches(&*name_lc) {
+                if let Some(c) = idx.llm_glob_counter.get(g) {
+                    counters.push(*c);
+                }
+            }
+        }
+        counters.sort_unstable();
+        counters.dedup();
+        ToolProfile {
+            name: name.into(),
+            tags: Box::new([]),
+            name_lc,
+            tags_lc: Arc::from(Vec::new()),
+            rules: [llm, Box::new([])],
+            counters: counters.into_boxed_slice(),
+            seq_bits: vec![0u64; policies.seq_entries.len().div_ceil(64)].into_boxed_slice(),
+            has_signal: [has_signal, false],
+            needs_subjects: [false, false],
+            state_plan: std::sync::OnceLock::new(),
+        }
+    }
+
     fn compute(policies: &CompiledPolicies, name: &str, tags: &[String]) -> ToolProfile {
         let name_lc: Arc<str> = Arc::from(name.to_lowercase());
         let tags_lc: Arc<[String]> = tags.iter().map(|t| t.to_lowercase()).collect();
@@ -167,6 +203,8 @@ type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHash
 /// Profiles of the tools seen under one compiled policy set.
 #[derive(Debug)]
 pub(crate) struct ToolCache {
+    /// The cache holds model profiles (`llm.before`), not tool profiles.
+    models: bool,
     generation: u64,
     map: ArcSwap<ProfileMap>,
     /// Bumped after each change of `map` (see [`MapSnapshot`]).
@@ -179,6 +217,7 @@ pub(crate) struct ToolCache {
 impl Default for ToolCache {
     fn default() -> Self {
         ToolCache {
+            models: false,
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             map: ArcSwap::from_pointee(ProfileMap::default()),
             version: AtomicU64::new(0),
@@ -240,6 +279,14 @@ fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<Too
 pub(crate) struct MapSnapshot(parking_lot::Mutex<Option<(u64, u64, Arc<ProfileMap>)>>);
 
 impl ToolCache {
+    /// A cache of model profiles (see [`ToolProfile::compute_model`]).
+    pub(crate) fn for_models() -> ToolCache {
+        ToolCache {
+            models: true,
+            ..ToolCache::default()
+        }
+    }
+
     /// Identifies the policy set (distinct for every compilation in this process).
     pub(crate) fn generation(&self) -> u64 {
         self.generation
@@ -295,7 +342,11 @@ impl ToolCache {
         name: &str,
         tags: &[String],
     ) -> Arc<ToolProfile> {
-        let profile = Arc::new(ToolProfile::compute(policies, name, tags));
+        let profile = Arc::new(if self.models {
+            ToolProfile::compute_model(policies, name)
+        } else {
+            ToolProfile::compute(policies, name, tags)
+        });
         let mut bytes = self.writer.lock();
         let current = self.map.load_full();
         if let Some(p) = find(&current, h, name, tags) {

@@ -3,7 +3,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -21,7 +20,7 @@ use crate::engine::decide::evaluate::{
     CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects,
 };
 use crate::engine::decide::profile::ToolProfile;
-use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase, json_number as num};
+use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase};
 
 /// The policies a decision is made under and the called tool's profile in them.
 type LookedUp = (Arc<CompiledPolicies>, Arc<ToolProfile>);
@@ -344,35 +343,17 @@ impl Run {
     }
 
     /// Records an LLM call: tokens and cost become the inbuilt metrics `llm_tokens_in`,
-    /// `llm_tokens_out` and `llm_cost_usd`, and an `llm.result` event.
+    /// `llm_tokens_out` and `llm_cost_usd`, and an `llm.result` event. The same as
+    /// [`record_llm_usage`](Run::record_llm_usage) with a cost and no model, duration or call
+    /// id.
     pub fn record_llm(&self, tokens_in: u64, tokens_out: u64, cost_usd: f64) {
-        let now = self.engine.clock.now();
-        let policies = self.engine.policies.load_full();
-        let t = now.timestamp_millis();
-        for (m, v) in [
-            (InbuiltMetric::LlmTokensIn, tokens_in as f64),
-            (InbuiltMetric::LlmTokensOut, tokens_out as f64),
-            (InbuiltMetric::LlmCostUsd, cost_usd),
-        ] {
-            record_metric(&self.engine, &policies, &self.shared, m.key(), None, v, t);
-        }
-        let totals = &self.shared.totals;
-        totals.tokens_in.fetch_add(tokens_in, Ordering::Relaxed);
-        totals.tokens_out.fetch_add(tokens_out, Ordering::Relaxed);
-        if cost_usd.is_finite() && cost_usd > 0.0 {
-            totals
-                .cost_micro_usd
-                .fetch_add((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        }
-        self.emit(
-            EventKind::LlmResult,
-            obj(json!({"tokensIn": tokens_in, "tokensOut": tokens_out, "costUsd": num(cost_usd)})),
-            now,
+        self.record_llm_usage(
+            crate::engine::LlmUsage::new(tokens_in, tokens_out).with_cost_usd(cost_usd),
         );
     }
 }
 
-fn record_metric(
+pub(crate) fn record_metric(
     engine: &EngineInner,
     policies: &CompiledPolicies,
     run: &RunShared,

@@ -42,6 +42,8 @@ pub(crate) struct Totals {
     pub(crate) tokens_in: AtomicU64,
     pub(crate) tokens_out: AtomicU64,
     pub(crate) cost_micro_usd: AtomicU64,
+    /// Model calls numbered so far (ids `llm-<n>` of calls given without one).
+    pub(crate) llm_calls: AtomicU64,
 }
 
 /// State shared by every handle of one run.

@@ -12,6 +12,7 @@ pub(super) mod closed;
 pub(super) mod edge;
 pub(super) mod guard;
 pub(super) mod handle;
+pub(super) mod llm;
 pub(super) mod observe;
 pub(super) mod pending;
 mod run_hitl;

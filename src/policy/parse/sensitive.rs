@@ -19,6 +19,7 @@ impl Parser {
             &[
                 ("toolArg", SensitiveTarget::ToolArg),
                 ("toolOutput", SensitiveTarget::ToolOutput),
+                ("llmInput", SensitiveTarget::LlmInput),
             ],
         );
         if target == Some(SensitiveTarget::ToolOutput) && self.phase == Some(Phase::Before) {
@@ -26,6 +27,15 @@ impl Parser {
                 join(&o.path, "target"),
                 "\"toolOutput\" scans the tool's result: only in a rule whose selector.phase \
                  is \"tool.after\"",
+            );
+        }
+        if target == Some(SensitiveTarget::LlmInput)
+            && matches!(self.phase, Some(Phase::Before | Phase::After))
+        {
+            self.err(
+                join(&o.path, "target"),
+                "\"llmInput\" scans the messages sent to a model: only in a rule whose \
+                 selector.phase is \"llm.before\"",
             );
         }
         let on_missing = self.opt_enum(&o, "onMissing", EFFECTS);

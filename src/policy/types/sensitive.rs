@@ -178,6 +178,9 @@ pub enum SensitiveTarget {
     /// The tool's result, in the after phase (`toolOutput`: a toolgate extension; Handlebar's
     /// schema says it will come).
     ToolOutput,
+    /// The messages sent to a model, in an `llm.before` rule (`llmInput`: a toolgate
+    /// extension): every string of the messages is scanned.
+    LlmInput,
 }
 
 impl SensitiveTarget {
@@ -186,6 +189,7 @@ impl SensitiveTarget {
         match self {
             SensitiveTarget::ToolArg => "toolArg",
             SensitiveTarget::ToolOutput => "toolOutput",
+            SensitiveTarget::LlmInput => "llmInput",
         }
     }
 }

@@ -240,7 +240,7 @@ impl Scan<'_> {
 /// it is missing data, resolved by the condition's `onMissing` (block by default).
 pub(crate) fn eval(c: &CSensitive, ctx: &mut DecisionCtx<'_>) -> Tri {
     let base = match c.target {
-        Target::ToolArg => Some(ctx.call.args),
+        Target::ToolArg | Target::LlmInput => Some(ctx.call.args),
         Target::ToolOutput => ctx.call.output,
     };
     let Some(base) = base else {
