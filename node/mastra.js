@@ -74,9 +74,9 @@ class Governor {
 
   // Ends the run of `e` unless it is suspended (waiting for an answer) or stopped by a review.
   finish(e, status, output) {
-    if (e.suspended) return
+    if (e.suspended) return Promise.resolve()
     this.runs.delete(e.runId)
-    e.run.end(status, typeof output === 'string' ? output : undefined).catch(() => {})
+    return e.run.end(status, typeof output === 'string' ? output : undefined).catch(() => {})
   }
 
   async mayAnswer(reviewId, context) {
@@ -183,7 +183,7 @@ class Governor {
         try {
           if (typeof own === 'function') await own(result)
         } finally {
-          this.finish(e, 'success', result?.text)
+          await this.finish(e, 'success', result?.text)
         }
       },
     }
@@ -191,7 +191,7 @@ class Governor {
       try {
         return await method.apply(copy, args)
       } catch (err) {
-        this.finish(e, 'error')
+        await this.finish(e, 'error')
         throw err
       }
     })

@@ -31,3 +31,9 @@ export declare function govern<A extends { clone(config: Record<string, unknown>
 
 /** A `ModelRequest`'s instructions and input as the gate's messages. */
 export declare function requestMessages(request: unknown): Array<{ role: string; kind: string; content: unknown }>
+
+/**
+ * Resolves once the runs `governed` has ended (at the SDK's `agent_end`, in a listener that
+ * cannot be awaited) are written: await it before `engine.shutdown()`.
+ */
+export declare function settled(governed: object): Promise<void>

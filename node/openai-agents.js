@@ -17,6 +17,8 @@
 // with an `LlmBlockedError`; hitl: a `ReviewRequiredError`) and its usage recorded after.
 
 const { refusalText, jsonable, ToolgateError } = require('./index.js')
+
+const kGovernor = Symbol('toolgate.governor')
 const llm = require('./lib/llm.js')
 
 /** SDK runs tracked per governed agent (the oldest forgotten first) and decisions per run. */
@@ -81,6 +83,7 @@ class Governor {
     this.runs = new Map() // RunContext -> RunEntry (insertion order: the oldest first)
     this.byTrace = new WeakMap() // the SDK's trace of a run -> its RunEntry (for the model side)
     this.last = null // the most recent RunEntry (a model call outside any trace)
+    this.ending = new Set() // `run.end` promises not yet settled
   }
 
   entry(ctx) {
@@ -271,7 +274,9 @@ class Governor {
     if (e === undefined) return
     this.runs.delete(ctx)
     if (this.last === e) this.last = null
-    e.run.end('success', typeof output === 'string' ? output : undefined).catch(() => {})
+    const p = e.run.end('success', typeof output === 'string' ? output : undefined).catch(() => {})
+    this.ending.add(p)
+    p.finally(() => this.ending.delete(p))
   }
 }
 
@@ -329,6 +334,7 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver, 
   const tools = Array.isArray(agent.tools) ? agent.tools.map((t) => gov.wrapTool(t)) : agent.tools
   const model = gov.wrapModel(agent.model === '' ? undefined : agent.model, agent.name, modelProvider)
   const copy = agent.clone({ tools, model })
+  Object.defineProperty(copy, kGovernor, { value: gov })
   // Listeners never throw into the SDK's emitter (a run that cannot start is found again, and
   // refused, at the first tool or model call).
   copy.on('agent_start', (ctx) => {
@@ -344,4 +350,15 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver, 
   return copy
 }
 
-module.exports = { govern, requestMessages, refusalText, LlmBlockedError: llm.LlmBlockedError }
+/**
+ * Resolves once the runs `governed` (what `govern` returned) has ended are written: the SDK ends
+ * a run in an event listener (`agent_end`), which cannot be awaited; await this before
+ * `engine.shutdown()` so the last `run.ended` is not raced.
+ */
+async function settled(governed) {
+  const gov = governed?.[kGovernor]
+  if (gov === undefined) throw new TypeError('settled: expected an agent govern returned')
+  await Promise.all([...gov.ending])
+}
+
+module.exports = { govern, settled, requestMessages, refusalText, LlmBlockedError: llm.LlmBlockedError }

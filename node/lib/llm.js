@@ -124,6 +124,23 @@ function beforeModel(run, model, messages) {
   return run.beforeLlm(typeof model === 'string' && model !== '' ? model : 'unknown', normalize(messages))
 }
 
+// Runs whose model calls the gate blocked (and so ended): a framework retrying the call finds
+// the same refusal, not "the run has ended".
+const blocked = new WeakMap()
+
+/**
+ * Marks a gate refusal as an AI SDK `APICallError` that is not retryable (the AI SDK's own
+ * duck-typing: its error markers and `isRetryable: false`). Frameworks built on the AI SDK retry a
+ * failed model call unless it is one (Mastra retries anything else, with back-off): a refusal is
+ * final, retrying it only delays the end of the turn.
+ */
+function final(err) {
+  err[Symbol.for('vercel.ai.error')] = true
+  err[Symbol.for('vercel.ai.error.AI_APICallError')] = true
+  err.isRetryable = false
+  return err
+}
+
 /**
  * What an adapter does with a refusal of the gate, the same everywhere: block → the run ends
  * `budget_exceeded` and an `LlmBlockedError` is thrown (the model is not called); hitl → the run
@@ -132,14 +149,22 @@ function beforeModel(run, model, messages) {
  */
 async function enforce(run, d) {
   if (d.allowed) return
-  if (d.effect === 'hitl') throw new ReviewRequiredError(d)
+  if (d.effect === 'hitl') throw final(new ReviewRequiredError(d))
+  blocked.set(run, d)
   await run.end('budget_exceeded').catch(() => {})
-  throw new LlmBlockedError(d)
+  throw final(new LlmBlockedError(d))
 }
 
-/** `beforeModel` then `enforce`: resolves when the model may be called. */
+/** `beforeModel` then `enforce`: resolves (to the decision) when the model may be called. */
 async function gate(run, model, messages) {
-  const d = await beforeModel(run, model, messages)
+  let d
+  try {
+    d = await beforeModel(run, model, messages)
+  } catch (e) {
+    const prior = blocked.get(run)
+    if (prior !== undefined) throw final(new LlmBlockedError(prior))
+    throw e
+  }
   await enforce(run, d)
   return d
 }

@@ -55,7 +55,7 @@ for (const [label, sdk, Mock, version, toStream] of SDKS) {
     assert.deepEqual(ran, [['refund', 5], ['refund', 6]])
     await engine.shutdown()
     const events = auditEvents(audit)
-    assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).effect, 'block')
+    assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).decision.effect, 'block')
     assert.equal(events.find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
   })
 

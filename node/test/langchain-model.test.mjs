@@ -80,7 +80,7 @@ test('LangChain.js createAgent: a spent budget ends the agent with the refusal; 
   assert.match(String(last.content), /^toolgate blocked this call: Token budget spent\. \[BLOCKED_RULE, rule token-budget\]/)
   await engine.shutdown()
   const events = auditEvents(audit)
-  assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).effect, 'block')
+  assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).decision.effect, 'block')
   assert.equal(events.find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
 })
 

@@ -130,7 +130,7 @@ test('the llm.before gate: a spent token budget stops the run before the next mo
   assert.equal(prompts.length, 2, 'the third model call is not made')
   await engine.shutdown()
   const events = auditEvents(audit)
-  assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).effect, 'block')
+  assert.equal(events.filter((e) => e.kind === 'llm.decision').at(-1).decision.effect, 'block')
   assert.equal(events.find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
 })
 

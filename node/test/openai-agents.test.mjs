@@ -8,7 +8,7 @@ import { z } from 'zod'
 
 import { Agent, Runner, tool } from '@openai/agents'
 import { Engine, BlockedError, ReviewRequiredError } from 'toolgate'
-import { govern, LlmBlockedError } from 'toolgate/openai-agents'
+import { govern, settled, LlmBlockedError } from 'toolgate/openai-agents'
 import { GATE, auditEvents, budget, modelReview, tmp } from './helpers.mjs'
 import { ScriptedModel } from './models.mjs'
 
@@ -101,6 +101,7 @@ test('every model call records its usage (llm.result: tokens, model, duration, c
     prices: { 'fake-*': { in: 2, out: 10 } },
   })
   await runner.run(governed, 'refund 5')
+  await settled(governed)
   await engine.shutdown()
   const results = auditEvents(audit).filter((e) => e.kind === 'llm.result')
   assert.equal(results.length, 2)
@@ -123,7 +124,7 @@ test('the llm.before gate: a spent token budget stops the run before the next mo
   await engine.shutdown()
   const events = auditEvents(audit)
   const gate = events.filter((e) => e.kind === 'llm.decision')
-  assert.equal(gate.at(-1).effect, 'block')
+  assert.equal(gate.at(-1).decision.effect, 'block')
   assert.equal(events.find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
 })
 
