@@ -253,12 +253,22 @@ class Governor {
         const g = await prepare(request)
         const m = await resolve()
         const started = performance.now()
+        // The usage of `response_done`; a repeated one (a hostile stream) adds only what it
+        // reports beyond the most seen; a stream without one records the call with 0 tokens.
+        let seenIn = 0
+        let seenOut = 0
         let recorded = false
         try {
           for await (const event of m.getStreamedResponse(request)) {
-            if (!recorded && event?.type === 'response_done') {
-              recorded = true
-              record(g, event.response?.usage, started)
+            if (event?.type === 'response_done') {
+              const tin = llm.tokens(event.response?.usage?.inputTokens)
+              const tout = llm.tokens(event.response?.usage?.outputTokens)
+              if (!recorded || tin > seenIn || tout > seenOut) {
+                record(g, { inputTokens: Math.max(0, tin - seenIn), outputTokens: Math.max(0, tout - seenOut) }, started)
+                seenIn = Math.max(seenIn, tin)
+                seenOut = Math.max(seenOut, tout)
+                recorded = true
+              }
             }
             yield event
           }

@@ -14,6 +14,14 @@ const CONTENT_CHARS = 1 << 20
 /** Messages handed to the gate per model call (the most recent ones). */
 const MESSAGES = 1024
 
+/** Characters of a model's name kept (a name is configuration, not a message: longer is cut). */
+const NAME_CHARS = 256
+
+function nameOf(model) {
+  if (typeof model !== 'string' || model === '') return 'unknown'
+  return model.length > NAME_CHARS ? model.slice(0, NAME_CHARS) : model
+}
+
 /** At most this many models in a price table (as the engine's). */
 const MAX_PRICES = 4096
 
@@ -121,7 +129,7 @@ function normalize(messages) {
  * `messages` (already in the gate's shape or close to it: see `normalize`).
  */
 function beforeModel(run, model, messages) {
-  return run.beforeLlm(typeof model === 'string' && model !== '' ? model : 'unknown', normalize(messages))
+  return run.beforeLlm(nameOf(model), normalize(messages))
 }
 
 // Runs whose model calls the gate blocked (and so ended): a framework retrying the call finds
@@ -179,9 +187,10 @@ function recordUsage(run, { model, tokensIn, tokensOut, durationMs, prices, call
   const tin = tokens(tokensIn)
   const tout = tokens(tokensOut)
   const usage = { tokensIn: tin, tokensOut: tout }
-  const cost = costOf(prices, model, tin, tout)
+  const name = nameOf(model)
+  const cost = costOf(prices, name, tin, tout)
   if (cost !== undefined) usage.costUsd = cost
-  if (typeof model === 'string' && model !== '') usage.model = model
+  usage.model = name
   if (typeof durationMs === 'number' && Number.isFinite(durationMs) && durationMs >= 0) usage.durationMs = durationMs
   if (typeof callId === 'string') usage.callId = callId
   try {

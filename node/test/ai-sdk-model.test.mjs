@@ -10,7 +10,7 @@ import * as ai5 from 'ai-v5'
 import { MockLanguageModelV2, convertArrayToReadableStream as toStream2 } from 'ai-v5/test'
 import { Engine, BlockedError, ReviewRequiredError } from 'toolgate'
 import { governTools, toolgateModelMiddleware, LlmBlockedError } from 'toolgate/ai-sdk'
-import { GATE, auditEvents, budget, modelReview, tmp } from './helpers.mjs'
+import { GATE, auditEvents, budget, modelReview, policy, rule, tmp } from './helpers.mjs'
 import { scripted, tools } from './models.mjs'
 
 const SDKS = [
@@ -101,4 +101,33 @@ test('toolgateModelMiddleware refuses what is not a run and a bad price table', 
   assert.throws(() => toolgateModelMiddleware(run, { prices: { m: { in: -1, out: 1 } } }), /prices\["m"\]/)
   assert.throws(() => toolgateModelMiddleware(run, { prices: { m: { in: 1 } } }), TypeError)
   assert.throws(() => toolgateModelMiddleware(run, { prices: [] }), TypeError)
+})
+
+test('AI SDK: without prices of its own the adapter inherits the engine\'s; recordMessages writes llm.messages, redacted', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const secretRule = rule(
+    'no-keys-to-models',
+    { kind: 'sensitiveData', target: 'llmInput', op: 'anyOf', detectors: [{ detector: 'secret_key' }] },
+    'block',
+    { phase: 'llm.before', reason: 'Keys are not sent to models.' },
+  )
+  const engine = new Engine({ policies: policy(secretRule), audit, prices: { 'mock-*': { in: 1, out: 1 } }, recordMessages: true })
+  const run = engine.startRun('bot')
+  const { model, prompts } = scripted(MockLanguageModelV3, 3, toStream3, [{ text: 'hello' }, { text: 'never' }])
+  const wrapped = ai6.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  assert.equal((await ai6.generateText({ model: wrapped, system: 'Be brief.', prompt: 'hi there' })).text, 'hello')
+  // A secret in the messages: the sensitiveData (llmInput) rule blocks the call before the model.
+  const key = 'sk-live-' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6'
+  await assert.rejects(ai6.generateText({ model: wrapped, prompt: `my key is ${key}` }), LlmBlockedError)
+  assert.equal(prompts.length, 1)
+  await engine.shutdown()
+  const events = auditEvents(audit)
+  const [result] = events.filter((e) => e.kind === 'llm.result')
+  assert.ok(Math.abs(result.costUsd - 15 / 1e6) < 1e-12, 'priced by the engine')
+  const recorded = events.filter((e) => e.kind === 'llm.messages')
+  assert.equal(recorded.length, 2)
+  assert.deepEqual(recorded[0].messages.map((m) => [m.role, m.content]), [['system', 'Be brief.'], ['user', 'hi there']])
+  const text = JSON.stringify(events)
+  assert.ok(!text.includes(key), 'the key is not in the trail')
+  assert.match(JSON.stringify(recorded[1]), /\[redacted:secret_key\]/)
 })

@@ -228,3 +228,103 @@ test('AI SDK: a tool that throws and an app callback that throws leave the model
   assert.equal(events.filter((e) => e.kind === 'llm.result').length, 1)
   assert.ok(events.some((e) => e.kind === 'tool.result' || e.kind === 'tool.error' || e.error))
 })
+
+test('OpenAI Agents JS streaming: a repeated response_done is not double-counted', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const { Usage } = await import('@openai/agents')
+  const done = (tin, tout) => ({
+    type: 'response_done',
+    response: { id: 'r', usage: new Usage({ requests: 1, inputTokens: tin, outputTokens: tout, totalTokens: tin + tout }), output: [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'hi' }] }] },
+  })
+  const model = {
+    async getResponse() {
+      throw new Error('streaming only')
+    },
+    async *getStreamedResponse() {
+      yield { type: 'output_text_delta', delta: 'hi' }
+      yield done(0, 0)
+      yield done(300, 9)
+      yield done(300, 9)
+    },
+  }
+  const governed = govern(new Agent({ name: 's', model }), engine)
+  const r = await new Runner({ tracingDisabled: true }).run(governed, 'go', { stream: true })
+  for await (const _ of r) {
+    // consume
+  }
+  await r.completed
+  const { settled } = await import('toolgate/openai-agents')
+  await settled(governed)
+  await engine.shutdown()
+  const results = auditEvents(audit).filter((e) => e.kind === 'llm.result')
+  assert.equal(results.reduce((s, e) => s + e.tokensIn, 0), 300)
+  assert.equal(results.reduce((s, e) => s + e.tokensOut, 0), 9)
+})
+
+test('a gate that cannot decide (the app ended the run) rejects the call with a ToolgateError; the model is not called', async () => {
+  const engine = new Engine(GATE)
+  const run = engine.startRun('bot')
+  const { model, prompts } = scripted(MockLanguageModelV2, 2, toStream2, [{ text: 'a' }])
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  await run.end('success')
+  const { ToolgateError } = await import('toolgate')
+  await assert.rejects(ai5.generateText({ model: wrapped, prompt: 'go', maxRetries: 0 }), ToolgateError)
+  assert.equal(prompts.length, 0)
+})
+
+test('a blocked model call retried by the framework finds the same refusal (not "the run has ended") and stays final', async () => {
+  const engine = new Engine(budget(1))
+  const run = engine.startRun('bot')
+  run.recordLlm({ tokensIn: 5, tokensOut: 0 })
+  const { model, prompts } = scripted(MockLanguageModelV2, 2, toStream2, [{ text: 'a' }])
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  for (let i = 0; i < 3; i++) {
+    await assert.rejects(ai5.generateText({ model: wrapped, prompt: 'go', maxRetries: 3 }), (e) => {
+      assert.ok(e instanceof LlmBlockedError, String(e))
+      assert.equal(e.isRetryable, false)
+      return true
+    })
+  }
+  assert.equal(prompts.length, 0)
+})
+
+test('hostile model names: a 1 MB modelId is cut to 256 characters in the gate and the trail', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const run = engine.startRun('bot')
+  const model = new MockLanguageModelV2({
+    modelId: 'm'.repeat(1 << 20),
+    doGenerate: async () => ({ content: [{ type: 'text', text: 'ok' }], finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 1 }, warnings: [] }),
+  })
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  assert.equal((await ai5.generateText({ model: wrapped, prompt: 'go' })).text, 'ok')
+  await run.end('success')
+  await engine.shutdown()
+  const [r] = auditEvents(audit).filter((e) => e.kind === 'llm.result')
+  assert.equal(r.model.length, 256)
+})
+
+test('Mastra: parallel tool calls in one step (allowed, blocked, hitl): the held one suspends, the others answer', async () => {
+  const { Mastra } = await import('@mastra/core')
+  const { Agent: MastraAgent } = await import('@mastra/core/agent')
+  const { InMemoryStore } = await import('@mastra/core/storage')
+  const { createTool } = await import('@mastra/core/tools')
+  const { govern: governMastra } = await import('toolgate/mastra')
+  const { mastraModel } = await import('./models.mjs')
+  const { z } = await import('zod')
+  const ran = []
+  const mk = (id) => createTool({ id, description: id, inputSchema: z.object({ amount: z.number() }), execute: async ({ context }) => (ran.push([id, context.amount]), 'ok') })
+  const engine = new Engine(GATE)
+  const { model } = mastraModel([{ calls: [['c1', 'search', { amount: 1 }], ['c2', 'delete_all', { amount: 2 }], ['c3', 'refund', { amount: 900 }]] }, { text: 'done' }])
+  const agent = new MastraAgent({ name: 'p', instructions: 'x', model, tools: { search: mk('search'), delete_all: mk('delete_all'), refund: mk('refund') } })
+  const mastra = new Mastra({ agents: { p: agent }, storage: new InMemoryStore(), logger: false })
+  const governed = governMastra(mastra.getAgent('p'), engine)
+  const s = await governed.stream('go', { runId: 'par' })
+  const chunks = []
+  for await (const c of s.fullStream) chunks.push(c)
+  const suspended = chunks.filter((c) => c.type === 'tool-call-suspended').map((c) => c.payload.toolCallId)
+  assert.deepEqual(suspended, ['c3'])
+  assert.ok(!ran.some(([t]) => t === 'delete_all' || t === 'refund'))
+  assert.equal((await engine.reviews.pending()).length, 1)
+})
