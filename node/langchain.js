@@ -207,7 +207,7 @@ function toolgateMiddleware(run, { prices } = {}) {
       const name = chatModelName(request?.model)
       const d = await llm.beforeModel(run, name, requestMessages(request))
       if (!d.allowed) {
-        if (d.effect !== 'hitl') await run.end('budget_exceeded').catch(() => {})
+        if (llm.endsRun(d)) await run.end('budget_exceeded').catch(() => {})
         return new AIMessage({ content: refusalText(d), response_metadata: { toolgate: { code: d.code, reviewId: d.reviewId } } })
       }
       const started = performance.now()

@@ -150,16 +150,29 @@ function final(err) {
 }
 
 /**
- * What an adapter does with a refusal of the gate, the same everywhere: block → the run ends
- * `budget_exceeded` and an `LlmBlockedError` is thrown (the model is not called); hitl → the run
- * is stopped like a tool hitl and a `ReviewRequiredError` is thrown (the app resumes it once a
- * human approved: `run.resume()`). Returns when the decision allows the call.
+ * Whether refusal `d` ends the run (`budget_exceeded`): a rule blocked the call, or a human
+ * denied its review. Not when the call was refused because the run is stopped (a tool's review
+ * pending: `BLOCKED_RUN_ABORTED`, which must not end a run that waits for a human) or an
+ * internal failure decided (`BLOCKED_FAILURE`).
+ */
+function endsRun(d) {
+  return !d.allowed && d.effect === 'block' && (d.code === 'BLOCKED_RULE' || d.code === 'BLOCKED_HITL_DENIED')
+}
+
+/**
+ * What an adapter does with a refusal of the gate, the same everywhere: a rule's block → the run
+ * ends `budget_exceeded` and an `LlmBlockedError` is thrown (the model is not called); hitl →
+ * a `ReviewRequiredError` (the run stopped like a tool hitl; the app resumes it once a human
+ * approved: `run.resume()`); a run already stopped (a review pending) or a failure → an
+ * `LlmBlockedError`, the run left as it is. Returns when the decision allows the call.
  */
 async function enforce(run, d) {
   if (d.allowed) return
   if (d.effect === 'hitl') throw final(new ReviewRequiredError(d))
-  blocked.set(run, d)
-  await run.end('budget_exceeded').catch(() => {})
+  if (endsRun(d)) {
+    blocked.set(run, d)
+    await run.end('budget_exceeded').catch(() => {})
+  }
   throw final(new LlmBlockedError(d))
 }
 
@@ -219,6 +232,7 @@ module.exports = {
   normalize,
   beforeModel,
   enforce,
+  endsRun,
   gate,
   recordUsage,
   modelName,

@@ -328,3 +328,27 @@ test('Mastra: parallel tool calls in one step (allowed, blocked, hitl): the held
   assert.ok(!ran.some(([t]) => t === 'delete_all' || t === 'refund'))
   assert.equal((await engine.reviews.pending()).length, 1)
 })
+
+test('a model call while a tool review is pending is refused without ending the run; approved, the run goes on', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: budget(1e9), audit })
+  const run = engine.startRun('bot')
+  const ran = []
+  // AI SDK v5 has no tool approval: a hitl tool call answers the refusal and stops the run.
+  const steps = [{ calls: [['c1', 'refund', { amount: 500 }]] }, { calls: [['c2', 'refund', { amount: 500 }]] }, { text: 'after review' }]
+  const { model, prompts } = scripted(MockLanguageModelV2, 2, toStream2, steps)
+  const wrapped = ai5.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const go = () => ai5.generateText({ model: wrapped, tools: governTools(tools(ai5, ran), run), prompt: 'refund', stopWhen: ai5.stepCountIs(3) })
+  await assert.rejects(go(), (e) => e instanceof LlmBlockedError && e.decision.code === 'BLOCKED_RUN_ABORTED')
+  assert.equal(prompts.length, 1)
+  assert.ok(run.aborted)
+  const [review] = await engine.reviews.pending()
+  await engine.reviews.approve(review.id)
+  assert.equal(await run.resume(), true)
+  const r = await go()
+  assert.deepEqual(ran, [['refund', 500]])
+  assert.equal(r.text, 'after review')
+  await run.end('success')
+  await engine.shutdown()
+  assert.deepEqual(auditEvents(audit).filter((e) => e.kind === 'run.ended').map((e) => e.status), ['success'])
+})
