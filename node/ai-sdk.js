@@ -15,6 +15,9 @@
 //   review, and on approval the call runs (decided again: ALLOWED_HITL_APPROVED).
 // - hitl, AI SDK v5 (no tool approval): like a block, with the text naming the review; the run
 //   is stopped (`run.aborted`) until a human approves it (`engine.reviews.approve`).
+//
+// The model side: `toolgateModelMiddleware(run)` for `wrapLanguageModel` gates each model call
+// with the run's `llm.before` rules and records its usage (lib/ai-model.js, lib/llm.js).
 
 const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError } = require('./index.js')
 const llm = require('./lib/llm.js')

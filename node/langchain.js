@@ -19,7 +19,8 @@
 //
 // `toolgateMiddleware(run)` (LangChain v1 `createAgent`, package `langchain`) ends the agent
 // before its next model call once `run.aborted` is true: the model is not asked again, and the
-// agent's last message is the refusal naming the review. A hand-written loop (or a LangGraph
+// agent's last message is the refusal naming the review. It is also the model side: each model
+// call gated by the run's `llm.before` rules (`wrapModelCall`) and its usage recorded. A hand-written loop (or a LangGraph
 // graph around `ToolNode`) checks `run.aborted` itself.
 
 const { refusalText, jsonable } = require('./index.js')

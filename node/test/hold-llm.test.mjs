@@ -352,3 +352,34 @@ test('a model call while a tool review is pending is refused without ending the 
   await engine.shutdown()
   assert.deepEqual(auditEvents(audit).filter((e) => e.kind === 'run.ended').map((e) => e.status), ['success'])
 })
+
+test('Mastra: 20 concurrent runs of one governed agent: each run\'s model calls land on its own toolgate run', async () => {
+  const { Agent: MastraAgent } = await import('@mastra/core/agent')
+  const { createTool } = await import('@mastra/core/tools')
+  const { govern: governMastra } = await import('toolgate/mastra')
+  const { z } = await import('zod')
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  // Each run: a tool call, then the answer; usage = the run's number (from its prompt).
+  const who = (prompt) => Number(JSON.stringify(prompt).match(/u(\d+)/)[1])
+  const answer = async (o) => {
+    await new Promise((r) => setImmediate(r))
+    const n = who(o.prompt)
+    const usage = { inputTokens: n, outputTokens: 1, totalTokens: n + 1 }
+    const called = o.prompt.some((m) => m.role === 'tool')
+    const content = called ? [{ type: 'text', text: `u${n}` }] : [{ type: 'tool-call', toolCallId: `c${n}`, toolName: 'search', input: '{"amount":1}' }]
+    return { content, finishReason: called ? 'stop' : 'tool-calls', usage, warnings: [] }
+  }
+  const model = new MockLanguageModelV2({ modelId: 'm', doGenerate: answer })
+  const search = createTool({ id: 'search', description: 's', inputSchema: z.object({ amount: z.number() }), execute: async () => 'hits' })
+  const governed = governMastra(new MastraAgent({ name: 'c', instructions: 'x', model, tools: { search } }), engine)
+  const outs = await Promise.all(Array.from({ length: 20 }, (_, i) => governed.generate(`u${i + 1}`)))
+  assert.deepEqual(outs.map((o) => o.text), Array.from({ length: 20 }, (_, i) => `u${i + 1}`))
+  await engine.shutdown()
+  const byRun = new Map()
+  for (const e of auditEvents(audit).filter((e) => e.kind === 'llm.result')) byRun.set(e.runId, [...(byRun.get(e.runId) ?? []), e.tokensIn])
+  assert.equal(byRun.size, 20)
+  for (const tokens of byRun.values()) assert.deepEqual(tokens, [tokens[0], tokens[0]])
+  const ended = auditEvents(audit).filter((e) => e.kind === 'run.ended')
+  assert.equal(ended.length, 20)
+})
