@@ -32,6 +32,13 @@ async function main(): Promise<void> {
   engine.registerCondition('fraud', (args, call) => call.toolName === 'refund' && args !== null)
   const run = engine.startRun({ agentId: 'bot', enduser: { id: 'u', tags: { tier: 'gold' } }, agentTags: ['prod'] })
   const d: Decision = await run.beforeTool({ name: 'refund', args: { amount: 1 }, tags: ['payments'] })
+  const gate: Decision = await run.beforeLlm('gpt-4o', [{ role: 'user', content: 'hi' }], { callId: 'l1' })
+  if (gate.phase === 'llm.before' && gate.allowed) {
+    run.recordLlm({ tokensIn: 10, tokensOut: 2, model: 'gpt-4o', durationMs: 120, callId: 'l1' })
+  }
+  run.recordLlm(10, 2, 0.001)
+  const priced = new Engine({ policies: 'p.json', prices: { 'gpt-4o': { in: 2.5, out: 10 } }, recordMessages: true })
+  void priced
   const effect: 'allow' | 'block' | 'hitl' = d.effect
   const after: Decision = await run.afterTool(d.callId, { output: { ok: true }, durationMs: 3 })
   const allowedAfter: boolean = after.allowed
