@@ -129,7 +129,19 @@ class Governor {
     // `execute(args, options)` (what Mastra's isVercelTool tells apart: `parameters`).
     const vercel = !('id' in t && 'inputSchema' in t) && 'parameters' in t
     const governed = async function (first, options) {
-      const args = jsonable((vercel ? first : first?.context) ?? {})
+      // A Mastra tool validates (and coerces) its input inside `execute` with its `inputSchema`:
+      // the decision is made on what that validation gives, the arguments the tool will get.
+      const raw = (vercel ? first : first?.context) ?? {}
+      let input = raw
+      if (!vercel && typeof t.inputSchema?.safeParse === 'function') {
+        try {
+          const r = t.inputSchema.safeParse(raw)
+          if (r?.success) input = r.data
+        } catch {
+          // decided on the raw input; Mastra's own validation refuses what does not parse
+        }
+      }
+      const args = jsonable(input)
       const runId = (vercel ? undefined : first?.runId) ?? gov.als.getStore()?.runId
       const e = runId === undefined ? gov.als.getStore() : gov.entry(runId)
       if (e == null) return execute.call(this, first, options) // not through the governed agent

@@ -54,6 +54,60 @@ function argsOf(input) {
   return jsonable(input ?? {})
 }
 
+// The SDK's tools parse and validate their arguments (zod: coercions, defaults) inside `invoke`,
+// and only `execute` sees the result; `needsApproval` and guardrails see the raw JSON. To decide
+// on exactly what will run, the original `invoke` is asked to parse only: the SDK's
+// parsed-input callback (a symbol of @openai/agents-core, looked up in both its CJS and ESM
+// builds, and in the details the runner passes) receives the parsed value and stops the call by
+// throwing the reason of an already aborted signal (which the SDK rethrows untouched: no
+// execute, no error function, no error span).
+let callbackSymbols = null
+const kParsedDescription = 'openai.agents.functionToolParsedInputCallback'
+async function parsedInputSymbols(details) {
+  if (callbackSymbols === null) {
+    const found = new Set()
+    try {
+      const path = require('node:path')
+      const { pathToFileURL } = require('node:url')
+      const dir = path.dirname(require.resolve('@openai/agents-core'))
+      const cjs = require(path.join(dir, 'tool.js')).FUNCTION_TOOL_PARSED_INPUT_CALLBACK
+      if (typeof cjs === 'symbol') found.add(cjs)
+      const esm = (await import(pathToFileURL(path.join(dir, 'tool.mjs')).href)).FUNCTION_TOOL_PARSED_INPUT_CALLBACK
+      if (typeof esm === 'symbol') found.add(esm)
+    } catch {
+      // another layout: only the symbols found in the runner's details are used
+    }
+    callbackSymbols = found
+  }
+  if (details != null && typeof details === 'object') {
+    for (const sym of Object.getOwnPropertySymbols(details)) if (sym.description === kParsedDescription) callbackSymbols.add(sym)
+  }
+  return callbackSymbols
+}
+
+/** The arguments `invoke` would give the tool's `execute` for JSON text `input`, or undefined. */
+async function parsedArgs(invoke, runContext, input, details) {
+  const symbols = await parsedInputSymbols(details)
+  if (symbols.size === 0) return undefined
+  const stop = new Error('toolgate: arguments parsed, not executed')
+  const controller = new AbortController()
+  controller.abort(stop)
+  let got
+  const probe = { toolCall: details?.toolCall, signal: controller.signal }
+  for (const sym of symbols) {
+    probe[sym] = (value) => {
+      got = { value }
+      throw stop
+    }
+  }
+  try {
+    await invoke(runContext, input, probe)
+  } catch (e) {
+    if (e !== stop) return undefined
+  }
+  return got === undefined ? undefined : jsonable(got.value)
+}
+
 function keyOf(callId, args) {
   return `${callId}\u0000${JSON.stringify(args)}`
 }
@@ -172,13 +226,15 @@ class Governor {
         const own = typeof ownApproval === 'function' ? await ownApproval(runContext, input, callId) : ownApproval === true
         const e = gov.entry(runContext)
         await gov.settle(e)
-        const { d } = await gov.decide(e, t.name, argsOf(input), callId ?? 'call')
+        const text = typeof input === 'string' ? input : JSON.stringify(input ?? {})
+        const args = (await parsedArgs(invoke, runContext, text, undefined)) ?? argsOf(input)
+        const { d } = await gov.decide(e, t.name, args, callId ?? 'call')
         return own === true || d.effect === 'hitl'
       },
       async invoke(runContext, input, details) {
         const e = gov.entry(runContext)
         const callId = details?.toolCall?.callId ?? 'call'
-        const args = argsOf(input)
+        const args = (await parsedArgs(invoke, runContext, input, details)) ?? argsOf(input)
         let { d, key } = await gov.decide(e, t.name, args, callId)
         if (d.effect === 'hitl' && e.held.has(key)) {
           let approved

@@ -383,3 +383,47 @@ test('Mastra: 20 concurrent runs of one governed agent: each run\'s model calls 
   const ended = auditEvents(audit).filter((e) => e.kind === 'run.ended')
   assert.equal(ended.length, 20)
 })
+
+test('coercing schemas: a string "5000" is decided as the 5000 the tool receives (OpenAI Agents JS and Mastra), approval included', async () => {
+  const { tool } = await import('@openai/agents')
+  const { z } = await import('zod')
+  const ran = []
+  const refund = tool({
+    name: 'refund',
+    description: 'refund',
+    parameters: z.object({ amount: z.coerce.number() }),
+    execute: async ({ amount }) => (ran.push(amount), `refunded ${amount}`),
+  })
+  const engine = new Engine(GATE)
+  const model = new ScriptedModel([{ calls: [['c1', 'refund', { amount: '5000' }]] }, { text: 'ok' }])
+  const governed = govern(new Agent({ name: 'a', model, tools: [refund] }), engine)
+  const runner = new Runner({ tracingDisabled: true })
+  let r = await runner.run(governed, 'go')
+  assert.equal(r.interruptions.length, 1, 'held for review, not run on the raw string')
+  const [review] = await engine.reviews.pending()
+  assert.deepEqual(review.args, { amount: 5000 })
+  r.state.approve(r.interruptions[0])
+  r = await runner.run(governed, r.state)
+  assert.deepEqual(ran, [5000])
+
+  const { Agent: MastraAgent } = await import('@mastra/core/agent')
+  const { createTool } = await import('@mastra/core/tools')
+  const { govern: governMastra } = await import('toolgate/mastra')
+  const { mastraModel } = await import('./models.mjs')
+  const ran2 = []
+  const refund2 = createTool({
+    id: 'refund',
+    description: 'refund',
+    inputSchema: z.object({ amount: z.coerce.number() }),
+    execute: async ({ context }) => (ran2.push(context.amount), 'ok'),
+  })
+  const engine2 = new Engine(GATE)
+  const { model: m2 } = mastraModel([{ calls: [['c1', 'refund', { amount: '5000' }]] }, { text: 'ok' }])
+  const g2 = governMastra(new MastraAgent({ name: 'b', instructions: 'x', model: m2, tools: { refund: refund2 } }), engine2)
+  const s = await g2.stream('go')
+  const chunks = []
+  for await (const c of s.fullStream) chunks.push(c)
+  assert.ok(chunks.some((c) => c.type === 'tool-call-suspended'))
+  assert.deepEqual(ran2, [])
+  assert.deepEqual((await engine2.reviews.pending())[0].args, { amount: 5000 })
+})
