@@ -93,11 +93,11 @@ class Governor {
   async decide(e, tool, args, callId) {
     const key = `${callId}\u0000${JSON.stringify(args)}`
     const known = e.decisions.get(key)
-    if (known !== undefined) return { d: known, key }
+    if (known !== undefined) return { d: known, key, fresh: false }
     const d = await e.run.beforeTool({ name: tool, args, callId })
     remember(e.decisions, key, d, MAX_DECISIONS)
     if (d.effect === 'hitl' && d.reviewId !== null) remember(e.held, key, d.reviewId, MAX_DECISIONS)
-    return { d, key }
+    return { d, key, fresh: true }
   }
 
   // The answer in `resumeData` to the review held for `key`: applied (and the call decided
@@ -146,8 +146,11 @@ class Governor {
       const e = runId === undefined ? gov.als.getStore() : gov.entry(runId)
       if (e == null) return execute.call(this, first, options) // not through the governed agent
       const callId = options?.toolCallId ?? 'call'
-      let { d, key } = await gov.decide(e, name, args, callId)
-      if (d.effect === 'hitl' && options?.resumeData != null) {
+      let { d, key, fresh } = await gov.decide(e, name, args, callId)
+      // An answer decides a review only when the call was suspended for it: `resumeData` that
+      // came with a call decided just now answers something else (Mastra's own approval of a
+      // `requireApproval` tool, given before this review existed).
+      if (d.effect === 'hitl' && !fresh && options?.resumeData != null) {
         d = (await gov.answer(e, name, args, callId, key, options.resumeData)) ?? d
       }
       if (d.effect === 'hitl' && !d.allowed && typeof options?.suspend === 'function' && e.held.has(key)) {

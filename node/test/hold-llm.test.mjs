@@ -427,3 +427,37 @@ test('coercing schemas: a string "5000" is decided as the 5000 the tool receives
   assert.deepEqual(ran2, [])
   assert.deepEqual((await engine2.reviews.pending())[0].args, { amount: 5000 })
 })
+
+test('Mastra: approving Mastra\'s own requireApproval question does not approve the toolgate review raised after it', async () => {
+  const { Mastra } = await import('@mastra/core')
+  const { Agent: MastraAgent } = await import('@mastra/core/agent')
+  const { InMemoryStore } = await import('@mastra/core/storage')
+  const { createTool } = await import('@mastra/core/tools')
+  const { govern: governMastra } = await import('toolgate/mastra')
+  const { mastraModel } = await import('./models.mjs')
+  const { z } = await import('zod')
+  const ran = []
+  const refund = createTool({
+    id: 'refund',
+    description: 'refund',
+    requireApproval: true,
+    inputSchema: z.object({ amount: z.number() }),
+    execute: async ({ context }) => (ran.push(context.amount), 'ok'),
+  })
+  const engine = new Engine(GATE)
+  const { model } = mastraModel([{ calls: [['c1', 'refund', { amount: 900 }]] }, { text: 'done' }])
+  const agent = new MastraAgent({ name: 'q', instructions: 'x', model, tools: { refund } })
+  const mastra = new Mastra({ agents: { q: agent }, storage: new InMemoryStore(), logger: false })
+  const governed = governMastra(mastra.getAgent('q'), engine)
+  const drain = async (s) => {
+    const out = []
+    for await (const c of s.fullStream) out.push(c)
+    return out
+  }
+  const first = await drain(await governed.stream('go', { runId: 'q1' }))
+  assert.ok(first.some((c) => c.type === 'tool-call-approval'), "Mastra's own question")
+  const second = await drain(await governed.approveToolCall({ runId: 'q1', toolCallId: 'c1' }))
+  assert.ok(second.some((c) => c.type === 'tool-call-suspended'), 'then toolgate suspends for its review')
+  assert.deepEqual(ran, [])
+  assert.equal((await engine.reviews.pending()).length, 1, 'the review stays pending')
+})
