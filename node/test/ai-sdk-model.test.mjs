@@ -131,3 +131,29 @@ test('AI SDK: without prices of its own the adapter inherits the engine\'s; reco
   assert.ok(!text.includes(key), 'the key is not in the trail')
   assert.match(JSON.stringify(recorded[1]), /\[redacted:secret_key\]/)
 })
+
+test('AI SDK v6: tool approval with budgets in play: approved, the call runs and the next model call is let through', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: budget(1e9), audit })
+  const run = engine.startRun('bot')
+  const ran = []
+  const governed = governTools(tools(ai6, ran), run)
+  const { model, prompts } = scripted(MockLanguageModelV3, 3, toStream3, [{ calls: [['c1', 'refund', { amount: 500 }]] }, { text: 'refunded' }])
+  const wrapped = ai6.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const first = await ai6.generateText({ model: wrapped, tools: governed, prompt: 'refund it', stopWhen: ai6.stepCountIs(5) })
+  const request = first.content.find((p) => p.type === 'tool-approval-request')
+  assert.ok(request)
+  assert.ok(run.aborted)
+  const messages = [
+    { role: 'user', content: 'refund it' },
+    ...first.response.messages,
+    { role: 'tool', content: [{ type: 'tool-approval-response', approvalId: request.approvalId, approved: true }] },
+  ]
+  const second = await ai6.generateText({ model: wrapped, tools: governed, messages, stopWhen: ai6.stepCountIs(5) })
+  assert.deepEqual(ran, [['refund', 500]])
+  assert.equal(second.text, 'refunded')
+  assert.equal(prompts.length, 2)
+  await run.end('success')
+  await engine.shutdown()
+  assert.deepEqual(auditEvents(audit).filter((e) => e.kind === 'llm.result').length, 2)
+})
