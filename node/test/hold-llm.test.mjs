@@ -461,3 +461,26 @@ test('Mastra: approving Mastra\'s own requireApproval question does not approve 
   assert.deepEqual(ran, [])
   assert.equal((await engine.reviews.pending()).length, 1, 'the review stays pending')
 })
+
+test('bounded: 1,100 SDK runs interrupted and never resumed keep at most 1,024 runs tracked per governed agent', async () => {
+  const { tool } = await import('@openai/agents')
+  const { z } = await import('zod')
+  const engine = new Engine(GATE)
+  const refund = tool({ name: 'refund', description: 'r', parameters: z.object({ amount: z.number() }), execute: async () => 'ok' })
+  const model = {
+    async getResponse(request) {
+      const { Usage } = await import('@openai/agents')
+      const id = `c-${Math.random()}`
+      return { usage: new Usage({ requests: 1, inputTokens: 1, outputTokens: 1, totalTokens: 2 }), output: [{ type: 'function_call', callId: id, name: 'refund', arguments: '{"amount":900}', status: 'completed' }] }
+    },
+    async *getStreamedResponse() {},
+  }
+  const governed = govern(new Agent({ name: 'b', model, tools: [refund] }), engine)
+  const runner = new Runner({ tracingDisabled: true })
+  for (let i = 0; i < 1100; i++) {
+    const r = await runner.run(governed, `go ${i}`)
+    assert.equal(r.interruptions.length, 1)
+  }
+  const gov = governed[Object.getOwnPropertySymbols(governed).find((s) => s.description === 'toolgate.governor')]
+  assert.ok(gov.runs.size <= 1024, `${gov.runs.size} runs tracked`)
+})
