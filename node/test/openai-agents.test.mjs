@@ -151,3 +151,20 @@ test('streaming runs record the usage of response_done', async () => {
   assert.equal(r.tokensIn, 7)
   assert.equal(r.tokensOut, 3)
 })
+
+test('a model given by name is resolved by modelProvider; its name is the one recorded', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const model = new ScriptedModel([{ text: 'hi' }])
+  const asked = []
+  const modelProvider = { getModel: async (name) => (asked.push(name), model) }
+  const governed = govern(new Agent({ name: 'named', model: 'gpt-4.1-mini' }), engine, { modelProvider })
+  const result = await runner.run(governed, 'hello')
+  assert.equal(result.finalOutput, 'hi')
+  assert.deepEqual(asked, ['gpt-4.1-mini'])
+  await settled(governed)
+  await engine.shutdown()
+  const [r] = auditEvents(audit).filter((e) => e.kind === 'llm.result')
+  assert.equal(r.model, 'gpt-4.1-mini')
+  assert.equal(model.requests[0].input[0].content, 'hello')
+})
