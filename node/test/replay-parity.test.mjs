@@ -97,9 +97,29 @@ class Replayer {
       case 'metric':
         this.run(line.runId)[1].recordMetric(line.key, line.value)
         break
-      case 'llm':
-        this.run(line.runId)[1].recordLlm(line.tokensIn, line.tokensOut, line.costUsd)
+      case 'llm.call': {
+        const [runId, run] = this.run(line.runId)
+        const d = await run.beforeLlm(line.model, line.messages ?? [], { callId: line.id })
+        this.llmRefused ??= new Set()
+        if (d.allowed) this.llmRefused.delete(`${runId}\u0000${line.id}`)
+        else this.llmRefused.add(`${runId}\u0000${line.id}`)
+        this.row(runId, line.id, line.model, d)
         break
+      }
+      case 'llm': {
+        const [runId, run] = this.run(line.runId)
+        // The usage of a model call that was not allowed: the model was not called.
+        if (line.id != null && this.llmRefused?.has(`${runId}\u0000${line.id}`)) break
+        run.recordLlm({
+          tokensIn: line.tokensIn ?? 0,
+          tokensOut: line.tokensOut ?? 0,
+          costUsd: line.costUsd,
+          model: line.model,
+          durationMs: line.durationMs,
+          callId: line.id,
+        })
+        break
+      }
       case 'review': {
         const id = this.reviewsByCall.get(line.fingerprintOf)
         if (line.decision === 'approved') await this.engine.reviews.approve(id)

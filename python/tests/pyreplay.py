@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import toolgate
 
@@ -23,6 +23,7 @@ class PyReplayer:
         self.runs: Dict[str, toolgate.Run] = {}
         self.reviews_by_call: Dict[str, str] = {}
         self.tools_by_call: Dict[Tuple[str, str], str] = {}
+        self.llm_refused: Set[Tuple[str, str]] = set()
         self.subjects: List[Dict[str, Any]] = []
         self.engine.register_subjects("*", self._subjects)
         self.rows: List[Dict[str, Any]] = []
@@ -113,8 +114,24 @@ class PyReplayer:
                 self._row(run_id, line["id"], self.tools_by_call.get((run_id, line["id"]), ""), after)
         elif t == "metric":
             self._run(line.get("runId"))[1].record_metric(line["key"], line["value"])
+        elif t == "llm.call":
+            run_id, run = self._run(line.get("runId"))
+            msgs = line.get("messages", [])
+            if use_async:
+                d = await run.abefore_llm(line["model"], msgs, call_id=line["id"])
+            else:
+                d = run.before_llm(line["model"], msgs, call_id=line["id"])
+            if d.allowed:
+                self.llm_refused.discard((run_id, line["id"]))
+            else:
+                self.llm_refused.add((run_id, line["id"]))
+            self._row(run_id, line["id"], line["model"], d)
         elif t == "llm":
-            self._run(line.get("runId"))[1].record_llm(line["tokensIn"], line["tokensOut"], line["costUsd"])
+            run_id, run = self._run(line.get("runId"))
+            # The usage of a model call that was not allowed: the model was not called.
+            if line.get("id") is None or (run_id, line["id"]) not in self.llm_refused:
+                run.record_llm(line.get("tokensIn", 0), line.get("tokensOut", 0), cost_usd=line.get("costUsd"),
+                               model=line.get("model"), duration_ms=line.get("durationMs"), call_id=line.get("id"))
         elif t == "review":
             rid = self.reviews_by_call[line["fingerprintOf"]]
             if line["decision"] == "approved":

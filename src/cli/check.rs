@@ -137,7 +137,15 @@ fn display_paths(p: &[PathBuf]) -> String {
 fn warnings(p: &Policy) -> Vec<String> {
     let mut out = Vec::new();
     for (i, r) in p.rules.iter().enumerate() {
-        if r.selector.tool.is_none() {
+        if r.selector.phase == Phase::LlmBefore {
+            out.push(format!(
+                "rules[{i}] \"{}\": selector.phase \"llm.before\" is a toolgate extension: \
+                 Handlebar has no such phase (its engine would never evaluate this rule); \
+                 toolgate decides it before each model call (run.before_llm)",
+                r.id
+            ));
+        }
+        if r.selector.tool.is_none() && r.selector.phase != Phase::LlmBefore {
             out.push(format!(
                 "rules[{i}] \"{}\": the selector has no `tool`, so the rule is never evaluated (use \"tool\": {{}} to match every tool)",
                 r.id

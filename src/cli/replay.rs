@@ -16,7 +16,8 @@ pub enum Format {
 
 /// The long help of `toolgate replay`.
 pub const LONG_ABOUT: &str = "Replay a JSON Lines trace of agent activity through policies and print one decision per \
-tool call (and per tool result where after-phase rules are in play).\n\n\
+tool call (and per tool result where after-phase rules are in play), and one per model call \
+(`llm.call` line, phase `llm.before`).\n\n\
 The trace's `at` timestamps drive the engine's clock; `signal`, `review`, `metric` and `llm` lines drive \
 providers, reviews and metrics (see docs/policy-language.md for the format). Bad lines are reported with their line \
 number and skipped; the rest of the trace still runs.\n\n\
@@ -250,6 +251,8 @@ struct TableRow {
     cells: [String; 9],
     effect: String,
     before: bool,
+    /// An `llm.before` decision (a model call).
+    llm: bool,
 }
 
 impl TableRow {
@@ -271,6 +274,7 @@ impl TableRow {
             ],
             effect: r.effect.clone(),
             before: r.phase == "tool.before",
+            llm: r.phase == "llm.before",
         }
     }
 }
@@ -306,7 +310,8 @@ impl Printer {
             let before = self.rows.iter().filter(|r| r.before);
             let count = |e: &str| before.clone().filter(|r| r.effect == e).count();
             let calls = before.clone().count();
-            let after = self.rows.len() - calls;
+            let llm: Vec<&TableRow> = self.rows.iter().filter(|r| r.llm).collect();
+            let after = self.rows.len() - calls - llm.len();
             let mut summary = format!(
                 "{} calls: {} allowed, {} blocked, {} hitl",
                 calls,
@@ -316,6 +321,16 @@ impl Printer {
             );
             if after > 0 {
                 summary.push_str(&format!("; {after} after-phase decisions"));
+            }
+            if !llm.is_empty() {
+                let n = |e: &str| llm.iter().filter(|r| r.effect == e).count();
+                summary.push_str(&format!(
+                    "; {} model calls (llm.before): {} allowed, {} blocked, {} hitl",
+                    llm.len(),
+                    n("allow"),
+                    n("block"),
+                    n("hitl")
+                ));
             }
             if bad > 0 {
                 summary.push_str(&format!("; {bad} bad trace lines skipped"));
