@@ -46,9 +46,10 @@ function count(u) {
 /**
  * The middleware (`wrapGenerate` / `wrapStream`, for `wrapLanguageModel` of v5 and v6) gating
  * each call on `runOf()`'s `llm.before` rules and recording its usage there; `runOf()` answering
- * `null`/`undefined` lets the call through unrecorded (no run to govern it).
+ * `null`/`undefined` lets the call through unrecorded (no run to govern it). `before(run,
+ * params)`, when given, is awaited before the gate.
  */
-function modelMiddleware(runOf, table) {
+function modelMiddleware(runOf, table, before) {
   // Records the usage of result `r`: its `usage`, or — when it is a stream (`doStream`, or a
   // framework's `doGenerate` answering a stream, as Mastra's model wrappers do) — that of its
   // `finish` part. Answers the result to give back (a stream piped through the tracking).
@@ -91,6 +92,7 @@ function modelMiddleware(runOf, table) {
     const run = runOf()
     if (run == null) return call()
     const name = llm.modelName(model)
+    if (before !== undefined) await before(run, params)
     const d = await llm.gate(run, name, promptMessages(params?.prompt))
     const started = performance.now()
     return track(run, name, await call(), started, d.callId)

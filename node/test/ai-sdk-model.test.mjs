@@ -157,3 +157,25 @@ test('AI SDK v6: tool approval with budgets in play: approved, the call runs and
   await engine.shutdown()
   assert.deepEqual(auditEvents(audit).filter((e) => e.kind === 'llm.result').length, 2)
 })
+
+test('AI SDK v6: a denied approval reaches the review through the model middleware (no settleApprovals), the run goes on', async () => {
+  const engine = new Engine(budget(1e9))
+  const run = engine.startRun('bot')
+  const ran = []
+  const governed = governTools(tools(ai6, ran), run)
+  const { model, prompts } = scripted(MockLanguageModelV3, 3, toStream3, [{ calls: [['c1', 'refund', { amount: 700 }]] }, { text: 'ok, no refund' }])
+  const wrapped = ai6.wrapLanguageModel({ model, middleware: toolgateModelMiddleware(run) })
+  const first = await ai6.generateText({ model: wrapped, tools: governed, prompt: 'refund it', stopWhen: ai6.stepCountIs(5) })
+  const request = first.content.find((p) => p.type === 'tool-approval-request')
+  const messages = [
+    { role: 'user', content: 'refund it' },
+    ...first.response.messages,
+    { role: 'tool', content: [{ type: 'tool-approval-response', approvalId: request.approvalId, approved: false }] },
+  ]
+  const second = await ai6.generateText({ model: wrapped, tools: governed, messages, stopWhen: ai6.stepCountIs(5) })
+  assert.equal(second.text, 'ok, no refund')
+  assert.equal(prompts.length, 2)
+  assert.deepEqual(ran, [])
+  assert.deepEqual((await engine.reviews.list()).map((r) => r.status), ['denied'])
+  assert.ok(!run.aborted)
+})
