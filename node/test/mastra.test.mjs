@@ -141,3 +141,15 @@ test('an llm.before hitl pauses the run like a tool hitl (ReviewRequiredError, r
   assert.equal((await engine.reviews.pending())[0].ruleId, 'model-review')
   await engine.shutdown()
 })
+
+test('stream: a spent budget ends the stream with an LlmBlockedError chunk, at once (not retried), the model not called', async () => {
+  const steps = [{ calls: [['c1', 'refund', { amount: 5 }]] }, { calls: [['c2', 'refund', { amount: 6 }]] }, { text: 'never' }]
+  const { engine, prompts, governed, audit } = setup(budget(15), steps)
+  const stream = await governed.stream('refund twice')
+  const errors = (await drain(stream)).filter((c) => c.type === 'error').map((c) => c.payload.error)
+  assert.equal(errors.length, 1)
+  assert.ok(errors[0] instanceof LlmBlockedError)
+  assert.equal(prompts.length, 2)
+  await engine.shutdown()
+  assert.equal(auditEvents(audit).find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
+})
