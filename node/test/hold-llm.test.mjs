@@ -484,3 +484,36 @@ test('bounded: 1,100 SDK runs interrupted and never resumed keep at most 1,024 r
   const gov = governed[Object.getOwnPropertySymbols(governed).find((s) => s.description === 'toolgate.governor')]
   assert.ok(gov.runs.size <= 1024, `${gov.runs.size} runs tracked`)
 })
+
+test('OpenAI Agents JS with tracing on: concurrent runs inside one app-made withTrace are each attributed to their own run', async () => {
+  const { Usage, tool, withTrace, setTraceProcessors } = await import('@openai/agents')
+  const { z } = await import('zod')
+  setTraceProcessors([]) // nothing exported (no network)
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const model = {
+    model: 'fake',
+    async getResponse(request) {
+      await new Promise((r) => setImmediate(r))
+      const input = Array.isArray(request.input) ? request.input : []
+      const n = Number(String(input.find((i) => i.role === 'user')?.content).slice(1))
+      const usage = new Usage({ requests: 1, inputTokens: n, outputTokens: 1, totalTokens: n + 1 })
+      if (!input.some((i) => i.type === 'function_call_result')) {
+        return { usage, output: [{ type: 'function_call', callId: `c${n}`, name: 'search', arguments: '{"q":"a"}', status: 'completed' }] }
+      }
+      return { usage, output: [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: `u${n}` }] }] }
+    },
+    async *getStreamedResponse() {},
+  }
+  const search = tool({ name: 'search', description: 's', parameters: z.object({ q: z.string() }), execute: async () => 'hits' })
+  const governed = govern(new Agent({ name: 't', model, tools: [search] }), engine)
+  const runner = new Runner({ tracingDisabled: false })
+  await withTrace('app', () => Promise.all(Array.from({ length: 8 }, (_, i) => runner.run(governed, `u${i + 1}`))))
+  const { settled } = await import('toolgate/openai-agents')
+  await settled(governed)
+  await engine.shutdown()
+  const byRun = new Map()
+  for (const e of auditEvents(audit).filter((e) => e.kind === 'llm.result')) byRun.set(e.runId, [...(byRun.get(e.runId) ?? []), e.tokensIn])
+  assert.equal(byRun.size, 8)
+  for (const tokens of byRun.values()) assert.deepEqual(tokens, [tokens[0], tokens[0]])
+})
