@@ -335,12 +335,12 @@ class Governor {
     }
   }
 
-  onEnd(ctx, output) {
+  onEnd(ctx, output, status = 'success') {
     const e = this.runs.get(ctx)
     if (e === undefined) return
     this.runs.delete(ctx)
     if (this.last === e) this.last = null
-    const p = e.run.end('success', typeof output === 'string' ? output : undefined).catch(() => {})
+    const p = e.run.end(status, typeof output === 'string' ? output : undefined).catch(() => {})
     this.ending.add(p)
     p.finally(() => this.ending.delete(p))
   }
@@ -411,6 +411,13 @@ function govern(agent, engine, { agentId, enduser, agentTags, prices, approver, 
   copy.on('agent_end', (ctx, output) => {
     try {
       gov.onEnd(ctx, output)
+    } catch {}
+  })
+  // Handed off, the agent's part of the SDK run is over (the SDK emits `agent_end` only for the
+  // last agent): its toolgate run ends `handoff`; handed back, it starts a new one.
+  copy.on('agent_handoff', (ctx) => {
+    try {
+      gov.onEnd(ctx, undefined, 'handoff')
     } catch {}
   })
   return copy

@@ -168,3 +168,33 @@ test('a model given by name is resolved by modelProvider; its name is the one re
   assert.equal(r.model, 'gpt-4.1-mini')
   assert.equal(model.requests[0].input[0].content, 'hello')
 })
+
+test('handoffs: each governed agent has its own run; the one that handed off ends "handoff", the last "success"', async () => {
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const billingModel = new ScriptedModel([{ text: 'billing here' }], { name: 'billing-model' })
+  const billing = govern(new Agent({ name: 'billing', model: billingModel }), engine)
+  const triageModel = {
+    model: 'triage-model',
+    async getResponse() {
+      const { Usage } = await import('@openai/agents')
+      return {
+        usage: new Usage({ requests: 1, inputTokens: 3, outputTokens: 1, totalTokens: 4 }),
+        output: [{ type: 'function_call', callId: 'h1', name: 'transfer_to_billing', arguments: '{}', status: 'completed' }],
+      }
+    },
+    async *getStreamedResponse() {},
+  }
+  const triage = govern(new Agent({ name: 'triage', model: triageModel, handoffs: [billing] }), engine)
+  const result = await runner.run(triage, 'my invoice')
+  assert.equal(result.finalOutput, 'billing here')
+  await settled(triage)
+  await settled(billing)
+  await engine.shutdown()
+  const events = auditEvents(audit)
+  const agentOf = new Map(events.filter((e) => e.kind === 'run.started').map((e) => [e.runId, e.agentId]))
+  const ended = events.filter((e) => e.kind === 'run.ended').map((e) => [agentOf.get(e.runId), e.status]).sort()
+  assert.deepEqual(ended, [['billing', 'success'], ['triage', 'handoff']])
+  const models = events.filter((e) => e.kind === 'llm.result').map((e) => [agentOf.get(e.runId), e.model]).sort()
+  assert.deepEqual(models, [['billing', 'billing-model'], ['triage', 'triage-model']])
+})
