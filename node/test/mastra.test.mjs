@@ -153,3 +153,21 @@ test('stream: a spent budget ends the stream with an LlmBlockedError chunk, at o
   await engine.shutdown()
   assert.equal(auditEvents(audit).find((e) => e.kind === 'run.ended').status, 'budget_exceeded')
 })
+
+test('approver: a resume it refuses leaves the review pending; the call suspends again', async () => {
+  ran.length = 0
+  const audit = path.join(tmp(), 'audit')
+  const engine = new Engine({ policies: GATE, audit })
+  const { model } = mastraModel([{ calls: [['c1', 'refund', { amount: 800 }]] }, { text: 'x' }])
+  const agent = new Agent({ name: 'support', instructions: 'x', model, tools: { refund } })
+  const mastra = new Mastra({ agents: { support: agent }, storage: new InMemoryStore(), logger: false })
+  const seen = []
+  const governed = govern(mastra.getAgent('support'), engine, { approver: (review, ctx) => (seen.push([review.toolName, ctx.approved, ctx.toolCallId]), false) })
+  await drain(await governed.stream('refund 800', { runId: 'r-appr' }))
+  const again = await drain(await governed.resumeStream({ approved: true }, { runId: 'r-appr', toolCallId: 'c1' }))
+  assert.ok(again.some((c) => c.type === 'tool-call-suspended'))
+  assert.deepEqual(seen, [['refund', true, 'c1']])
+  assert.deepEqual(ran, [])
+  assert.equal((await engine.reviews.list())[0].status, 'pending')
+  await engine.shutdown()
+})

@@ -198,3 +198,21 @@ test('handoffs: each governed agent has its own run; the one that handed off end
   const models = events.filter((e) => e.kind === 'llm.result').map((e) => [agentOf.get(e.runId), e.model]).sort()
   assert.deepEqual(models, [['billing', 'billing-model'], ['triage', 'triage-model']])
 })
+
+test('approver: an SDK approval it refuses leaves the review pending and the call unrun', async () => {
+  ran.length = 0
+  const engine = new Engine(GATE)
+  const model = new ScriptedModel([{ calls: [['c1', 'refund', { amount: 800 }]] }, { text: 'waiting' }])
+  const seen = []
+  const governed = govern(new Agent({ name: 'support', model, tools: [refund] }), engine, {
+    approver: async (review, runContext) => (seen.push([review.toolName, typeof runContext?.isToolApproved]), false),
+  })
+  let result = await runner.run(governed, 'refund 800')
+  result.state.approve(result.interruptions[0])
+  result = await runner.run(governed, result.state)
+  assert.deepEqual(ran, [])
+  assert.deepEqual(seen, [['refund', 'function']])
+  assert.equal((await engine.reviews.list())[0].status, 'pending')
+  assert.match(resultText(toolResults(model.requests[1])[0]), /it waits for human review/)
+  await engine.shutdown()
+})
