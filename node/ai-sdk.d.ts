@@ -42,3 +42,33 @@ export interface GovernOptions {
  * it reaches the review at once).
  */
 export declare function settleApprovals(governedTools: Record<string, any>, messages: unknown[]): Promise<void>
+
+/** A price table: `{"<model>": {in, out}}`, USD per million input / output tokens (a name may be a glob: `"gpt-4o*"`). */
+export type Prices = Record<string, { in: number; out: number }>
+
+export interface ModelMiddlewareOptions {
+  /**
+   * Prices for the cost of each call (matched like the engine's: the exact name,
+   * case-insensitive, else the longest glob). Default: the engine's own `prices`.
+   */
+  prices?: Prices
+}
+
+/**
+ * A language-model middleware for `wrapLanguageModel` (AI SDK v6 `LanguageModelV3Middleware`;
+ * v5's `wrapLanguageModel` takes it too): each model call is decided by `run`'s `llm.before`
+ * rules first (block: the model is not called, the run ends `budget_exceeded` and the call
+ * rejects with {@link LlmBlockedError}; hitl: `ReviewRequiredError`, the run stopped), and its
+ * usage is recorded after (an `llm.result`: tokens, the model's id, duration, cost).
+ */
+export declare function toolgateModelMiddleware(run: Run, options?: ModelMiddlewareOptions): {
+  specificationVersion: 'v3'
+  middlewareVersion: 'v2'
+  wrapGenerate: (options: { doGenerate: () => PromiseLike<any>; doStream: () => PromiseLike<any>; params: any; model: any }) => Promise<any>
+  wrapStream: (options: { doGenerate: () => PromiseLike<any>; doStream: () => PromiseLike<any>; params: any; model: any }) => Promise<any>
+}
+
+/** A `LanguageModelV2/V3Prompt` as the gate's messages: `[{role, kind, content}]`, one per part. */
+export declare function promptMessages(prompt: unknown): Array<{ role: string; kind: string; content: unknown }>
+
+export { LlmBlockedError } from './index'

@@ -15,10 +15,19 @@
 //   review, and on approval the call runs (decided again: ALLOWED_HITL_APPROVED).
 // - hitl, AI SDK v5 (no tool approval): like a block, with the text naming the review; the run
 //   is stopped (`run.aborted`) until a human approves it (`engine.reviews.approve`).
+//
+// The model side: `toolgateModelMiddleware(run)` for `wrapLanguageModel` gates each model call
+// with the run's `llm.before` rules and records its usage (lib/ai-model.js, lib/llm.js).
 
 const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError } = require('./index.js')
+const llm = require('./lib/llm.js')
+const { modelMiddleware, promptMessages } = require('./lib/ai-model.js')
 
 const kGovernor = Symbol('toolgate.governor')
+
+/** The governors (`governTools` results) of each run, for the model middleware (at most 64 per run). */
+const governorsOf = new WeakMap()
+const GOVERNORS_KEPT = 64
 
 /** Entries each of a Governor's maps keeps (the oldest go first): calls, reviews, answers. */
 const KEPT = 4096
@@ -91,6 +100,31 @@ class Governor {
       }
       this.decisions.delete(callId) // answered: decide the call again
       await this.run.resume() // the run goes on (once none of its reviews is pending)
+    }
+  }
+
+  // The app's denials as the model is about to read them: the SDK turns a denied approval into a
+  // `tool-result` whose output is `execution-denied` (the approval answer itself never reaches
+  // the model, nor the tool). Without an `approver` (any answer decides) such a result denies
+  // the call's review, so the run is not left waiting for an answer already given. With one,
+  // the answer is needed to judge: the app passes its messages to `settleApprovals`.
+  async deniedInPrompt(prompt) {
+    if (this.approver !== undefined || this.reviews.size === 0 || !Array.isArray(prompt)) return
+    for (const m of prompt) {
+      if (m?.role !== 'tool' || !Array.isArray(m.content)) continue
+      for (const part of m.content) {
+        if (part?.type !== 'tool-result' || part.output?.type !== 'execution-denied') continue
+        const held = this.reviews.get(part.toolCallId)
+        if (held === undefined) continue
+        this.reviews.delete(part.toolCallId)
+        try {
+          await this.run.engine.reviews.deny(held.reviewId)
+        } catch (e) {
+          if (!(e instanceof ToolgateError)) throw e // decided already (elsewhere): keep that
+        }
+        this.decisions.delete(part.toolCallId)
+        await this.run.resume()
+      }
     }
   }
 
@@ -194,6 +228,10 @@ function governTools(tools, run, { approver } = {}) {
     throw new TypeError('governTools: approver must be a function (review, context) => boolean (or a promise of one)')
   }
   const gov = new Governor(run, approver)
+  let govs = governorsOf.get(run)
+  if (govs === undefined) governorsOf.set(run, (govs = new Set()))
+  govs.add(gov)
+  if (govs.size > GOVERNORS_KEPT) govs.delete(govs.values().next().value)
   const out = {}
   for (const [name, t] of Object.entries(tools)) out[name] = gov.wrap(name, t)
   Object.defineProperty(out, kGovernor, { value: gov })
@@ -222,4 +260,26 @@ async function settleApprovals(governedTools, messages) {
   await gov.settle(messages)
 }
 
-module.exports = { governTools, settleApprovals, refusalText }
+/**
+ * A language-model middleware (AI SDK v6 `LanguageModelV3Middleware`, also accepted by v5's
+ * `wrapLanguageModel`) that decides every model call with `run`'s `llm.before` rules first and
+ * records its usage after:
+ *
+ *   const model = wrapLanguageModel({ model: openai('gpt-4.1'), middleware: toolgateModelMiddleware(run) })
+ *
+ * Block: the model is not called, the run ends `budget_exceeded`, and `generateText` /
+ * `streamText` reject with an `LlmBlockedError` (a `BlockedError`). Hitl: a
+ * `ReviewRequiredError` (the run stopped until the review is approved and `run.resume()`).
+ * Usage: an `llm.result` (tokens in and out, the model's id, duration, cost from `prices` or
+ * the engine's own table) per call; a stream's at its `finish` part.
+ */
+function toolgateModelMiddleware(run, { prices } = {}) {
+  if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('toolgateModelMiddleware: expected a toolgate Run')
+  const denials = async (r, params) => {
+    const govs = governorsOf.get(r)
+    if (govs !== undefined) for (const gov of [...govs]) await gov.deniedInPrompt(params?.prompt)
+  }
+  return modelMiddleware(() => run, llm.pricesOf(prices), denials)
+}
+
+module.exports = { governTools, settleApprovals, toolgateModelMiddleware, promptMessages, refusalText, LlmBlockedError: llm.LlmBlockedError }

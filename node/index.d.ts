@@ -290,6 +290,12 @@ export declare class ReviewRequiredError extends BlockedError {
   readonly reviewId: string | null
 }
 
+/**
+ * The `llm.before` gate blocked a model call: the model was not called and the run ended
+ * `budget_exceeded` (what the adapters throw where a framework's turn ends with an error).
+ */
+export declare class LlmBlockedError extends BlockedError {}
+
 /** `toolgate blocked this call: <reason> [<CODE>, rule <id>]` (+ the review for hitl). */
 export declare function refusalText(decision: Decision): string
 /** `value` as JSON data; what JSON cannot hold becomes its string. */

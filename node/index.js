@@ -13,6 +13,7 @@ const {
   PolicyError,
   BlockedError,
   ReviewRequiredError,
+  LlmBlockedError,
   refusalText,
   translate,
 } = require('./lib/errors.js')
@@ -781,6 +782,7 @@ module.exports = {
   PolicyError,
   BlockedError,
   ReviewRequiredError,
+  LlmBlockedError,
   refusalText,
   jsonable,
 }

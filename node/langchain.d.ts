@@ -1,4 +1,5 @@
 import type { Run } from './index'
+import type { Prices } from './ai-sdk'
 
 export { refusalText } from './index'
 
@@ -12,8 +13,12 @@ export declare function wrapTools<T extends { name: string; invoke: (...args: an
 export declare function wrapTools<T extends { name: string; invoke: (...args: any[]) => any }>(tools: T, run: Run): T
 
 /**
- * A LangChain v1 `createAgent` middleware (package `langchain`) that ends the agent before its
- * next model call once `run` is stopped by a hitl decision (`run.aborted`):
+ * A LangChain v1 `createAgent` middleware (package `langchain`) for `run`'s model side and stops:
+ * each model call is decided by the `llm.before` rules first (block: the model is not called,
+ * the agent ends with an `AIMessage` carrying the refusal text and the run ends
+ * `budget_exceeded`; hitl: the same naming the review, the run stopped) and its usage
+ * (`usage_metadata`) recorded after; the agent ends before its next model call once a hitl
+ * stopped the run (`run.aborted`):
  * `createAgent({ model, tools: wrapTools(tools, run), middleware: [toolgateMiddleware(run)] })`.
  */
-export declare function toolgateMiddleware(run: Run): any
+export declare function toolgateMiddleware(run: Run, options?: { prices?: Prices }): any

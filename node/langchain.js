@@ -19,10 +19,12 @@
 //
 // `toolgateMiddleware(run)` (LangChain v1 `createAgent`, package `langchain`) ends the agent
 // before its next model call once `run.aborted` is true: the model is not asked again, and the
-// agent's last message is the refusal naming the review. A hand-written loop (or a LangGraph
+// agent's last message is the refusal naming the review. It is also the model side: each model
+// call gated by the run's `llm.before` rules (`wrapModelCall`) and its usage recorded. A hand-written loop (or a LangGraph
 // graph around `ToolNode`) checks `run.aborted` itself.
 
 const { refusalText, jsonable } = require('./index.js')
+const llm = require('./lib/llm.js')
 
 let core = null
 // @langchain/core is the app's own: loaded only when needed.
@@ -137,19 +139,90 @@ function wrapTools(tools, run) {
   })
 }
 
+// A LangChain message as the gate's messages (one per content block of a list content).
+function messageEntries(m, out) {
+  if (m == null || typeof m !== 'object') return
+  const type = typeof m._getType === 'function' ? m._getType() : m.type ?? m.role
+  const role = { human: 'user', ai: 'assistant', system: 'system', tool: 'tool' }[type] ?? String(type ?? 'unknown')
+  const c = m.content
+  if (typeof c === 'string') {
+    if (c !== '' || !Array.isArray(m.tool_calls) || m.tool_calls.length === 0) {
+      out.push({ role, kind: type === 'tool' ? 'tool_result' : 'text', content: c })
+    }
+  } else if (Array.isArray(c)) {
+    for (const b of c) {
+      if (b?.type === 'text') out.push({ role, kind: 'text', content: b.text })
+      else if (b?.type === 'image_url' || b?.type === 'image' || b?.type === 'file') out.push({ role, kind: 'file', content: { type: b.type } })
+      else out.push({ role, kind: String(b?.type ?? 'unknown'), content: b })
+    }
+  }
+  if (Array.isArray(m.tool_calls)) {
+    for (const tc of m.tool_calls) out.push({ role, kind: 'tool_call', content: { toolName: tc?.name, input: tc?.args } })
+  }
+}
+
+/** The gate's messages of a `wrapModelCall` request: the system message, then the messages. */
+function requestMessages(request) {
+  const out = []
+  const sys = request?.systemMessage ?? undefined
+  if (sys != null) messageEntries(sys, out)
+  else if (typeof request?.systemPrompt === 'string' && request.systemPrompt !== '') {
+    out.push({ role: 'system', kind: 'text', content: request.systemPrompt })
+  }
+  for (const m of request?.messages ?? []) messageEntries(m, out)
+  return out.filter((e) => !(e.role === 'system' && e.content === ''))
+}
+
+// The model's name in a chat model (`model`, `modelName`, `model_name`, else its class).
+function chatModelName(model) {
+  if (model == null) return 'unknown'
+  for (const k of ['model', 'modelName', 'model_name', 'modelId']) {
+    if (typeof model[k] === 'string' && model[k] !== '') return model[k]
+  }
+  return typeof model._llmType === 'function' ? String(model._llmType()) : model.constructor?.name ?? 'unknown'
+}
+
 /**
- * A LangChain v1 `createAgent` middleware that ends the agent (`jumpTo: "end"`) before its next
- * model call once `run` is stopped by a hitl decision (`run.aborted`). Needs the `langchain`
- * package (the app's own; loaded here, when the middleware is made).
+ * A LangChain v1 `createAgent` middleware (package `langchain`) for the model side and the
+ * stops of `run`:
+ * - before each model call, the `llm.before` gate (`run.beforeLlm`). Block: the model is not
+ *   called, the agent ends with an `AIMessage` carrying the refusal text, and the run ends
+ *   `budget_exceeded`. Hitl: the same message naming the review, and the run is stopped.
+ * - after it, the call's usage (`usage_metadata`) recorded as an `llm.result` (tokens, model,
+ *   duration, cost from `prices` or the engine's own table).
+ * - it ends the agent (`jumpTo: "end"`) before its next model call once `run` is stopped by a
+ *   hitl decision (`run.aborted`).
  */
-function toolgateMiddleware(run) {
+function toolgateMiddleware(run, { prices } = {}) {
   if (run == null || typeof run.beforeTool !== 'function') throw new TypeError('toolgateMiddleware: expected a toolgate Run')
+  const table = llm.pricesOf(prices)
   const { createMiddleware } = require('langchain')
+  const { AIMessage } = require('@langchain/core/messages')
   return createMiddleware({
     name: 'toolgate',
     beforeModel: {
       canJumpTo: ['end'],
       hook: () => (run.aborted ? { jumpTo: 'end' } : undefined),
+    },
+    async wrapModelCall(request, handler) {
+      const name = chatModelName(request?.model)
+      const d = await llm.beforeModel(run, name, requestMessages(request))
+      if (!d.allowed) {
+        if (llm.endsRun(d)) await run.end('budget_exceeded').catch(() => {})
+        return new AIMessage({ content: refusalText(d), response_metadata: { toolgate: { code: d.code, reviewId: d.reviewId } } })
+      }
+      const started = performance.now()
+      const out = await handler(request)
+      const usage = out?.usage_metadata
+      llm.recordUsage(run, {
+        model: name,
+        tokensIn: usage?.input_tokens,
+        tokensOut: usage?.output_tokens,
+        durationMs: performance.now() - started,
+        prices: table,
+        callId: d.callId,
+      })
+      return out
     },
   })
 }

@@ -48,6 +48,12 @@ class ReviewRequiredError extends BlockedError {
   }
 }
 
+/**
+ * The `llm.before` gate refused a model call (block): the model was not called and the run
+ * ended `budget_exceeded`. What the adapters throw where the framework's turn ends with an error.
+ */
+class LlmBlockedError extends BlockedError {}
+
 const MARK = '\u0001toolgate:'
 
 /** The native addon's error as the matching class (`PolicyError`, `ToolgateError`), or as it is. */
@@ -70,4 +76,4 @@ function translate(e) {
   return new ToolgateError(body.message)
 }
 
-module.exports = { ToolgateError, PolicyError, BlockedError, ReviewRequiredError, refusalText, translate }
+module.exports = { ToolgateError, PolicyError, BlockedError, ReviewRequiredError, LlmBlockedError, refusalText, translate }

@@ -1,7 +1,7 @@
 // Shared by the tests: the repository, the `toolgate` CLI (built with cargo) and small
 // inline policies (the same as python/tests/policies_for_tests.py).
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -77,4 +77,36 @@ export function maxCalls(n, per = 'run') {
       reason: 'Too many searches.',
     }),
   )
+}
+
+/** A token budget (design §17): the next model call is blocked once the run's input tokens reach `tokens`. */
+export function budget(tokens, extra = []) {
+  return policy(
+    rule(
+      'token-budget',
+      { kind: 'metricWindow', scope: 'run', metric: { kind: 'inbuilt', key: 'llm_tokens_in' }, aggregate: 'sum', op: 'gte', value: tokens },
+      'block',
+      { phase: 'llm.before', reason: 'Token budget spent.' },
+    ),
+    ...GATE.rules,
+    ...extra,
+  )
+}
+
+/** Model calls past the first `n` of a run are held for human review (an `llm.before` hitl). */
+export function modelReview(n) {
+  return policy(
+    rule('model-review', { kind: 'maxCalls', selector: { by: 'toolName', patterns: ['*'] }, max: n, per: 'run' }, 'hitl', {
+      phase: 'llm.before',
+      reason: 'More model calls need a human.',
+    }),
+    ...GATE.rules,
+  )
+}
+
+/** Every event of the JSONL audit trail in folder `dir`. */
+export function auditEvents(dir) {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.jsonl'))
+    .flatMap((f) => readFileSync(path.join(dir, f), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)))
 }

@@ -1,6 +1,6 @@
 // Compiled with `tsc --noEmit -p test/types` (types.test.mjs): the typings of index.d.ts,
 // ai-sdk.d.ts and langchain.d.ts against the way the README uses them.
-import { generateText, stepCountIs, tool } from 'ai'
+import { generateText, stepCountIs, tool, wrapLanguageModel } from 'ai'
 import { MockLanguageModelV3 } from 'ai/test'
 import { z } from 'zod'
 import { tool as lcTool } from '@langchain/core/tools'
@@ -12,11 +12,16 @@ import {
   ReviewRequiredError,
   PolicyError,
   ToolgateError,
+  LlmBlockedError,
   refusalText,
   type Review,
 } from 'toolgate'
-import { governTools, settleApprovals } from 'toolgate/ai-sdk'
-import { wrapTools } from 'toolgate/langchain'
+import { governTools, settleApprovals, toolgateModelMiddleware } from 'toolgate/ai-sdk'
+import { govern as governOpenAI } from 'toolgate/openai-agents'
+import { govern as governMastra } from 'toolgate/mastra'
+import { Agent as OpenAIAgent } from '@openai/agents'
+import { Agent as MastraAgent } from '@mastra/core/agent'
+import { wrapTools, toolgateMiddleware } from 'toolgate/langchain'
 
 async function main(): Promise<void> {
   const clock = new ManualClock(new Date())
@@ -51,11 +56,14 @@ async function main(): Promise<void> {
     run,
     { approver: async (review, ctx) => review.status === 'pending' && ctx.approved && ctx.toolName === 'refund' },
   )
-  const model = new MockLanguageModelV3()
+  const model = wrapLanguageModel({ model: new MockLanguageModelV3(), middleware: toolgateModelMiddleware(run, { prices: { 'gpt-4o*': { in: 2.5, out: 10 } } }) })
+  const oa: OpenAIAgent = governOpenAI(new OpenAIAgent({ name: 'support', instructions: 'Help.' }), engine, { agentId: 'support', enduser: { id: 'u' }, agentTags: ['prod'] })
+  const ma: MastraAgent = governMastra(new MastraAgent({ name: 'support', instructions: 'Help.', model: new MockLanguageModelV3() as any }), engine, { agentId: 'support' })
+  const mw = toolgateMiddleware(run, { prices: { m: { in: 1, out: 1 } } })
   const result = await generateText({ model, tools, prompt: 'go', stopWhen: stepCountIs(2) })
   await settleApprovals(tools, result.response.messages)
   const lc = wrapTools([lcTool(async () => 'x', { name: 'x', description: 'x', schema: z.object({}) })], run)
-  void [effect, after, allowedAfter, resumed, refunded, mapped, text, doubled, lc, BlockedError, ReviewRequiredError, PolicyError, ToolgateError]
+  void [oa, ma, mw, LlmBlockedError, effect, after, allowedAfter, resumed, refunded, mapped, text, doubled, lc, BlockedError, ReviewRequiredError, PolicyError, ToolgateError]
   await run.end('success', result.text)
   await engine.shutdown()
 }
