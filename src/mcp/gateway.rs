@@ -22,8 +22,15 @@ use crate::engine::{Run, RunContext, ToolOutcome};
 /// The longest tool name toolgate decides (longer: JSON-RPC −32602).
 pub(crate) const MAX_NAME_BYTES: usize = 256;
 
-/// Client requests in flight at once (more: JSON-RPC −32603).
+/// Client requests in flight at once (more: JSON-RPC −32603); also the most upstream requests
+/// waiting for the client's answer (more: answered with −32603 at once).
 pub(crate) const MAX_IN_FLIGHT: usize = 4096;
+
+/// The error an upstream's request gets when it cannot reach the client.
+#[cfg(feature = "http")]
+pub(crate) const UNDELIVERABLE: &str = "the client cannot be reached: no open stream carries \
+     this request (a 2026-07-28 client, a closed GET stream, or one cut because the client \
+     did not read it)";
 
 /// A client request, as the gateway answers it.
 #[derive(Debug, Clone)]
@@ -364,6 +371,26 @@ impl Gateway {
         }
         self.pending.lock().insert(up, Pending { client, what });
         tx.send_in(room, msg.with_id(&up.to_string()))
+    }
+
+    /// A request for the client that could not be delivered (no stream open to carry it, or
+    /// its stream was cut): the upstream's request gets a JSON-RPC error at once, the gateway's
+    /// own question counts as not approved. Never left waiting.
+    #[cfg(feature = "http")]
+    pub(crate) async fn undeliverable(&self, id: &str) {
+        let out = self.outbound.lock().remove(id);
+        match out {
+            Some(Outbound::Upstream(orig)) => {
+                tracing::warn!(
+                    "client: an upstream request could not be delivered (no open stream); \
+                     answered with an error"
+                );
+                let e = jsonrpc::error_to(&orig, jsonrpc::INTERNAL_ERROR, UNDELIVERABLE);
+                self.send_upstream(e).await;
+            }
+            Some(Outbound::Ask(tx)) => drop(tx),
+            None => {}
+        }
     }
 
     /// Sends the client a request of the gateway's own (an unguessable id); its answer comes

@@ -8,15 +8,16 @@
 //! queue (so one slow session never holds up another's answers).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::frame::Frame;
+use super::gateway::Gateway;
 use super::jsonrpc::{self, Kind};
 use super::transport::{self, Incoming, Link, Receiver, Sender};
 
@@ -28,6 +29,13 @@ pub(crate) const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025
 
 /// The stateless revision.
 pub(crate) const MODERN: &str = "2026-07-28";
+
+/// The most `error` audit events a second for messages that could not be attributed (a
+/// hostile upstream must not flood the trail); the others are counted in the next one.
+const UNATTRIBUTED_EVENTS: u32 = 32;
+
+/// The most runs one unattributed message is written into.
+const UNATTRIBUTED_RUNS: usize = 64;
 
 /// How long the upstream may take to answer the hub's `initialize`.
 const INIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,8 +59,9 @@ pub(crate) struct Hub {
     routes: Mutex<HashMap<u64, Route>>,
     /// (session, the session's id of a request) → the hub's id, for cancellations.
     locals: Mutex<HashMap<(u64, Box<str>), u64>>,
-    /// The sessions: their queue, and the token (index in the token file) each acts for.
-    sessions: Mutex<HashMap<u64, (Sender<Incoming>, usize)>>,
+    /// The sessions: their queue, the token (index in the token file) each acts for, and its
+    /// gateway (for the audit trail of its run).
+    sessions: Mutex<HashMap<u64, (Sender<Incoming>, usize, Weak<Gateway>)>>,
     next_session: AtomicU64,
     /// The upstream's own requests handed to a session, by their id (JSON text): only that
     /// session's answer goes back, and the upstream's cancellation of one goes only to it.
@@ -60,6 +69,12 @@ pub(crate) struct Hub {
     /// Upstream requests refused and notifications dropped because they could not be
     /// attributed to exactly one token.
     pub(crate) unattributed: AtomicU64,
+    /// `error` audit events written for unattributed messages in the current second (and when
+    /// that second began): at most [`UNATTRIBUTED_EVENTS`] a second, the rest counted.
+    events: Mutex<(Instant, u32, u64)>,
+    /// The upstream serves one token (or one session) only (`--upstream-per`): what it sends
+    /// on its own goes to its newest session even with no request in flight.
+    dedicated: AtomicBool,
     /// The upstream's `initialize` result (for a 2026-07-28 upstream: made from its
     /// `server/discover` result).
     init: Mutex<Option<Value>>,
@@ -80,6 +95,8 @@ impl Hub {
             next_session: AtomicU64::new(1),
             asks: Mutex::new(HashMap::new()),
             unattributed: AtomicU64::new(0),
+            events: Mutex::new((Instant::now(), 0, 0)),
+            dedicated: AtomicBool::new(false),
             init: Mutex::new(None),
             discover: Mutex::new(None),
         });
@@ -207,10 +224,13 @@ impl Hub {
         self: &Arc<Self>,
         mut from_gw: Receiver<Frame>,
         token: usize,
+        gw: &Arc<Gateway>,
     ) -> (u64, Receiver<Incoming>) {
         let sid = self.next_session.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = transport::queue();
-        self.sessions.lock().insert(sid, (tx, token));
+        self.sessions
+            .lock()
+            .insert(sid, (tx, token, Arc::downgrade(gw)));
         let hub = self.clone();
         tokio::spawn(async move {
             while let Some(m) = from_gw.recv().await {
@@ -219,6 +239,11 @@ impl Hub {
             hub.detach(sid);
         });
         (sid, rx)
+    }
+
+    /// Marks the upstream as serving one token (or one session) only.
+    pub(crate) fn set_dedicated(&self) {
+        self.dedicated.store(true, Ordering::Release);
     }
 
     /// Whether sessions were attached and none is any more.
@@ -237,7 +262,7 @@ impl Hub {
     }
 
     async fn to_session(&self, sid: u64, f: Frame) {
-        let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
+        let tx = self.sessions.lock().get(&sid).map(|(tx, ..)| tx.clone());
         if let Some(tx) = tx {
             let room = tx.reserve(f.weight()).await;
             tx.send_in(room, Incoming::Frame(f));
@@ -322,24 +347,33 @@ impl Hub {
         }
     }
 
+    /// The sessions with requests in flight, by the hub's id of their newest request.
+    fn in_flight(&self) -> HashMap<u64, u64> {
+        let mut newest: HashMap<u64, u64> = HashMap::new();
+        for (g, r) in self.routes.lock().iter() {
+            if let Route::Session { sid, .. } = r {
+                let e = newest.entry(*sid).or_insert(*g);
+                *e = (*e).max(*g);
+            }
+        }
+        newest
+    }
+
     /// The one session a message of the upstream's own belongs to: the newest session with a
     /// request in flight, when every request in flight is of one token. `None` when no
     /// request is in flight or requests of two tokens are (a shared upstream does not say
-    /// which call a message serves: never guess across tokens).
+    /// which call a message serves: never guess across tokens). An upstream of one token's
+    /// (or session's) own speaks for that token only: with nothing in flight, its newest
+    /// session.
     fn attribute(&self) -> Option<u64> {
-        let in_flight: Vec<(u64, u64)> = self
-            .routes
-            .lock()
-            .iter()
-            .filter_map(|(g, r)| match r {
-                Route::Session { sid, .. } => Some((*g, *sid)),
-                Route::Own(_) => None,
-            })
-            .collect();
+        let in_flight = self.in_flight();
         let sessions = self.sessions.lock();
+        if in_flight.is_empty() && self.dedicated.load(Ordering::Acquire) {
+            return sessions.keys().max().copied();
+        }
         let mut token = None;
         let mut newest: Option<(u64, u64)> = None;
-        for (g, sid) in in_flight {
+        for (sid, g) in in_flight {
             let t = sessions.get(&sid)?.1;
             if token.is_some_and(|k| k != t) {
                 return None;
@@ -352,12 +386,68 @@ impl Hub {
         newest.map(|(_, sid)| sid)
     }
 
-    /// Counts (and says) a message of the upstream's that could not be attributed.
-    fn unattributed(&self, what: &str) {
+    /// Counts, says and audits a message of the upstream's that could not be attributed: an
+    /// `error` event in the run of every session it might have been for (those with requests
+    /// in flight; with none, every session) — naming the method only, never the message,
+    /// which may carry another token's data. At most [`UNATTRIBUTED_EVENTS`] log lines and
+    /// event rounds a second (the others are counted, and named in the next event).
+    fn unattributed(&self, what: &str, method: &str) {
         let n = self.unattributed.fetch_add(1, Ordering::Relaxed) + 1;
+        let suppressed = {
+            let mut ev = self.events.lock();
+            if ev.0.elapsed() >= Duration::from_secs(1) {
+                *ev = (Instant::now(), 0, ev.2);
+            }
+            if ev.1 >= UNATTRIBUTED_EVENTS {
+                ev.2 += 1;
+                return;
+            }
+            ev.1 += 1;
+            std::mem::take(&mut ev.2)
+        };
         tracing::error!(
-            "upstream: {what} not attributable to exactly one token (requests of several tokens,              or none, in flight; see --upstream-per); {n} so far"
+            "upstream: {what} not attributable to exactly one token (requests of several \
+             tokens, or none, in flight; see --upstream-per): not delivered; {n} so far"
         );
+        let in_flight = self.in_flight();
+        let gws: Vec<Arc<Gateway>> = self
+            .sessions
+            .lock()
+            .iter()
+            .filter(|(sid, _)| in_flight.is_empty() || in_flight.contains_key(sid))
+            .filter_map(|(_, (_, _, gw))| gw.upgrade())
+            .take(UNATTRIBUTED_RUNS)
+            .collect();
+        let tokens = {
+            let sessions = self.sessions.lock();
+            let mut t: Vec<usize> = in_flight
+                .keys()
+                .filter_map(|sid| sessions.get(sid).map(|s| s.1))
+                .collect();
+            t.sort_unstable();
+            t.dedup();
+            t.len()
+        };
+        let message = format!(
+            "the upstream's {what} could not be attributed to exactly one client (requests of \
+             {tokens} tokens in flight): not delivered; run the server with --upstream-per token"
+        );
+        for gw in gws {
+            if let Some(run) = gw.started_run() {
+                let mut body = serde_json::Map::new();
+                body.insert("message".into(), json!(message));
+                body.insert("upstreamMethod".into(), json!(method));
+                body.insert("unattributed".into(), json!(n));
+                if suppressed > 0 {
+                    body.insert("unattributedNotAudited".into(), json!(suppressed));
+                }
+                run.emit(
+                    crate::audit::EventKind::Error,
+                    body,
+                    run.engine.clock.now(),
+                );
+            }
+        }
     }
 
     async fn on_upstream_msg(&self, inc: Incoming) {
@@ -369,7 +459,7 @@ impl Hub {
                 let route = g.and_then(|g| self.routes.lock().remove(&g));
                 if let Some(Route::Session { sid, local, .. }) = route {
                     self.locals.lock().remove(&(sid, local.clone()));
-                    let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
+                    let tx = self.sessions.lock().get(&sid).map(|(tx, ..)| tx.clone());
                     if let Some(tx) = tx {
                         let room = tx.reserve(64).await;
                         tx.send_in(
@@ -442,7 +532,7 @@ impl Hub {
                         self.to_session(sid, msg).await;
                     }
                     (_, id) => {
-                        self.unattributed(&format!("a {method} request"));
+                        self.unattributed(&format!("{method} request"), &method);
                         if let Some(id) = id {
                             let e = jsonrpc::error_to(
                                 &id,
@@ -459,7 +549,7 @@ impl Hub {
             Kind::Notification(m) if m.ends_with("/list_changed") => self.broadcast(msg).await,
             Kind::Notification(m) => match self.attribute() {
                 Some(sid) => self.to_session(sid, msg).await,
-                None => self.unattributed(&format!("a {m} notification")),
+                None => self.unattributed(&format!("{m} notification"), m),
             },
             Kind::Other => tracing::warn!("upstream: dropped a message that is not JSON-RPC"),
         }

@@ -7,6 +7,7 @@
 
 mod checks;
 mod headers;
+mod outq;
 mod runs;
 mod session;
 mod stream;
@@ -677,5 +678,8 @@ async fn delete(State(srv): State<Arc<Server>>, h: HeaderMap) -> Response {
         srv.sessions.lock().remove(id);
     }
     s.close("success").await;
+    // Its own upstream (`--upstream-per session`) stops now, not at the reaper's next round.
+    let srv2 = srv.clone();
+    tokio::spawn(async move { srv2.ups.reap().await });
     StatusCode::OK.into_response()
 }
