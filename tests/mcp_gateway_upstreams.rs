@@ -99,7 +99,10 @@ async fn per_token_each_token_has_its_own_upstream_and_only_its_messages() {
     // A second session of alice's: no new process.
     let mut alice2 = Client::new(&gw.url, "tok-alice", false);
     alice2.initialize(false).await;
-    assert_eq!(text(&alice2.call("echo", json!({"text": "a2"})).await), "a2");
+    assert_eq!(
+        text(&alice2.call("echo", json!({"text": "a2"})).await),
+        "a2"
+    );
     assert_eq!(children(gw.pid()).len(), 3);
     gw.stop();
 }
@@ -134,15 +137,19 @@ async fn per_session_each_session_has_its_own_upstream_freed_when_it_ends() {
     assert_eq!(children(gw.pid()).len(), 3);
     // Ending a session stops its process (the boot one stays).
     delete(&one).await;
-    until("session one's upstream stops", Duration::from_secs(30), || {
-        children(gw.pid()).len() == 2
-    })
+    until(
+        "session one's upstream stops",
+        Duration::from_secs(30),
+        || children(gw.pid()).len() == 2,
+    )
     .await;
     assert_eq!(text(&two.call("echo", json!({"text": "2"})).await), "2");
     delete(&two).await;
-    until("session two's upstream stops", Duration::from_secs(30), || {
-        children(gw.pid()).len() == 1
-    })
+    until(
+        "session two's upstream stops",
+        Duration::from_secs(30),
+        || children(gw.pid()).len() == 1,
+    )
     .await;
     gw.stop();
 }
@@ -168,13 +175,17 @@ async fn an_unattributable_upstream_request_is_refused_and_audited() {
     b2.session = bob.session.clone();
     let held_a = tokio::spawn(async move { a2.call("held", json!({})).await });
     let held_b = tokio::spawn(async move { b2.call("held", json!({})).await });
-    until("both held calls reach the server", Duration::from_secs(30), || {
-        std::fs::read_to_string(&record)
-            .unwrap_or_default()
-            .matches("\"held\"")
-            .count()
-            >= 2
-    })
+    until(
+        "both held calls reach the server",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&record)
+                .unwrap_or_default()
+                .matches("\"held\"")
+                .count()
+                >= 2
+        },
+    )
     .await;
     let r = carol.call("echo", json!({"text": "elicit"})).await;
     assert_eq!(text(&r), "elicited: null", "refused with an error");

@@ -46,7 +46,10 @@ fn upstreams_wrote(gw: &Gateway) -> u64 {
 
 fn auth(c: &Client) -> Vec<(&'static str, String)> {
     vec![
-        ("authorization", format!("Bearer {}", c.token.as_deref().unwrap())),
+        (
+            "authorization",
+            format!("Bearer {}", c.token.as_deref().unwrap()),
+        ),
         ("mcp-session-id", c.session.clone().unwrap()),
     ]
 }
@@ -85,9 +88,11 @@ async fn a_get_stream_never_read_is_cut_and_the_gateway_stays_small() {
         let b = bob.call("echo", json!({"text": format!("bob {i}")})).await;
         assert_eq!(text(&b), format!("bob {i}"));
     }
-    until("the upstream wrote its flood", Duration::from_secs(300), || {
-        upstreams_wrote(&gw) >= before + total
-    })
+    until(
+        "the upstream wrote its flood",
+        Duration::from_secs(300),
+        || upstreams_wrote(&gw) >= before + total,
+    )
     .await;
     // Alice's next answer comes after every notification of the flood was read.
     let a = alice.call("echo", json!({"text": "after"})).await;

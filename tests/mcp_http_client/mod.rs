@@ -411,7 +411,10 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
 /// The child processes of `pid`.
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten() {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
         let t = t.unwrap().path().join("children");
         out.extend(
             std::fs::read_to_string(t)
