@@ -47,6 +47,9 @@ enum Route {
     Own(oneshot::Sender<Frame>),
 }
 
+/// An attached session: its queue, its token, its gateway.
+type Attached = (Sender<Incoming>, usize, Weak<Gateway>);
+
 /// The shared upstream.
 pub(crate) struct Hub {
     to_up: Sender<Frame>,
@@ -56,7 +59,7 @@ pub(crate) struct Hub {
     locals: Mutex<HashMap<(u64, Box<str>), u64>>,
     /// The sessions: their queue, the token (index in the token file) each acts for, and its
     /// gateway (for the audit trail of its run).
-    sessions: Mutex<HashMap<u64, (Sender<Incoming>, usize, Weak<Gateway>)>>,
+    sessions: Mutex<HashMap<u64, Attached>>,
     next_session: AtomicU64,
     /// The upstream's own requests handed to a session, by their id (JSON text): only that
     /// session's answer goes back, and the upstream's cancellation of one goes only to it.
