@@ -269,7 +269,13 @@ impl Http {
             return self.gone(format!("it answered HTTP {status}"));
         }
         let is_init = msg.get("method").and_then(Value::as_str) == Some("initialize");
-        let forwarded = match self.read_body(resp, is_init).await {
+        // An error answer (non-2xx) to a request may carry a JSON-RPC error with id `null`
+        // (the TypeScript SDK answers a request it cannot take, such as the `server/discover`
+        // probe to an older server, with HTTP 400 and such an error): it answers this request.
+        let orphan = (!status.is_success() && msg.get("method").is_some())
+            .then(|| msg.id_text().map(|t| t.into_owned()))
+            .flatten();
+        let forwarded = match self.read_body(resp, is_init, orphan.as_deref()).await {
             Ok(n) => n,
             Err(Broke::TooLarge) => {
                 // The response to this request is over the limit: it fails, naming the limit.
@@ -287,7 +293,14 @@ impl Http {
 
     /// Forwards the messages of a response body (JSON or SSE); returns how many, or why the
     /// body broke off. A body (or one event) over the message limit is not kept.
-    async fn read_body(&self, mut resp: reqwest::Response, is_init: bool) -> Result<usize, Broke> {
+    /// `orphan`: the id of the request this body answers with an error status (an error with
+    /// id `null` in it is that request's answer).
+    async fn read_body(
+        &self,
+        mut resp: reqwest::Response,
+        is_init: bool,
+        orphan: Option<&str>,
+    ) -> Result<usize, Broke> {
         let sse = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -315,10 +328,10 @@ impl Http {
                     let batch: Vec<Box<RawValue>> =
                         serde_json::from_str(raw.get()).unwrap_or_default();
                     for m in batch {
-                        n += self.forward(m, is_init).await;
+                        n += self.forward(m, is_init, orphan).await;
                     }
                 }
-                Ok(raw) => n += self.forward(raw, is_init).await,
+                Ok(raw) => n += self.forward(raw, is_init, orphan).await,
                 Err(e) => tracing::warn!("upstream: a response that is not JSON: {e}"),
             }
             return Ok(n);
@@ -332,7 +345,7 @@ impl Http {
             }
             while let Some(event) = events.next() {
                 if let Some(m) = sse_data(&event) {
-                    n += self.forward(m, is_init).await;
+                    n += self.forward(m, is_init, orphan).await;
                 }
             }
             if events.pending() > self.max {
@@ -342,14 +355,21 @@ impl Http {
         Ok(n)
     }
 
-    async fn forward(&self, raw: Box<RawValue>, is_init: bool) -> usize {
-        let m = match Frame::from_raw(&raw) {
+    async fn forward(&self, raw: Box<RawValue>, is_init: bool, orphan: Option<&str>) -> usize {
+        let mut m = match Frame::from_raw(&raw) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("upstream: skipped a message that is not JSON: {e}");
                 return 0;
             }
         };
+        if let Some(id) = orphan
+            && m.get("id").is_some_and(Value::is_null)
+            && m.get("error").is_some()
+            && m.get("method").is_none()
+        {
+            m = m.with_id(id);
+        }
         if is_init && let Some(v) = m.pointer("/result/protocolVersion").and_then(Value::as_str) {
             *self.session.version.lock() = Some(v.to_string());
         }
@@ -364,7 +384,7 @@ impl Http {
             .send()
             .await;
         match resp {
-            Ok(r) if r.status().is_success() => match self.read_body(r, false).await {
+            Ok(r) if r.status().is_success() => match self.read_body(r, false, None).await {
                 Ok(_) => {}
                 Err(Broke::Gone(why)) => self.gone(why),
                 Err(Broke::TooLarge) => self.gone(format!(

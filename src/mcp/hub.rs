@@ -8,17 +8,20 @@
 //! queue (so one slow session never holds up another's answers).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::frame::Frame;
+use super::gateway::Gateway;
 use super::jsonrpc::{self, Kind};
 use super::transport::{self, Incoming, Link, Receiver, Sender};
+
+mod attribute;
 
 /// The revision toolgate speaks to an upstream it initializes.
 pub(crate) const UPSTREAM_VERSION: &str = "2025-11-25";
@@ -44,6 +47,9 @@ enum Route {
     Own(oneshot::Sender<Frame>),
 }
 
+/// An attached session: its queue, its token, its gateway.
+type Attached = (Sender<Incoming>, usize, Weak<Gateway>);
+
 /// The shared upstream.
 pub(crate) struct Hub {
     to_up: Sender<Frame>,
@@ -51,8 +57,9 @@ pub(crate) struct Hub {
     routes: Mutex<HashMap<u64, Route>>,
     /// (session, the session's id of a request) → the hub's id, for cancellations.
     locals: Mutex<HashMap<(u64, Box<str>), u64>>,
-    /// The sessions: their queue, and the token (index in the token file) each acts for.
-    sessions: Mutex<HashMap<u64, (Sender<Incoming>, usize)>>,
+    /// The sessions: their queue, the token (index in the token file) each acts for, and its
+    /// gateway (for the audit trail of its run).
+    sessions: Mutex<HashMap<u64, Attached>>,
     next_session: AtomicU64,
     /// The upstream's own requests handed to a session, by their id (JSON text): only that
     /// session's answer goes back, and the upstream's cancellation of one goes only to it.
@@ -60,6 +67,12 @@ pub(crate) struct Hub {
     /// Upstream requests refused and notifications dropped because they could not be
     /// attributed to exactly one token.
     pub(crate) unattributed: AtomicU64,
+    /// `error` audit events written for unattributed messages in the current second (and when
+    /// that second began): at most [`UNATTRIBUTED_EVENTS`] a second, the rest counted.
+    events: Mutex<(Instant, u32, u64)>,
+    /// The upstream serves one token (or one session) only (`--upstream-per`): what it sends
+    /// on its own goes to its newest session even with no request in flight.
+    dedicated: AtomicBool,
     /// The upstream's `initialize` result (for a 2026-07-28 upstream: made from its
     /// `server/discover` result).
     init: Mutex<Option<Value>>,
@@ -80,6 +93,8 @@ impl Hub {
             next_session: AtomicU64::new(1),
             asks: Mutex::new(HashMap::new()),
             unattributed: AtomicU64::new(0),
+            events: Mutex::new((Instant::now(), 0, 0)),
+            dedicated: AtomicBool::new(false),
             init: Mutex::new(None),
             discover: Mutex::new(None),
         });
@@ -207,10 +222,13 @@ impl Hub {
         self: &Arc<Self>,
         mut from_gw: Receiver<Frame>,
         token: usize,
+        gw: &Arc<Gateway>,
     ) -> (u64, Receiver<Incoming>) {
         let sid = self.next_session.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = transport::queue();
-        self.sessions.lock().insert(sid, (tx, token));
+        self.sessions
+            .lock()
+            .insert(sid, (tx, token, Arc::downgrade(gw)));
         let hub = self.clone();
         tokio::spawn(async move {
             while let Some(m) = from_gw.recv().await {
@@ -219,6 +237,11 @@ impl Hub {
             hub.detach(sid);
         });
         (sid, rx)
+    }
+
+    /// Marks the upstream as serving one token (or one session) only.
+    pub(crate) fn set_dedicated(&self) {
+        self.dedicated.store(true, Ordering::Release);
     }
 
     /// Whether sessions were attached and none is any more.
@@ -237,7 +260,7 @@ impl Hub {
     }
 
     async fn to_session(&self, sid: u64, f: Frame) {
-        let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
+        let tx = self.sessions.lock().get(&sid).map(|(tx, ..)| tx.clone());
         if let Some(tx) = tx {
             let room = tx.reserve(f.weight()).await;
             tx.send_in(room, Incoming::Frame(f));
@@ -322,44 +345,6 @@ impl Hub {
         }
     }
 
-    /// The one session a message of the upstream's own belongs to: the newest session with a
-    /// request in flight, when every request in flight is of one token. `None` when no
-    /// request is in flight or requests of two tokens are (a shared upstream does not say
-    /// which call a message serves: never guess across tokens).
-    fn attribute(&self) -> Option<u64> {
-        let in_flight: Vec<(u64, u64)> = self
-            .routes
-            .lock()
-            .iter()
-            .filter_map(|(g, r)| match r {
-                Route::Session { sid, .. } => Some((*g, *sid)),
-                Route::Own(_) => None,
-            })
-            .collect();
-        let sessions = self.sessions.lock();
-        let mut token = None;
-        let mut newest: Option<(u64, u64)> = None;
-        for (g, sid) in in_flight {
-            let t = sessions.get(&sid)?.1;
-            if token.is_some_and(|k| k != t) {
-                return None;
-            }
-            token = Some(t);
-            if newest.is_none_or(|(n, _)| g > n) {
-                newest = Some((g, sid));
-            }
-        }
-        newest.map(|(_, sid)| sid)
-    }
-
-    /// Counts (and says) a message of the upstream's that could not be attributed.
-    fn unattributed(&self, what: &str) {
-        let n = self.unattributed.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::error!(
-            "upstream: {what} not attributable to exactly one token (requests of several tokens,              or none, in flight; see --upstream-per); {n} so far"
-        );
-    }
-
     async fn on_upstream_msg(&self, inc: Incoming) {
         let msg = match inc {
             Incoming::Frame(f) => f,
@@ -369,7 +354,7 @@ impl Hub {
                 let route = g.and_then(|g| self.routes.lock().remove(&g));
                 if let Some(Route::Session { sid, local, .. }) = route {
                     self.locals.lock().remove(&(sid, local.clone()));
-                    let tx = self.sessions.lock().get(&sid).map(|(tx, _)| tx.clone());
+                    let tx = self.sessions.lock().get(&sid).map(|(tx, ..)| tx.clone());
                     if let Some(tx) = tx {
                         let room = tx.reserve(64).await;
                         tx.send_in(
@@ -442,7 +427,7 @@ impl Hub {
                         self.to_session(sid, msg).await;
                     }
                     (_, id) => {
-                        self.unattributed(&format!("a {method} request"));
+                        self.unattributed(&format!("{method} request"), &method);
                         if let Some(id) = id {
                             let e = jsonrpc::error_to(
                                 &id,
@@ -459,7 +444,7 @@ impl Hub {
             Kind::Notification(m) if m.ends_with("/list_changed") => self.broadcast(msg).await,
             Kind::Notification(m) => match self.attribute() {
                 Some(sid) => self.to_session(sid, msg).await,
-                None => self.unattributed(&format!("a {m} notification")),
+                None => self.unattributed(&format!("{m} notification"), m),
             },
             Kind::Other => tracing::warn!("upstream: dropped a message that is not JSON-RPC"),
         }

@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use super::TOOL_CHANGED;
 use super::frame::Frame;
-use super::gateway::{Catalog, Gateway, LIST_TIMEOUT, Outbound, Pending, PendingWhat, ToolInfo};
+use super::gateway::{
+    Catalog, Gateway, LIST_TIMEOUT, MAX_IN_FLIGHT, Outbound, Pending, PendingWhat, ToolInfo,
+};
 use super::jsonrpc::{self, Kind};
 use super::pins::{PinCheck, definition_hash};
 use super::transport::Incoming;
@@ -61,9 +63,24 @@ impl Gateway {
                     return;
                 };
                 let id = format!("tg-{:032x}", rand::random::<u128>());
-                self.outbound
-                    .lock()
-                    .insert(id.clone(), Outbound::Upstream(orig.into()));
+                let full = {
+                    let mut out = self.outbound.lock();
+                    let full = out.len() >= MAX_IN_FLIGHT;
+                    if !full {
+                        out.insert(id.clone(), Outbound::Upstream(orig.clone().into()));
+                    }
+                    full
+                };
+                if full {
+                    tracing::warn!(
+                        "upstream: over {MAX_IN_FLIGHT} requests wait for the client: refused"
+                    );
+                    let why = format!(
+                        "too many requests wait for the client's answer (limit {MAX_IN_FLIGHT})"
+                    );
+                    let e = jsonrpc::error_to(&orig, jsonrpc::INTERNAL_ERROR, &why);
+                    return self.send_upstream(e).await;
+                }
                 let id_json = Value::String(id).to_string();
                 self.send_client(msg.with_id(&id_json)).await;
             }

@@ -12,7 +12,8 @@
 //!   a response for the client id ID), `read_note`, `delete_note` (destructive), `publish`,
 //!   `stubborn` (answers only once the call is cancelled, then anyway), `held` (answers only
 //!   once a `release` call comes), `release`, `big` (`bytes`: a text result that long),
-//!   `flood` (`bytes`: that many bytes of notifications, then a result);
+//!   `flood` (`bytes`: that many bytes of `notifications/message`, each with `size` bytes of
+//!   data (default 64 KiB), then a result; `after: true`: the result first, then the flood);
 //! - `HOSTILE_STALL=1`: after answering `initialize` it stops reading its input for good.
 
 use std::io::{BufRead, Write};
@@ -176,8 +177,16 @@ impl Server {
             }
             "big" => self.send(&text_result(&id, &"x".repeat(num("bytes")))),
             "flood" => {
+                let size = match num("size") {
+                    0 => 64 * 1024,
+                    n => n,
+                };
+                let after = args.get("after").and_then(Value::as_bool) == Some(true);
+                if after {
+                    self.send(&text_result(&id, "flooding"));
+                }
                 let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
-                    "params": {"level": "info", "data": "y".repeat(64 * 1024)}});
+                    "params": {"level": "info", "data": "y".repeat(size)}});
                 let line = note.to_string();
                 let mut sent = 0;
                 while sent < num("bytes") {
@@ -186,7 +195,10 @@ impl Server {
                     }
                     sent += line.len() + 1;
                 }
-                self.send(&text_result(&id, "flooded"));
+                let _ = self.out.flush();
+                if !after {
+                    self.send(&text_result(&id, "flooded"));
+                }
             }
             _ if id.is_null() => {}
             other => self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id),

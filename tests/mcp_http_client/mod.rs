@@ -49,6 +49,8 @@ pub struct Gateway {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT/mcp`.
     pub url: String,
+    /// Its stderr so far (one entry a line).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Gateway {
@@ -85,20 +87,29 @@ impl Gateway {
                 break rest.trim().to_string();
             }
         };
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = log.clone();
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
                 eprintln!("gateway: {l}");
+                keep.lock().unwrap().push(l);
             }
         });
         Gateway {
             child: Some(child),
             url,
+            log,
         }
     }
 
     /// The gateway's process id (to kill or freeze it).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Whether a line of its stderr so far contains `s`.
+    pub fn logged(&self, s: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(s))
     }
 
     /// Stops the gateway with SIGTERM and waits for it (its runs end, its trail is flushed).
@@ -313,6 +324,21 @@ impl Client {
         r.answer().clone()
     }
 
+    /// 2025-11-25: the session's GET stream (what the server sends on its own).
+    pub async fn get_stream(&self) -> Events {
+        let mut r = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", self.session.as_deref().unwrap());
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        let resp = r.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        Events::of(resp)
+    }
+
     /// `tools/call`: the answer.
     pub async fn call(&self, name: &str, args: Value) -> Value {
         let r = self
@@ -367,4 +393,115 @@ pub fn code(answer: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
+}
+
+/// A process's resident memory (KiB), and its peak so far.
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The child processes of `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let t = t.unwrap().path().join("children");
+        out.extend(
+            std::fs::read_to_string(t)
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Bytes a process wrote so far.
+pub fn written(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls `done` (what it watches cannot be awaited: another process's state) until it holds;
+/// panics naming `what` after `limit`.
+pub async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A raw HTTP/1.1 request on its own connection, written whole; the response is left unread
+/// (a client that does not read), but for its head when `head` is true. Returns the socket.
+pub fn raw_request(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    head: bool,
+) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let hostport = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&hostport).unwrap();
+    let mut req = format!("{method} /mcp HTTP/1.1\r\nhost: {hostport}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).unwrap();
+    if head {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut b).unwrap(), 1, "the response head");
+            got.push(b[0]);
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+    s
+}
+
+/// Reads a chunked response on `s` to its end (the last chunk); false when the connection
+/// closed (or went quiet for 60 s) first.
+pub fn read_to_end_of_response(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                tail.extend_from_slice(&buf[..n]);
+                if tail.ends_with(b"\r\n0\r\n\r\n") || tail == b"0\r\n\r\n" {
+                    return true;
+                }
+                let keep = tail.len().saturating_sub(8);
+                tail.drain(..keep);
+            }
+        }
+    }
 }

@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::task::AbortHandle;
 
@@ -23,10 +22,11 @@ use super::super::gateway::{Gateway, id_key};
 use super::super::hub::Hub;
 use super::super::jsonrpc::{self, Kind};
 use super::super::transport::{self, Incoming, Receiver};
+use super::outq::{Budget, OutRx, OutTx, Refused, out_queue, streams_cut};
 
 /// An answer waited for by a POST.
 struct Waiter {
-    tx: UnboundedSender<Frame>,
+    tx: OutTx,
     /// The client's id (JSON text).
     id: Box<str>,
     /// A 2026-07-28 request (results carry `resultType`).
@@ -40,7 +40,7 @@ struct Waiter {
 
 /// A `subscriptions/listen` stream.
 struct Listener {
-    tx: UnboundedSender<Frame>,
+    tx: OutTx,
     /// The listen request's id (JSON value), the subscription id.
     id: Value,
     /// Notification methods the client opted in to.
@@ -52,8 +52,10 @@ struct Routes {
     waiters: Mutex<HashMap<u64, Waiter>>,
     /// Streams that may carry messages not answering a request (2025-11-25): open POST streams
     /// by their request's number, the GET stream as 0. The latest is used.
-    side: Mutex<Vec<(u64, UnboundedSender<Frame>)>>,
+    side: Mutex<Vec<(u64, OutTx)>>,
     listeners: Mutex<Vec<Listener>>,
+    /// The bytes queued on all of the session's streams (see [`super::outq`]).
+    budget: Arc<Budget>,
 }
 
 /// The current-run record a session stands for (2026-07-28: a token's run, or on a shared store
@@ -96,7 +98,7 @@ pub(crate) struct Session {
 pub(crate) struct Pending {
     session: Arc<Session>,
     n: u64,
-    pub(crate) rx: UnboundedReceiver<Frame>,
+    pub(crate) rx: OutRx,
     /// The hold on a shared run (see [`Session`]'s `gate`).
     hold: Option<OwnedRwLockReadGuard<()>>,
 }
@@ -151,7 +153,7 @@ impl Session {
         let (client_tx, client_rx) = transport::queue();
         let (up_tx, up_rx) = transport::queue();
         let gw = Arc::new(Gateway::new(cfg, client_tx, up_tx));
-        let (sid, mut inbound) = hub.attach(up_rx, token);
+        let (sid, mut inbound) = hub.attach(up_rx, token, &gw);
         let g = gw.clone();
         let up = tokio::spawn(async move {
             while let Some(m) = inbound.recv().await {
@@ -159,7 +161,7 @@ impl Session {
             }
         });
         let routes = Arc::new(Routes::default());
-        let pump = tokio::spawn(pump(client_rx, routes.clone()));
+        let pump = tokio::spawn(pump(client_rx, routes.clone(), gw.clone()));
         Arc::new(Session {
             token,
             gw,
@@ -234,7 +236,7 @@ impl Session {
                 let t = m.get_mut("progressToken")?;
                 Some(std::mem::replace(t, Value::from(n)))
             });
-        let (tx, rx) = unbounded_channel();
+        let (tx, rx) = out_queue(&self.routes.budget);
         let id: Box<str> = msg
             .id_text()
             .map(|t| t.as_ref().into())
@@ -305,8 +307,8 @@ impl Session {
     }
 
     /// A GET stream (2025-11-25): messages the gateway starts on its own.
-    pub(crate) fn get_stream(&self) -> UnboundedReceiver<Frame> {
-        let (tx, rx) = unbounded_channel();
+    pub(crate) fn get_stream(&self) -> OutRx {
+        let (tx, rx) = out_queue(&self.routes.budget);
         let mut side = self.routes.side.lock();
         side.retain(|(k, _)| *k != 0);
         side.insert(0, (0, tx));
@@ -315,8 +317,8 @@ impl Session {
 
     /// A `subscriptions/listen` stream: the acknowledgment first, then the notifications the
     /// client opted in to (of those the upstream sends).
-    pub(crate) fn listen(&self, id: Value, params: Option<&Value>) -> UnboundedReceiver<Frame> {
-        let (tx, rx) = unbounded_channel();
+    pub(crate) fn listen(&self, id: Value, params: Option<&Value>) -> OutRx {
+        let (tx, rx) = out_queue(&self.routes.budget);
         let want = params.and_then(|p| p.get("notifications"));
         let on = |k: &str| want.and_then(|w| w.get(k)).and_then(Value::as_bool) == Some(true);
         let mut methods = Vec::new();
@@ -374,8 +376,35 @@ impl Session {
     }
 }
 
-/// Routes what the gateway sends the client.
-async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
+/// Says (and counts) that a stream of the session fell behind and was cut.
+fn cut(gw: &Gateway, what: &str) {
+    let run = gw
+        .started_run()
+        .map(|r| r.context().run_id.clone())
+        .unwrap_or_default();
+    tracing::warn!(
+        "session of run {run} (agent {}): its {what} fell behind (the client does not read it; \
+         over {} bytes queued): cut and freed; {} streams cut so far",
+        gw.cfg.agent_id.as_deref().unwrap_or("?"),
+        transport::QUEUE_BYTES,
+        streams_cut()
+    );
+}
+
+/// Queues `f` on a stream; false when it is closed or was cut (now: said and counted).
+fn deliver(gw: &Gateway, tx: &OutTx, f: Frame, what: &str) -> bool {
+    match tx.send(f) {
+        Ok(()) => true,
+        Err(Refused::Cut) => {
+            cut(gw, what);
+            false
+        }
+        Err(Refused::Gone) => false,
+    }
+}
+
+/// Routes what the gateway sends the client. Never waits on a stream (see [`super::outq`]).
+async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>, gw: Arc<Gateway>) {
     while let Some(item) = rx.recv().await {
         let f = item.value;
         match jsonrpc::kind(&f) {
@@ -393,7 +422,7 @@ async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
                 if w.modern {
                     complete(&mut f, w.cacheable);
                 }
-                let _ = w.tx.send(f);
+                deliver(&gw, &w.tx, f, "response stream");
             }
             Kind::Notification("notifications/progress") => {
                 // To the request it reports on (its number is the token), under the client's
@@ -412,45 +441,64 @@ async fn pump(mut rx: Receiver<Frame>, routes: Arc<Routes>) {
                         {
                             p.insert("progressToken".into(), token);
                         }
-                        let _ = tx.send(f);
+                        deliver(&gw, &tx, f, "response stream");
                     }
                     None => tracing::debug!("client: dropped progress for no request in flight"),
                 }
             }
             Kind::Notification(m) if m.ends_with("/list_changed") => {
                 let mut sent = false;
-                for l in routes.listeners.lock().iter() {
-                    if l.methods.contains(&m) {
-                        let mut n = f.clone();
-                        if let Some(p) = n.msg_mut().as_object_mut() {
-                            let params = p.entry("params").or_insert_with(|| json!({}));
-                            if let Some(params) = params.as_object_mut() {
-                                let meta = params.entry("_meta").or_insert_with(|| json!({}));
-                                meta["io.modelcontextprotocol/subscriptionId"] = l.id.clone();
-                            }
+                let listeners: Vec<(OutTx, Value)> = routes
+                    .listeners
+                    .lock()
+                    .iter()
+                    .filter(|l| l.methods.contains(&m))
+                    .map(|l| (l.tx.clone(), l.id.clone()))
+                    .collect();
+                for (tx, id) in listeners {
+                    let mut n = f.clone();
+                    if let Some(p) = n.msg_mut().as_object_mut() {
+                        let params = p.entry("params").or_insert_with(|| json!({}));
+                        if let Some(params) = params.as_object_mut() {
+                            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                            meta["io.modelcontextprotocol/subscriptionId"] = id;
                         }
-                        sent |= l.tx.send(n).is_ok();
                     }
+                    sent |= deliver(&gw, &tx, n, "subscriptions/listen stream");
                 }
                 routes.listeners.lock().retain(|l| !l.tx.is_closed());
                 if !sent {
-                    side(&routes, f);
+                    side(&routes, &gw, f).await;
                 }
             }
-            _ => side(&routes, f),
+            _ => side(&routes, &gw, f).await,
         }
     }
 }
 
-/// A message for the client that answers no request: onto its latest open stream.
-fn side(routes: &Routes, f: Frame) {
-    let mut s = routes.side.lock();
-    s.retain(|(_, tx)| !tx.is_closed());
-    match s.last() {
-        Some((_, tx)) => {
-            let _ = tx.send(f);
+/// A message for the client that answers no request: onto its latest open stream. A request
+/// (the upstream's, or the gateway's own question) that cannot be delivered — no stream open,
+/// or the stream was cut — is answered at once (the upstream gets a JSON-RPC error; the
+/// gateway's question counts as not approved), never left waiting.
+async fn side(routes: &Routes, gw: &Gateway, f: Frame) {
+    let request = match jsonrpc::kind(&f) {
+        Kind::Request(_) => f.get("id").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    let tx = {
+        let mut s = routes.side.lock();
+        s.retain(|(_, tx)| !tx.is_closed());
+        s.last().map(|(_, tx)| tx.clone())
+    };
+    let delivered = match &tx {
+        Some(tx) => deliver(gw, tx, f, "stream"),
+        None => {
+            tracing::debug!("client: no open stream for a message of the gateway's");
+            false
         }
-        None => tracing::debug!("client: no open stream for a message of the gateway's"),
+    };
+    if let (false, Some(id)) = (delivered, request) {
+        gw.undeliverable(&id).await;
     }
 }
 

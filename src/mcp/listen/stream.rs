@@ -7,12 +7,11 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::super::frame::Frame;
-use super::super::jsonrpc::{self, Kind};
+use super::super::jsonrpc;
+use super::outq::{Out, OutRx};
+use super::rpc_error;
 use super::session::{self, Session};
-use super::{json_response, rpc_error};
 
 /// The answer to a POSTed request: JSON when the answer comes first, else an SSE stream of
 /// what comes before it, then it.
@@ -25,19 +24,23 @@ pub(super) async fn answer(mut p: session::Pending) -> Response {
             "the session ended",
         );
     };
-    if matches!(jsonrpc::kind(&first), Kind::Response) {
+    if first.response {
         p.answered().await;
-        return json_response(StatusCode::OK, first);
+        let mut r = Response::new(Body::from(first.json));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return r;
     }
     sse_after(first, p)
 }
 
-fn sse_event(f: &Frame) -> Bytes {
-    let mut out = Vec::with_capacity(f.weight() + 24);
+fn sse_event(f: &Out) -> Bytes {
+    let mut out = Vec::with_capacity(f.json.len() + 24);
     out.extend_from_slice(b"event: message\ndata: ");
-    let json = f.to_bytes();
     // One data line: the frame's text has no newlines (see `Frame::to_bytes`).
-    out.extend_from_slice(&json);
+    out.extend_from_slice(&f.json);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }
@@ -54,14 +57,14 @@ fn sse_headers(mut r: Response) -> Response {
 }
 
 /// An SSE stream starting with `first`, ending after the answer to the request `p` waits for.
-fn sse_after(first: Frame, p: session::Pending) -> Response {
+fn sse_after(first: Out, p: session::Pending) -> Response {
     let stream = futures::stream::unfold((Some(first), Some(p)), |(first, p)| async move {
         if let Some(f) = first {
             return Some((Ok::<Bytes, Infallible>(sse_event(&f)), (None, p)));
         }
         let mut p = p?;
         let f = p.rx.recv().await?;
-        let last = matches!(jsonrpc::kind(&f), Kind::Response);
+        let last = f.response;
         if last {
             p.answered().await;
         }
@@ -71,7 +74,7 @@ fn sse_after(first: Frame, p: session::Pending) -> Response {
 }
 
 /// An open SSE stream of `rx` (GET, subscriptions).
-pub(super) fn sse(rx: UnboundedReceiver<Frame>, keep: Option<Arc<Session>>) -> Response {
+pub(super) fn sse(rx: OutRx, keep: Option<Arc<Session>>) -> Response {
     let stream = futures::stream::unfold((rx, keep), |(mut rx, keep)| async move {
         let f = rx.recv().await?;
         Some((Ok::<Bytes, Infallible>(sse_event(&f)), (rx, keep)))

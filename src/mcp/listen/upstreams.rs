@@ -71,6 +71,7 @@ impl Upstreams {
                 .await
                 .map_err(|e| e.to_string())?;
             let (hub, _gone) = Hub::start(&mut link);
+            hub.set_dedicated();
             self.links.lock().insert(key.clone(), link);
             if let Err(e) = hub.initialize().await {
                 self.forget(&key).await;
