@@ -103,7 +103,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::RunStarted,
         EventKind::ToolDecision,
         EventKind::ToolResult,
