@@ -84,6 +84,67 @@ fn percentiles(
     (took[n / 2], took[n * 99 / 100], per)
 }
 
+/// With the audit trail on (file sink, fsync off), runs hold a lease in the store (design §16):
+/// the median and p99 of a decision on a held run (one `start_run` every 3 calls, counted in)
+/// and on a continued run (a run another handle left open, taken up again: the claim + the
+/// `run.continued` event, then its calls), and the round trips per decision.
+fn audited(rt: &tokio::runtime::Runtime, store: &Arc<RedisStateStore>) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let engine = GovernanceEngine::builder()
+        .policy_path(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/customer-support.json"
+        ))
+        .shared_state_store(store.clone())
+        .audit(toolgate::audit::AuditConfig {
+            sinks: vec![toolgate::audit::SinkConfig::File(
+                toolgate::audit::FileSinkConfig {
+                    fsync: false,
+                    ..toolgate::audit::FileSinkConfig::in_dir(dir.path())
+                },
+            )],
+            ..Default::default()
+        })
+        .build()
+        .expect("the example policy loads");
+    let n = 2_000;
+    for (label, continued) in [("held run", false), ("continued run", true)] {
+        let mut took = Vec::with_capacity(n);
+        let trips = store.round_trips();
+        let mut run: Option<Run> = None;
+        for i in 0..n {
+            let t0 = Instant::now();
+            if i % 3 == 0 {
+                // A new handle every 3 calls. Continued: every other one takes up the run the
+                // previous handle left open (same id: 6 calls per run, under the cap of 6).
+                let id = if continued {
+                    7_000_000 + i / 6
+                } else {
+                    8_000_000 + i
+                };
+                drop(run.take());
+                run = Some(rt.block_on(async {
+                    let e = engine.clone();
+                    tokio::task::spawn_blocking(move || run_for(&e, id))
+                        .await
+                        .expect("start_run")
+                }));
+            }
+            let d = rt.block_on(run.as_ref().expect("a run").before_tool(crm(i)));
+            took.push(t0.elapsed());
+            assert!(d.is_allowed(), "{label}: {d:?}");
+        }
+        let per = (store.round_trips() - trips) as f64 / n as f64;
+        took.sort();
+        println!(
+            "redis audited before_tool crm_search, {label}: median {:?} p99 {:?}, {per:.2} round trips per decision (start_run counted in)",
+            took[n / 2],
+            took[n * 99 / 100]
+        );
+    }
+    drop(rt.block_on(engine.shutdown()));
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let store = Arc::new(
@@ -98,6 +159,8 @@ fn bench(c: &mut Criterion) {
         .shared_state_store(store.clone())
         .build()
         .expect("the example policy loads");
+
+    audited(&rt, &store);
 
     for (name, make) in [
         ("crm_search", crm as fn(usize) -> ToolCall),

@@ -210,6 +210,10 @@ impl EngineInner {
         let lease = store.lease_duration().unwrap_or_default();
         let deadline = claim_deadline(lease);
         let poll = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(250));
+        // A hand-over (the last holder let go: a handle dropped or ended a moment ago, often in
+        // this process) usually lands within milliseconds: ask again soon, then back off to
+        // `poll`, so continuing a run does not cost a whole poll interval.
+        let mut wait = Duration::from_millis(2).min(poll);
         // A store that fails is asked twice more, no longer: a server that is down must not
         // hold every run's start for the lease.
         let mut retries = 2u8;
@@ -221,7 +225,8 @@ impl EngineInner {
             ));
             match claimed {
                 Some(Ok(c)) if c.held_elsewhere && std::time::Instant::now() < deadline => {
-                    std::thread::sleep(poll);
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(poll);
                 }
                 Some(Ok(c)) => return c,
                 // A connection broken a moment ago (a restarted server) is re-established in
