@@ -21,6 +21,8 @@
 
 const { refusalText, jsonable, ToolgateError, BlockedError, ReviewRequiredError } = require('./index.js')
 const llm = require('./lib/llm.js')
+const { errorText } = require('./lib/errors.js')
+const { remember } = require('./lib/maps.js')
 const { modelMiddleware, promptMessages } = require('./lib/ai-model.js')
 
 const kGovernor = Symbol('toolgate.governor')
@@ -31,16 +33,6 @@ const GOVERNORS_KEPT = 64
 
 /** Entries each of a Governor's maps keeps (the oldest go first): calls, reviews, answers. */
 const KEPT = 4096
-
-function errorText(e) {
-  return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
-}
-
-function remember(map, key, value) {
-  map.delete(key)
-  map.set(key, value)
-  if (map.size > KEPT) map.delete(map.keys().next().value)
-}
 
 /**
  * The calls' toolgate decisions and reviews, shared by the wrapped tools of one `governTools`
@@ -85,14 +77,14 @@ class Governor {
       const callId = requestOf.get(a.approvalId)?.toolCallId
       const held = callId === undefined ? undefined : this.reviews.get(callId)
       if (held === undefined) continue
-      remember(this.answered, a.approvalId, true)
+      remember(this.answered, a.approvalId, true, KEPT)
       if (this.approver !== undefined && !(await this.#mayDecide(held.reviewId, a, callId, callOf.get(callId), messages))) {
         continue // refused: the review stays pending, the run stopped
       }
       this.reviews.delete(callId)
       try {
         if (a.approved) {
-          remember(this.approved, callId, held.key)
+          remember(this.approved, callId, held.key, KEPT)
           await this.run.engine.reviews.approve(held.reviewId)
         } else await this.run.engine.reviews.deny(held.reviewId)
       } catch (e) {
@@ -158,8 +150,8 @@ class Governor {
     if (known !== undefined && known.key === key) return { d: known.d, key }
     const d = await this.run.beforeTool({ name, args, tags, callId })
     if (callId !== undefined) {
-      remember(this.decisions, callId, { key, d })
-      if (d.effect === 'hitl' && d.reviewId !== null) remember(this.reviews, callId, { key, reviewId: d.reviewId })
+      remember(this.decisions, callId, { key, d }, KEPT)
+      if (d.effect === 'hitl' && d.reviewId !== null) remember(this.reviews, callId, { key, reviewId: d.reviewId }, KEPT)
     }
     return { d, key }
   }

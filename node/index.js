@@ -16,6 +16,7 @@ const {
   LlmBlockedError,
   refusalText,
   translate,
+  errorText,
 } = require('./lib/errors.js')
 
 function loadNative() {
@@ -149,15 +150,6 @@ function jsonable(value) {
     return text === undefined ? String(value) : JSON.parse(text)
   } catch {
     return String(value)
-  }
-}
-
-function errorText(e) {
-  if (e instanceof Error) return `${e.name}: ${e.message}`
-  try {
-    return String(e)
-  } catch {
-    return 'an unprintable value was thrown'
   }
 }
 

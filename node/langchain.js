@@ -25,6 +25,7 @@
 
 const { refusalText, jsonable } = require('./index.js')
 const llm = require('./lib/llm.js')
+const { errorText } = require('./lib/errors.js')
 
 let core = null
 // @langchain/core is the app's own: loaded only when needed.
@@ -44,10 +45,6 @@ function isToolCall(x) {
 
 function isTool(t) {
   return t != null && typeof t.invoke === 'function' && typeof t.name === 'string'
-}
-
-function errorText(e) {
-  return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
 }
 
 // What the audit trail records of a tool's answer.

@@ -24,21 +24,13 @@ const { AsyncLocalStorage } = require('node:async_hooks')
 const { randomUUID } = require('node:crypto')
 const { refusalText, jsonable, ToolgateError } = require('./index.js')
 const llm = require('./lib/llm.js')
+const { errorText } = require('./lib/errors.js')
+const { remember } = require('./lib/maps.js')
 const { modelMiddleware, wrapModel } = require('./lib/ai-model.js')
 
 /** Mastra runs tracked per governed agent (suspended ones wait here; the oldest forgotten first). */
 const MAX_RUNS = 1024
 const MAX_DECISIONS = 4096
-
-function remember(map, key, value, cap) {
-  map.delete(key)
-  map.set(key, value)
-  if (map.size > cap) map.delete(map.keys().next().value)
-}
-
-function errorText(e) {
-  return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
-}
 
 class RunEntry {
   constructor(runId, run) {

@@ -20,6 +20,8 @@ const { refusalText, jsonable, ToolgateError } = require('./index.js')
 
 const kGovernor = Symbol('toolgate.governor')
 const llm = require('./lib/llm.js')
+const { errorText } = require('./lib/errors.js')
+const { remember } = require('./lib/maps.js')
 
 /** SDK runs tracked per governed agent (the oldest forgotten first) and decisions per run. */
 const MAX_RUNS = 1024
@@ -34,12 +36,6 @@ function currentTrace() {
   } catch {
     return null
   }
-}
-
-function remember(map, key, value, cap) {
-  map.delete(key)
-  map.set(key, value)
-  if (map.size > cap) map.delete(map.keys().next().value)
 }
 
 function argsOf(input) {
@@ -110,10 +106,6 @@ async function parsedArgs(invoke, runContext, input, details) {
 
 function keyOf(callId, args) {
   return `${callId}\u0000${JSON.stringify(args)}`
-}
-
-function errorText(e) {
-  return e instanceof Error ? `${e.name}: ${e.message}` : String(e)
 }
 
 /** One SDK run: its toolgate run, its decisions and the calls the SDK holds for approval. */

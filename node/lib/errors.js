@@ -76,4 +76,14 @@ function translate(e) {
   return new ToolgateError(body.message)
 }
 
-module.exports = { ToolgateError, PolicyError, BlockedError, ReviewRequiredError, LlmBlockedError, refusalText, translate }
+/** The text of a thrown value, for an audit `error` field: never throws itself. */
+function errorText(e) {
+  if (e instanceof Error) return `${e.name}: ${e.message}`
+  try {
+    return String(e)
+  } catch {
+    return 'an unprintable value was thrown'
+  }
+}
+
+module.exports = { ToolgateError, PolicyError, BlockedError, ReviewRequiredError, LlmBlockedError, refusalText, translate, errorText }
