@@ -6,12 +6,12 @@
 
 mod pg_support;
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::Collect;
+use common::process::{self, run_within};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -278,45 +278,17 @@ async fn a_signed_run_without_its_signed_end_is_incomplete() {
     assert_eq!(code, Some(0), "{text}");
 }
 
-/// Waits (bounded) for a child to exit.
-fn exits_within(mut child: Child, limit: Duration) -> Option<std::process::Output> {
-    let (tx, rx) = mpsc::channel();
-    let pid = child.id();
-    std::thread::spawn(move || {
-        let mut stderr = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-        }
-        let status = child.wait();
-        let _ = tx.send((status, stderr));
-    });
-    match rx.recv_timeout(limit) {
-        Ok((status, stderr)) => Some(std::process::Output {
-            status: status.unwrap(),
-            stdout: Vec::new(),
-            stderr: stderr.into_bytes(),
-        }),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            None
-        }
-    }
-}
-
 /// Point 10: a second collector on a folder another collector uses refuses to start.
 #[test]
 fn a_second_collector_on_one_folder_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("store");
     let first = Collect::start(folder.to_str().unwrap());
-    let second = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    let mut second = process::toolgate();
+    second
         .args(["collect", "--listen", "127.0.0.1:0", "--store"])
-        .arg(&folder)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = exits_within(second, Duration::from_secs(20))
+        .arg(&folder);
+    let out = run_within(&mut second, Duration::from_secs(20))
         .expect("the second collector must refuse to start, not run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -576,16 +548,13 @@ fn key_files_are_small_regular_files() {
     let trail = dir.path().join("trail");
     std::fs::create_dir(&trail).unwrap();
     let verify_with = |key: &Path| {
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        let mut verify = process::toolgate();
+        verify
             .arg("verify")
             .arg("--public-key")
             .arg(key)
-            .arg(&trail)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = exits_within(child, Duration::from_secs(20)).expect("verify must not hang");
+            .arg(&trail);
+        let out = run_within(&mut verify, Duration::from_secs(20)).expect("verify must not hang");
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -3,8 +3,8 @@
 //! batch — another agent's run — are stored (issue 32, point 3).
 #![cfg(feature = "http")]
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::Collect;
 
 use chrono::Utc;
 use serde_json::{Map, Value, json};

@@ -2,8 +2,8 @@
 //! half-sent requests, unauthenticated bodies, idle connections, signals, a full disk.
 #![cfg(feature = "http")]
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::Collect;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

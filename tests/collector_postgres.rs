@@ -5,8 +5,8 @@
 
 mod pg_support;
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::Collect;
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;

@@ -1,17 +1,18 @@
 //! A `toolgate collect` server in a child process, for the collector and fleet tests.
-#![allow(dead_code)]
 
 use std::ffi::OsStr;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
+
+use super::process::{Proc, toolgate};
+
+/// How long a collector may take to say it listens.
+const START: Duration = Duration::from_secs(60);
 
 /// A running `toolgate collect --listen 127.0.0.1:0`, killed when dropped.
 pub struct Collect {
-    child: Child,
+    proc: Proc,
     addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
 impl Collect {
@@ -23,30 +24,29 @@ impl Collect {
     /// Starts a collector on `store` with more arguments and environment variables; waits for
     /// its `listening on` line.
     pub fn start_with(store: impl AsRef<OsStr>, args: &[&str], envs: &[(&str, &str)]) -> Collect {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        let mut cmd = toolgate();
         cmd.args(["collect", "--listen", "127.0.0.1:0", "--store"])
             .arg(store)
             .args(args)
             .env_remove("TOOLGATE_COLLECTOR_TOKEN")
-            .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().unwrap();
-        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        Collect::spawn(&mut cmd)
+    }
+
+    /// Starts `cmd` (a `toolgate collect --listen 127.0.0.1:0 …` set up by the caller; its
+    /// stdout is taken) and waits, bounded, for its `listening on` line.
+    pub fn spawn(cmd: &mut Command) -> Collect {
+        let proc = Proc::spawn(cmd.stdout(Stdio::piped()));
+        let line = proc.stdout_line(|_| true, START);
         let addr = line
             .strip_prefix("listening on http://")
             .and_then(|r| r.split(',').next())
             .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
             .to_string();
-        Collect {
-            child,
-            addr,
-            _stdout: stdout,
-        }
+        Collect { proc, addr }
     }
 
     /// `HOST:PORT`.
@@ -61,38 +61,21 @@ impl Collect {
 
     /// Sends a signal (`-STOP`, `-TERM`, …) with kill(1).
     pub fn signal(&self, sig: &str) {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        self.proc.signal(sig);
     }
 
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.proc.kill();
     }
 
     /// Waits (bounded) for the process to exit.
-    pub fn exits_within(mut self, limit: Duration) -> std::process::ExitStatus {
-        let (tx, rx) = mpsc::channel();
-        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        rx.recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("collector still running after {limit:?}"))
-            .unwrap()
+    pub fn exits_within(mut self, limit: Duration) -> ExitStatus {
+        self.proc.exits_within(limit)
     }
-}
 
-impl Drop for Collect {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The process itself (to wait for it and read its stderr).
+    pub fn into_proc(self) -> Proc {
+        self.proc
     }
 }

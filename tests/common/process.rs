@@ -1,0 +1,207 @@
+//! Child processes for the tests: the `toolgate` binary or a server, killed when dropped, and
+//! every wait on one bounded (a hang is a failure, never a stuck test).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+/// The `toolgate` binary under test.
+pub fn toolgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+}
+
+/// A loopback port free when asked (for a server that takes its port from its arguments).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Sends `sig` (`-TERM`, `-KILL`, `-STOP`, …) to `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Waits for `child` to exit, at most `limit`; past it the child is killed, reaped, and
+/// `None` is the answer.
+fn exit_within(child: Child, limit: Duration) -> Option<ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = channel();
+    let mut child = child;
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(status) => Some(status.expect("wait")),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            None
+        }
+    }
+}
+
+/// The lines of a pipe, read on a thread of their own (so a wait for one is bounded).
+fn lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// All of a pipe, read on a thread of its own.
+fn slurp(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut all);
+        }
+        all
+    })
+}
+
+/// Runs `cmd` to its end (stdin closed, stdout and stderr captured), at most `limit`: `None`
+/// when it was still running then (it is killed).
+pub fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the process starts");
+    let out = slurp(child.stdout.take());
+    let err = slurp(child.stderr.take());
+    let status = exit_within(child, limit)?;
+    Some(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// [`run_within`], a hang being a failure.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    run_within(cmd, limit)
+        .unwrap_or_else(|| panic!("still running after {limit:?}: it hangs ({cmd:?})"))
+}
+
+/// A long-running child (a server), killed when dropped. Its piped stdout and stderr are read
+/// line by line on threads of their own.
+pub struct Proc {
+    child: Option<Child>,
+    pid: u32,
+    out: Option<Receiver<String>>,
+    err: Option<Receiver<String>>,
+}
+
+impl Proc {
+    /// Spawns `cmd` as configured (pipe stdout or stderr to read its lines).
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd.spawn().expect("the process starts");
+        let out = child.stdout.take().map(lines);
+        let err = child.stderr.take().map(lines);
+        Proc {
+            pid: child.id(),
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// The first stdout line `pred` holds for, waiting at most `limit` for it.
+    pub fn stdout_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> String {
+        line_where(
+            self.out.as_ref().expect("stdout piped"),
+            pred,
+            limit,
+            "stdout",
+        )
+    }
+
+    /// The first stderr line `pred` holds for, waiting at most `limit` for it.
+    pub fn stderr_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> String {
+        line_where(
+            self.err.as_ref().expect("stderr piped"),
+            pred,
+            limit,
+            "stderr",
+        )
+    }
+
+    /// Sends `sig` (`-TERM`, `-KILL`, `-STOP`, …).
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid, sig);
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().expect("kill");
+            c.wait().expect("wait");
+        }
+    }
+
+    /// Waits for it to exit, at most `limit` (panics past it, killing it).
+    pub fn exits_within(&mut self, limit: Duration) -> ExitStatus {
+        let child = self.child.take().expect("not yet reaped");
+        exit_within(child, limit).unwrap_or_else(|| panic!("still running after {limit:?}"))
+    }
+
+    /// What stderr said that was not yet read (all of it once the process has exited).
+    pub fn stderr_rest(&self) -> String {
+        let err = self.err.as_ref().expect("stderr piped");
+        let mut text = String::new();
+        while let Ok(line) = err.recv_timeout(Duration::from_secs(10)) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+}
+
+fn line_where(
+    lines: &Receiver<String>,
+    pred: impl Fn(&str) -> bool,
+    limit: Duration,
+    what: &str,
+) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if pred(&line) => return line,
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) => panic!("no such {what} line within {limit:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("{what} closed before such a line"),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
