@@ -100,6 +100,17 @@ pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
         .unwrap_or_else(|| panic!("still running after {limit:?}: it hangs ({cmd:?})"))
 }
 
+/// How long a server may take to say it is ready.
+pub const READY: Duration = Duration::from_secs(60);
+
+/// Starts a server with `cmd` (stdout discarded) and waits, at most [`READY`], for a line of
+/// its stderr `ready` holds for (it logs it listens): no sleeping. Killed when dropped.
+pub fn serve(cmd: &mut Command, ready: impl Fn(&str) -> bool) -> Proc {
+    let server = Proc::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::piped()));
+    server.stderr_line(ready, READY);
+    server
+}
+
 /// A long-running child (a server), killed when dropped. Its piped stdout and stderr are read
 /// line by line on threads of their own.
 pub struct Proc {
