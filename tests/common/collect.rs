@@ -40,7 +40,7 @@ impl Collect {
     /// stdout is taken) and waits, bounded, for its `listening on` line.
     pub fn spawn(cmd: &mut Command) -> Collect {
         let proc = Proc::spawn(cmd.stdout(Stdio::piped()));
-        let line = proc.stdout_line(|_| true, START);
+        let line = proc.stdout_line(|_| true, START).unwrap_or_default();
         let addr = line
             .strip_prefix("listening on http://")
             .and_then(|r| r.split(',').next())

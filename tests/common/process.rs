@@ -2,7 +2,7 @@
 //! every wait on one bounded (a hang is a failure, never a stuck test).
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -107,7 +107,9 @@ pub const READY: Duration = Duration::from_secs(60);
 /// its stderr `ready` holds for (it logs it listens): no sleeping. Killed when dropped.
 pub fn serve(cmd: &mut Command, ready: impl Fn(&str) -> bool) -> Proc {
     let server = Proc::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::piped()));
-    server.stderr_line(ready, READY);
+    server
+        .stderr_line(ready, READY)
+        .unwrap_or_else(|| panic!("not ready within {READY:?}: {cmd:?}"));
     server
 }
 
@@ -139,24 +141,20 @@ impl Proc {
         self.pid
     }
 
-    /// The first stdout line `pred` holds for, waiting at most `limit` for it.
-    pub fn stdout_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> String {
-        line_where(
-            self.out.as_ref().expect("stdout piped"),
-            pred,
-            limit,
-            "stdout",
-        )
+    /// Its stdin, when piped (taken: dropping it closes the child's input).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.as_mut().and_then(|c| c.stdin.take())
     }
 
-    /// The first stderr line `pred` holds for, waiting at most `limit` for it.
-    pub fn stderr_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> String {
-        line_where(
-            self.err.as_ref().expect("stderr piped"),
-            pred,
-            limit,
-            "stderr",
-        )
+    /// The next stdout line `pred` holds for (the lines before it are passed over), waiting
+    /// at most `limit`; `None` past it or when stdout closes first.
+    pub fn stdout_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> Option<String> {
+        line_where(self.out.as_ref().expect("stdout piped"), pred, limit)
+    }
+
+    /// The next stderr line `pred` holds for, like [`Proc::stdout_line`].
+    pub fn stderr_line(&self, pred: impl Fn(&str) -> bool, limit: Duration) -> Option<String> {
+        line_where(self.err.as_ref().expect("stderr piped"), pred, limit)
     }
 
     /// Sends `sig` (`-TERM`, `-KILL`, `-STOP`, …).
@@ -194,16 +192,14 @@ fn line_where(
     lines: &Receiver<String>,
     pred: impl Fn(&str) -> bool,
     limit: Duration,
-    what: &str,
-) -> String {
+) -> Option<String> {
     let deadline = Instant::now() + limit;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
-            Ok(line) if pred(&line) => return line,
+            Ok(line) if pred(&line) => return Some(line),
             Ok(_) => {}
-            Err(RecvTimeoutError::Timeout) => panic!("no such {what} line within {limit:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("{what} closed before such a line"),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
         }
     }
 }
