@@ -1,13 +1,16 @@
 //! The HTTP sink against the real collector (`toolgate collect` server code) on loopback.
 #![cfg(feature = "http")]
 
-use std::io::BufRead;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use common::collect::Collect;
+use common::process::toolgate;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -69,58 +72,34 @@ async fn bind_retrying(addr: &str) -> TcpListener {
     }
 }
 
-/// `toolgate collect` as a real process.
-struct Process {
-    child: Child,
-    addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Process {
-    fn start(out: &Path, listen: &str) -> Process {
-        let started = Instant::now();
-        loop {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-                .args(["collect", "--listen", listen, "--out"])
-                .arg(out)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-            let mut line = String::new();
-            stdout.read_line(&mut line).unwrap();
-            if let Some(rest) = line.strip_prefix("listening on http://") {
-                let addr = rest.split(',').next().unwrap().to_string();
+/// `toolgate collect` as a real process on `listen` (a port just released may take a moment
+/// to be free again: retried for a bounded time).
+fn start_process(out: &Path, listen: &str) -> Collect {
+    let started = Instant::now();
+    loop {
+        let mut cmd = toolgate();
+        cmd.args(["collect", "--listen", listen, "--out"])
+            .arg(out)
+            .stderr(Stdio::inherit());
+        match Collect::try_spawn(&mut cmd) {
+            Ok(c) => {
+                let line = c.line();
                 assert!(
                     line.contains(&format!("storing to {}", out.display())),
                     "{line}"
                 );
-                return Process {
-                    child,
-                    addr,
-                    _stdout: stdout,
-                };
+                return c;
             }
-            // Could not bind (port not free yet): retry for a bounded time.
-            let status = child.wait().unwrap();
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "collector did not start: {status}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+            Err((_, mut child)) => {
+                // Could not bind (port not free yet): retry for a bounded time.
+                let status = child.exits_within(Duration::from_secs(10));
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "collector did not start: {status}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-    }
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -292,8 +271,8 @@ async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_ve
 async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_once() {
     let out = tempfile::tempdir().unwrap();
     let spool = tempfile::tempdir().unwrap();
-    let first = Process::start(out.path(), "127.0.0.1:0");
-    let addr = first.addr.clone();
+    let mut first = start_process(out.path(), "127.0.0.1:0");
+    let addr = first.addr().to_string();
     let url = format!("http://{addr}");
     let mut cfg = sink_config(&url, spool.path());
     cfg.batch_size = 100;
@@ -335,8 +314,8 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
         .expect("batches are spooled while the collector is down");
 
     // 4. A new collector process on the same address and directory.
-    let second = Process::start(out.path(), &addr);
-    assert_eq!(second.addr, addr);
+    let mut second = start_process(out.path(), &addr);
+    assert_eq!(second.addr(), addr);
     let started = Instant::now();
     bus.flush(Duration::from_secs(30)).await.unwrap();
     eprintln!(
@@ -659,8 +638,8 @@ async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
     let out = tempfile::tempdir().unwrap();
-    let mut p = Process::start(out.path(), "127.0.0.1:0");
-    let url = format!("http://{}", p.addr);
+    let p = start_process(out.path(), "127.0.0.1:0");
+    let url = format!("http://{}", p.addr());
     let mut chain = RunChain::new("r", "support", None);
     let events: Vec<AuditEvent> = (0..20).map(|i| seal_step(&mut chain, i, 20)).collect();
     assert_eq!(
@@ -671,21 +650,14 @@ async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
         )
     );
     // Ctrl-C.
-    let pid = p.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = p.child.wait().unwrap();
+    p.signal("-INT");
+    let status = p.exits_within(Duration::from_secs(60));
     assert!(status.success(), "{status}");
     assert_eq!(count_lines(out.path()), 20);
     assert!(verify_paths(&[out.path()]).is_ok());
     // A new process serves what the old one stored.
-    let p2 = Process::start(out.path(), "127.0.0.1:0");
-    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr)).await;
+    let mut p2 = start_process(out.path(), "127.0.0.1:0");
+    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr())).await;
     assert_eq!(
         (h["events"].clone(), h["runs"].clone()),
         (json!(20), json!(1))

@@ -13,6 +13,7 @@ const START: Duration = Duration::from_secs(60);
 pub struct Collect {
     proc: Proc,
     addr: String,
+    line: String,
 }
 
 impl Collect {
@@ -36,17 +37,34 @@ impl Collect {
         Collect::spawn(&mut cmd)
     }
 
-    /// Starts `cmd` (a `toolgate collect --listen 127.0.0.1:0 …` set up by the caller; its
-    /// stdout is taken) and waits, bounded, for its `listening on` line.
+    /// Starts `cmd` (a `toolgate collect --listen … ` set up by the caller; its stdout is
+    /// taken) and waits, bounded, for its `listening on` line.
     pub fn spawn(cmd: &mut Command) -> Collect {
+        Collect::try_spawn(cmd)
+            .unwrap_or_else(|(line, _)| panic!("collector did not start: {line:?}"))
+    }
+
+    /// [`Collect::spawn`], answering what it said first and the process when it did not
+    /// listen (its port not free yet, say).
+    pub fn try_spawn(cmd: &mut Command) -> Result<Collect, (String, Proc)> {
         let proc = Proc::spawn(cmd.stdout(Stdio::piped()));
         let line = proc.stdout_line(|_| true, START).unwrap_or_default();
-        let addr = line
+        match line
             .strip_prefix("listening on http://")
             .and_then(|r| r.split(',').next())
-            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
-            .to_string();
-        Collect { proc, addr }
+        {
+            Some(addr) => Ok(Collect {
+                addr: addr.to_string(),
+                proc,
+                line,
+            }),
+            None => Err((line, proc)),
+        }
+    }
+
+    /// Its `listening on …` line.
+    pub fn line(&self) -> &str {
+        &self.line
     }
 
     /// `HOST:PORT`.
