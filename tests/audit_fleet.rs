@@ -7,7 +7,7 @@
 mod pg_support;
 
 mod common;
-use common::collect::Collect;
+use common::collect::{Collect, body_of, post, sealed_run};
 use common::process::{self, run_within};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,36 +28,7 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let mut body = Map::new();
-            body.insert("step".into(), json!(i));
-            chain.seal(kind, t0(), body)
-        })
-        .collect()
-}
-
-fn body_of(events: &[AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
-    canonical_json(&json!({"events": list}))
-}
-
-async fn post(url: &str, body: String) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/v1/events"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    sealed_run(run_id, agent, n, t0, |i| json!({"step": i}))
 }
 
 fn toolgate(args: &[&str]) -> (Option<i32>, String) {
@@ -91,7 +62,7 @@ async fn nul_ids_are_invalid_ids_on_both_stores() {
         let mut events = run("r\u{0}x", "support", 2);
         events.extend(run("r-agent", "sup\u{0}port", 1));
         events.extend(run("r-clean", "support", 3));
-        let (status, answer) = post(&c.url(), body_of(&events)).await;
+        let (status, answer) = post(&c.url(), None, body_of(&events)).await;
         assert_eq!(status, 409, "{store}: {answer}");
         assert_eq!(answer["accepted"], json!(3), "{store}: {answer}");
         let reasons: Vec<&str> = answer["rejected"]
@@ -425,17 +396,17 @@ async fn stores_in_two_schemas_do_not_share_run_locks() {
     };
     // The first collector migrates its schema; its run is then held by a peer.
     let a = Collect::start(&held);
-    let (status, answer) = post(&a.url(), body_of(&run("r-warm", "support", 1))).await;
+    let (status, answer) = post(&a.url(), None, body_of(&run("r-warm", "support", 1))).await;
     assert_eq!(status, 200, "{answer}");
     let holder = hold_run_lock(&held, "support", "r-shared").await;
     let b = Collect::start(&free);
-    let (status, answer) = post(&b.url(), body_of(&run("r-shared", "support", 2))).await;
+    let (status, answer) = post(&b.url(), None, body_of(&run("r-shared", "support", 2))).await;
     assert_eq!(
         status, 200,
         "the other schema's writer waited on the lock: {answer}"
     );
     // The holder does hold the run in its own schema.
-    let (status, answer) = post(&a.url(), body_of(&run("r-shared", "support", 2))).await;
+    let (status, answer) = post(&a.url(), None, body_of(&run("r-shared", "support", 2))).await;
     assert_eq!(status, 503, "{answer}");
     holder.batch_execute("ROLLBACK").await.unwrap();
 }
@@ -492,7 +463,7 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
     }
     // Once the peer lets go, the run is stored.
     holder.batch_execute("ROLLBACK").await.unwrap();
-    let (status, answer) = post(&c.url(), body_of(&stalled)).await;
+    let (status, answer) = post(&c.url(), None, body_of(&stalled)).await;
     assert_eq!(status, 200, "{answer}");
 }
 
@@ -514,7 +485,7 @@ async fn many_run_batches_take_a_bounded_number_of_locks() {
             tokio::spawn(async move {
                 let body = body_of(&events);
                 for _ in 0..60 {
-                    let (status, answer) = post(&url, body.clone()).await;
+                    let (status, answer) = post(&url, None, body.clone()).await;
                     if status != 503 {
                         return (status, answer);
                     }

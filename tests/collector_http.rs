@@ -3,53 +3,26 @@
 #![cfg(feature = "http")]
 
 mod common;
-use common::collect::Collect;
+use common::collect::{Collect, body_of, post, sealed_run};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json, verify_paths};
+use toolgate::audit::{AuditEvent, verify_paths};
 
 fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let mut body = Map::new();
-            if i > 0 {
-                body.insert("callId".into(), json!(format!("c{i}")));
-                body.insert("output".into(), json!({"text": "x".repeat(400)}));
-            }
-            chain.seal(kind, Utc::now(), body)
-        })
-        .collect()
-}
-
-fn body_of(events: &[AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
-    canonical_json(&json!({"events": list}))
-}
-
-async fn post(url: &str, token: Option<&str>, body: String) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{url}/v1/events"))
-        .header("content-type", "application/json")
-        .body(body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    sealed_run(run_id, agent, n, Utc::now, |i| {
+        if i > 0 {
+            json!({"callId": format!("c{i}"), "output": {"text": "x".repeat(400)}})
+        } else {
+            json!({})
+        }
+    })
 }
 
 /// Sends raw bytes and returns the status of the answer, or `None` when the server closed the

@@ -1,8 +1,14 @@
-//! A `toolgate collect` server in a child process, for the collector and fleet tests.
+//! A `toolgate collect` server in a child process, for the collector and fleet tests, and the
+//! runs, bodies and requests they send it.
 
+use std::borrow::Borrow;
 use std::ffi::OsStr;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json};
 
 use super::process::{Proc, toolgate};
 
@@ -96,4 +102,51 @@ impl Collect {
     pub fn into_proc(self) -> Proc {
         self.proc
     }
+}
+
+/// A run of `n` sealed events of `agent`: `run.started`, then `tool.result`s; the `i`-th with
+/// the fields of `body(i)` (an object; anything else is no field), sealed at `at()`.
+pub fn sealed_run(
+    run_id: &str,
+    agent: &str,
+    n: usize,
+    at: impl Fn() -> DateTime<Utc>,
+    body: impl Fn(usize) -> Value,
+) -> Vec<AuditEvent> {
+    let mut chain = RunChain::new(run_id, agent, None);
+    (0..n)
+        .map(|i| {
+            let kind = if i == 0 {
+                EventKind::RunStarted
+            } else {
+                EventKind::ToolResult
+            };
+            let Value::Object(fields) = body(i) else {
+                return chain.seal(kind, at(), Map::new());
+            };
+            chain.seal(kind, at(), fields)
+        })
+        .collect()
+}
+
+/// A `POST /v1/events` body: `{"events": [...]}`, canonical.
+pub fn body_of<E: Borrow<AuditEvent>>(events: &[E]) -> String {
+    let list: Vec<Value> = events.iter().map(|e| e.borrow().to_json()).collect();
+    canonical_json(&json!({"events": list}))
+}
+
+/// `POST {url}/v1/events` (with a bearer `token`): the status and the JSON answer (`null`
+/// when it is not JSON).
+#[cfg(feature = "http")]
+pub async fn post(url: &str, token: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}/v1/events"))
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
 }
