@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::collect::{Collect, body_of, post};
+use common::collect::{Collect, body_of, get_json, post};
 use common::process::toolgate;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
@@ -169,12 +169,6 @@ fn count_lines(dir: &Path) -> usize {
         }
     }
     n
-}
-
-async fn get_json(url: &str) -> (u16, Value) {
-    let resp = reqwest::get(url).await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
 }
 
 // ---------------------------------------------------------------------------------------------

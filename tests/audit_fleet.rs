@@ -7,7 +7,7 @@
 mod pg_support;
 
 mod common;
-use common::collect::{Collect, body_of, post, sealed_run};
+use common::collect::{Collect, body_of, get_json, post, sealed_run};
 use common::process::{self, run_within};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use toolgate::audit::store::EventStore as _;
 use toolgate::audit::store::Incoming;
 use toolgate::audit::store::postgres::PgStore;
@@ -117,12 +117,7 @@ async fn replay_exits_non_zero_when_its_events_are_not_delivered() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("invalid id"), "{stderr}");
-    let page: Value = reqwest::get(format!("{}/v1/runs/r-ok", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/r-ok", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(2), "{page}");
 
     // Nothing listens: the events stay in the spool and replay says so, exiting non-zero.
@@ -171,12 +166,7 @@ async fn swapped_run_id_columns_are_caught() {
     assert!(text.contains("run_id column"), "{text}");
 
     let c = Collect::start(&pg);
-    let v: Value = reqwest::get(format!("{}/v1/runs/r-a/verify", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, v) = get_json(&format!("{}/v1/runs/r-a/verify", c.url())).await;
     assert_eq!(v["ok"], json!(false), "{v}");
     assert!(v["breaks"].to_string().contains("run_id column"), "{v}");
 }

@@ -4,10 +4,10 @@
 #![cfg(feature = "http")]
 
 mod common;
-use common::collect::{Collect, post, sealed_run};
+use common::collect::{Collect, get_json, post, sealed_run};
 
 use chrono::Utc;
-use serde_json::{Value, json};
+use serde_json::json;
 use toolgate::audit::{AuditEvent, verify_paths};
 
 fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
@@ -46,12 +46,7 @@ async fn a_too_deep_event_is_refused_alone_and_the_rest_of_its_batch_is_stored()
     let rejected = answer["rejected"].as_array().unwrap();
     assert_eq!(rejected.len(), 1, "{answer}");
     assert_eq!(rejected[0]["index"], json!(2));
-    let page: Value = reqwest::get(format!("{}/v1/runs/other-run", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/other-run", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(3), "{page}");
     drop(c);
     let report = verify_paths(&[&store]);

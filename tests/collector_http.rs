@@ -3,14 +3,14 @@
 #![cfg(feature = "http")]
 
 mod common;
-use common::collect::{Collect, body_of, post, sealed_run};
+use common::collect::{Collect, body_of, get_json, post, sealed_run};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use toolgate::audit::{AuditEvent, verify_paths};
@@ -219,12 +219,7 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
     let _ = c.exits_within(Duration::from_secs(10));
     let c = Collect::start_with(&store, &[], &[]);
     for (run, n) in [("first", 1), ("next", 5), ("big", 60)] {
-        let page: Value = reqwest::get(format!("{}/v1/runs/{run}", c.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, page) = get_json(&format!("{}/v1/runs/{run}", c.url())).await;
         assert_eq!(page["events"].as_array().map(Vec::len), Some(n), "{run}");
     }
     let report = verify_paths(&[&store]);
@@ -260,11 +255,6 @@ async fn replay_to_a_collector_exits_non_zero_when_events_are_rejected() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("id too long"), "{stderr}");
-    let page: Value = reqwest::get(format!("{}/v1/runs/r-ok", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/r-ok", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(2), "{page}");
 }

@@ -10,10 +10,9 @@ mod common;
 mod mcp_client;
 mod mcp_http_client;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::process::{free_port, serve};
+use common::process::node_streamable_http;
 use mcp_client::{Setup, fixture, read_events};
 use mcp_http_client::{Client, Events, Gateway, children, text, token_file, until};
 use serde_json::{Value, json};
@@ -226,14 +225,7 @@ async fn a_typescript_sdk_http_upstream_is_served_after_its_400_to_the_probe() {
     else {
         return;
     };
-    let port = free_port();
-    let _server = serve(
-        Command::new("node")
-            .arg(&js)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string()),
-        |line| line.contains("listening"),
-    );
+    let (_server, port) = node_streamable_http(&js);
     let setup = Setup::new();
     let mut args = setup.args();
     args.push("--token-file".into());

@@ -11,9 +11,8 @@ mod common;
 mod mcp_client;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use common::process::{free_port, serve};
+use common::process::node_streamable_http;
 use mcp_client::{Proxy, code, text};
 use serde_json::json;
 
@@ -25,14 +24,7 @@ fn server_js() -> Option<PathBuf> {
 fn an_upstream_over_streamable_http_is_governed() {
     let Some(js) = server_js() else { return };
     // Wait for the server to say it listens (reading its log, not sleeping).
-    let port = free_port();
-    let _server = serve(
-        Command::new("node")
-            .arg(&js)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string()),
-        |line| line.contains("listening"),
-    );
+    let (_server, port) = node_streamable_http(&js);
 
     let s = mcp_client::Setup::new();
     let policy = s.path("policy.json");

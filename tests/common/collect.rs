@@ -150,3 +150,11 @@ pub async fn post(url: &str, token: Option<&str>, body: impl Into<reqwest::Body>
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
+
+/// `GET url`: the status and the JSON answer.
+#[cfg(feature = "http")]
+pub async fn get_json(url: &str) -> (u16, Value) {
+    let resp = reqwest::get(url).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}

@@ -2,6 +2,7 @@
 //! every wait on one bounded (a hang is a failure, never a stuck test).
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
@@ -111,6 +112,20 @@ pub fn serve(cmd: &mut Command, ready: impl Fn(&str) -> bool) -> Proc {
         .stderr_line(ready, READY)
         .unwrap_or_else(|| panic!("not ready within {READY:?}: {cmd:?}"));
     server
+}
+
+/// A Node MCP server script (`dist/index.js`) serving streamable HTTP on a free loopback port,
+/// once it says it listens: the server and its port.
+pub fn node_streamable_http(js: &Path) -> (Proc, u16) {
+    let port = free_port();
+    let server = serve(
+        Command::new("node")
+            .arg(js)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string()),
+        |line| line.contains("listening"),
+    );
+    (server, port)
 }
 
 /// A long-running child (a server), killed when dropped. Its piped stdout and stderr are read
