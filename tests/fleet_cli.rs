@@ -62,13 +62,9 @@ fn trail_events(dir: &Path) -> Vec<Value> {
     out
 }
 
-/// Two `toolgate replay` processes on one Redis: the first trace leaves run `r` open (no
-/// `run.end` line), the second continues and ends it. The two trails verify as one chain.
-#[test]
-fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
-    let Some(url) = url() else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let policy = write(dir.path(), "p.json", POLICY);
+/// Run `r` in two traces: the first starts it and makes one call (leaving it open), the
+/// second starts it again, makes another call and ends it.
+fn run_in_two_traces() -> (String, String) {
     let start = r#"{"type":"run.start","runId":"r","agentId":"agent","at":"2026-01-05T09:00:00Z"}"#;
     let a = format!(
         "{start}\n{}\n",
@@ -79,6 +75,17 @@ fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
         r#"{"type":"tool.call","runId":"r","id":"c2","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:02Z"}"#,
         r#"{"type":"run.end","runId":"r","status":"success","at":"2026-01-05T09:00:03Z"}"#
     );
+    (a, b)
+}
+
+/// Two `toolgate replay` processes on one Redis: the first trace leaves run `r` open (no
+/// `run.end` line), the second continues and ends it. The two trails verify as one chain.
+#[test]
+fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
+    let Some(url) = url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = write(dir.path(), "p.json", POLICY);
+    let (a, b) = run_in_two_traces();
     let prefix = prefix("chain");
     for (name, text) in [("a", &a), ("b", &b)] {
         let trace = write(dir.path(), &format!("{name}.jsonl"), text);
@@ -242,16 +249,7 @@ fn a_collector_holds_one_chain_for_a_run_continued_by_another_process() {
     let store = dir.path().join("collected");
     let collector = Collect::start(&store);
     let policy = write(dir.path(), "p.json", POLICY);
-    let start = r#"{"type":"run.start","runId":"r","agentId":"agent","at":"2026-01-05T09:00:00Z"}"#;
-    let a = format!(
-        "{start}\n{}\n",
-        r#"{"type":"tool.call","runId":"r","id":"c1","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:01Z"}"#
-    );
-    let b = format!(
-        "{start}\n{}\n{}\n",
-        r#"{"type":"tool.call","runId":"r","id":"c2","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:02Z"}"#,
-        r#"{"type":"run.end","runId":"r","status":"success","at":"2026-01-05T09:00:03Z"}"#
-    );
+    let (a, b) = run_in_two_traces();
     let prefix = prefix("collector");
     for (name, text) in [("a", &a), ("b", &b)] {
         let trace = write(dir.path(), &format!("{name}.jsonl"), text);
