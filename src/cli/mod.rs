@@ -23,6 +23,7 @@ pub mod mcp_proxy;
 pub mod notify;
 mod otel;
 pub mod replay;
+pub mod replay_args;
 pub mod review;
 pub mod state;
 pub mod state_cmd;
