@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 #[macro_use]
 pub(crate) mod out;
 
-pub mod audit_out;
 pub mod check;
 pub mod collect;
 #[cfg(feature = "console")]
