@@ -152,8 +152,8 @@ fn config_of(url: &str) -> Result<tokio_postgres::Config, AuditError> {
     let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
         AuditError::Config(format!(
             "bad PostgreSQL URL {}: {}",
-            crate::audit::collector::redact_url(url),
-            crate::audit::collector::redact_in(url, &describe_pg_error(&e))
+            crate::audit::url::redact_url(url),
+            crate::audit::url::redact_in(url, &describe_pg_error(&e))
         ))
     })?;
     let options = match config.get_options() {
