@@ -14,7 +14,7 @@ use crate::audit::sign::{RunVerifier, SIGNATURE_FIELD};
 use crate::audit::{AuditEvent, EventKind, expected_hash, may_follow_end};
 
 /// Collects events and breaks. Files: every run's events are kept (a run may span files in any
-/// order) and checked at the end, sorted by `seq`. Streaming ([`StreamVerifier`]): events come
+/// order) and checked at the end, sorted by `seq`. Streaming ([`super::StreamVerifier`]): events come
 /// run by run in `seq` order and are checked at once, keeping no events.
 #[derive(Default)]
 pub(super) struct Verifier {

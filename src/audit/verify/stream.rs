@@ -8,7 +8,7 @@ use super::{BreakKind, ChainBreak, VerifyReport};
 use crate::audit::sign::RunVerifier;
 
 /// returns them (`ORDER BY agent_id, run_id, seq`): each event is checked as it comes, so memory
-/// holds one event and a few counters, not a run. The checks are those of [`verify_paths`]
+/// holds one event and a few counters, not a run. The checks are those of [`super::verify_paths`]
 /// (one checker serves both); a run met again after another run is checked as a new run (its
 /// `seq`s then show a gap). Breaks are located by position in the input (1-based `line`).
 pub struct StreamVerifier {
