@@ -92,7 +92,7 @@ impl EngineInner {
         let Some(head) = self.sealed_head(run) else {
             return;
         };
-        let ctx = &run.context;
+        let ctx = &run.facts.context;
         let outcome = match &self.shared {
             Some(store) => {
                 let left = store
@@ -130,15 +130,15 @@ impl EngineInner {
         }
         let shard = run.audit.shard;
         let Some(store) = self.shared.clone() else {
-            let ok = a.heads.leave(&run.run_key, &run.audit.owner, None);
+            let ok = a.heads.leave(&run.facts.run_key, &run.audit.owner, None);
             if !ok {
-                self.report_leave_on(shard, &chain, &run.context, Ok(false));
+                self.report_leave_on(shard, &chain, &run.facts.context, Ok(false));
             }
             return;
         };
         let engine = self.clone();
         let owner = run.audit.owner.clone();
-        let ctx = run.context.clone();
+        let ctx = run.facts.context.clone();
         let spawned = std::thread::Builder::new()
             .name("toolgate-leave-run".into())
             .spawn(move || {
@@ -161,19 +161,19 @@ impl EngineInner {
                 engine.report_leave_on(shard, &chain, &ctx, left);
             });
         if let Err(e) = spawned {
-            tracing::warn!(run_id = %run.context.run_id, "cannot hand the run's audit chain on: {e}");
+            tracing::warn!(run_id = %run.facts.context.run_id, "cannot hand the run's audit chain on: {e}");
         }
     }
 
     fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
         self.audit
             .as_ref()
-            .is_none_or(|a| a.heads.leave(&run.run_key, &run.audit.owner, head))
+            .is_none_or(|a| a.heads.leave(&run.facts.run_key, &run.audit.owner, head))
     }
 
     fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
         if let Some(chain) = &run.audit.chain {
-            self.report_leave_on(run.audit.shard, chain, &run.context, outcome);
+            self.report_leave_on(run.audit.shard, chain, &run.facts.context, outcome);
         }
     }
 
@@ -248,7 +248,7 @@ impl Run {
                 .await;
         }
         crate::engine::run::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, "open")
+            o.on_run_end(&self.shared.facts.context, "open")
         });
         if self.engine.audit_enabled() {
             self.engine.await_background(&self.shared).await;

@@ -16,10 +16,10 @@ use crate::audit::{
 };
 use crate::engine::audit::body::RunEndedBody;
 use crate::engine::decide::call::RunContext;
+use crate::engine::decide::call::SubjectRef;
 use crate::engine::decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
-use crate::engine::decide::subjects::SubjectRef;
 use crate::engine::run::pending::CallRecord;
 use crate::policy::{EffectType, InbuiltMetric, Phase};
 

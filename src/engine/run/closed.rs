@@ -63,7 +63,7 @@ impl RunShared {
             tokens_in: t.tokens_in.load(Ordering::Relaxed),
             tokens_out: t.tokens_out.load(Ordering::Relaxed),
             cost_usd: t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
-            duration_ms: now.timestamp_millis() - self.started_ms,
+            duration_ms: now.timestamp_millis() - self.facts.started_ms,
             aborted: self.aborted.load(Ordering::Acquire),
             final_response: final_response.map(str::to_string),
             evaluation: None,
@@ -78,9 +78,9 @@ impl Drop for RunShared {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.engine.state.forget_scope(&self.run_key);
+        self.engine.decide.state.forget_scope(&self.facts.run_key);
         super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.context, "dropped")
+            o.on_run_end(&self.facts.context, "dropped")
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
@@ -110,12 +110,15 @@ impl Run {
         if was_ended {
             return;
         }
-        self.engine.state.forget_scope(&self.shared.run_key);
+        self.engine
+            .decide
+            .state
+            .forget_scope(&self.shared.facts.run_key);
         if let Some(store) = self.engine.shared.clone() {
             self.end_shared(&*store).await;
         }
         super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, status)
+            o.on_run_end(&self.shared.facts.context, status)
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
