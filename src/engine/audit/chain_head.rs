@@ -14,7 +14,7 @@ use super::sealer::Body;
 use crate::audit::{EventKind, RunChain};
 use crate::engine::EngineInner;
 use crate::engine::decide::call::RunContext;
-use crate::engine::run::handle::{Run, RunShared};
+use crate::engine::run::handle::RunShared;
 use crate::state::{ChainClaim, ChainHead};
 
 /// The chain heads of an engine without a shared state store: a run left open
@@ -208,54 +208,5 @@ impl EngineInner {
             Body::Json(body),
         );
         a.sealer.drain_shard(shard);
-    }
-}
-
-impl Run {
-    /// Leaves the run open for another process (or a later [`start_run`] of the same id on
-    /// this engine) to continue: what is left is written to the state store, the audit trail
-    /// is flushed and the run's chain head is written where the next holder reads it (design
-    /// §8); no `run.ended` is written and the run's state stays. The handle does nothing more
-    /// afterwards (as after [`end`](Run::end)). A fork found now (another holder claimed the
-    /// run meanwhile) is an `error` event.
-    ///
-    /// [`start_run`]: crate::engine::GovernanceEngine::start_run
-    pub async fn leave(&self) {
-        self.leave_flushing(true).await;
-    }
-
-    /// [`leave`](Run::leave) without flushing the audit trail: the chain head written to the
-    /// store is what the next holder continues from, so handing a run over between calls (the
-    /// shared MCP gateway) needs no sync of this process's trail; its events reach the sinks
-    /// with their normal durability (handed to the OS at once, synced at the next run end,
-    /// flush or shutdown), as those of any run still open do.
-    #[cfg(all(feature = "mcp", feature = "http"))]
-    pub(crate) async fn hand_over(&self) {
-        self.leave_flushing(false).await;
-    }
-
-    async fn leave_flushing(&self, flush: bool) {
-        let was_ended = {
-            let _closing = self.shared.gate.write();
-            self.shared.ended.swap(true, Ordering::AcqRel)
-        };
-        if was_ended {
-            return;
-        }
-        if let Some(store) = self.engine.shared.clone() {
-            let now = self.engine.clock.now();
-            self.settle_shared(&*store, Default::default(), now, "")
-                .await;
-        }
-        crate::engine::run::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.facts.context, "open")
-        });
-        if self.engine.audit_enabled() {
-            self.engine.await_background(&self.shared).await;
-            self.engine.leave_chain(&self.shared, false).await;
-            if flush {
-                self.engine.flush_run_audit(&self.shared).await;
-            }
-        }
     }
 }

@@ -33,6 +33,7 @@ use crate::state::StateKey;
 pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
 
 pub(crate) use super::pending::{CallRecord, PendingCalls};
+pub(crate) use crate::engine::audit::body::obj;
 
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
@@ -556,12 +557,5 @@ pub(crate) fn count_allowed(
                 ctx.now_ms,
             );
         }
-    }
-}
-
-pub(crate) fn obj(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
     }
 }
