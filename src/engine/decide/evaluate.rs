@@ -9,12 +9,12 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::{Map, Value};
 
+use super::call::SubjectRef;
 use super::conditions::{Tri, eval_async, eval_sync};
 use super::decision::{Decision, DecisionCode, Evaluated, EvaluatedRule, SignalRecord};
+use super::env::{DecideEnv, RunFacts};
 use super::profile::ToolProfile;
-use super::subjects::{SubjectInput, SubjectRef};
-use crate::engine::EngineInner;
-use crate::engine::run::handle::RunShared;
+use super::subjects::SubjectInput;
 use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
 use smallvec::SmallVec;
 
@@ -34,15 +34,16 @@ pub(crate) struct CallView<'a> {
 
 /// Everything one decision reads and accumulates.
 pub(crate) struct DecisionCtx<'a> {
-    pub(crate) engine: &'a EngineInner,
+    pub(crate) engine: &'a DecideEnv,
     pub(crate) policies: &'a CompiledPolicies,
-    pub(crate) run: &'a RunShared,
+    pub(crate) run: &'a RunFacts,
     /// What the policies say about the tool (rules in play, counters it takes).
     pub(crate) profile: &'a ToolProfile,
     pub(crate) call: CallView<'a>,
     /// The decision's time: read from `clock` when first asked (see [`DecisionCtx::now`]).
     now: std::cell::Cell<Option<DateTime<Utc>>>,
-    clock: &'a dyn crate::engine::Clock,
+    /// Where `now` is read from when not given (`None`: it always is).
+    clock: Option<&'a dyn crate::engine::Clock>,
     pub(crate) subjects: Vec<SubjectRef>,
     pub(crate) permits: SmallVec<[(u32, StateKey, Permit); 4]>,
     pub(crate) signals: Vec<SignalRecord>,
@@ -56,33 +57,35 @@ pub(crate) struct DecisionCtx<'a> {
     /// Detections of the current rule past those kept, counted.
     pub(crate) detected_more: u32,
     /// On a shared state store: what the decision read from it (conditions read here).
-    pub(crate) remote: Option<crate::engine::run::shared_state::RemoteView>,
+    pub(crate) remote: Option<super::remote::RemoteView>,
 }
 
 impl<'a> DecisionCtx<'a> {
     /// A fresh context for one decision about `call` at `now`.
     pub(crate) fn new(
-        engine: &'a EngineInner,
+        engine: &'a DecideEnv,
         policies: &'a CompiledPolicies,
-        run: &'a RunShared,
+        run: &'a RunFacts,
         profile: &'a ToolProfile,
         call: CallView<'a>,
         now: DateTime<Utc>,
         subjects: Vec<SubjectRef>,
     ) -> Self {
-        Self::new_at(engine, policies, run, profile, call, Some(now), subjects)
+        let ctx = Self::new_at(engine, policies, run, profile, call, None, subjects);
+        ctx.now.set(Some(now));
+        ctx
     }
 
-    /// [`new`](Self::new), the time read from the engine's clock only if the decision needs it
-    /// (`now` when the caller has it already): a decision whose rules read no time and that
-    /// raises no review never reads the clock.
+    /// [`new`](Self::new), the time read from `clock` only if the decision needs it (see
+    /// [`set_now`](Self::set_now) when the caller has it already): a decision whose rules read
+    /// no time and that raises no review never reads the clock.
     pub(crate) fn new_at(
-        engine: &'a EngineInner,
+        engine: &'a DecideEnv,
         policies: &'a CompiledPolicies,
-        run: &'a RunShared,
+        run: &'a RunFacts,
         profile: &'a ToolProfile,
         call: CallView<'a>,
-        now: Option<DateTime<Utc>>,
+        clock: Option<&'a dyn crate::engine::Clock>,
         subjects: Vec<SubjectRef>,
     ) -> Self {
         DecisionCtx {
@@ -91,8 +94,8 @@ impl<'a> DecisionCtx<'a> {
             run,
             profile,
             call,
-            now: std::cell::Cell::new(now),
-            clock: &*engine.clock,
+            now: std::cell::Cell::new(None),
+            clock,
             subjects,
             permits: SmallVec::new(),
             signals: Vec::new(),
@@ -118,9 +121,14 @@ impl DecisionCtx<'_> {
     #[cold]
     #[inline(never)]
     fn read_clock(&self) -> DateTime<Utc> {
-        let t = self.clock.now();
+        let t = self.clock.map_or_else(Utc::now, |c| c.now());
         self.now.set(Some(t));
         t
+    }
+
+    /// Sets the decision's time (known to the caller).
+    pub(crate) fn set_now(&mut self, now: DateTime<Utc>) {
+        self.now.set(Some(now));
     }
 
     /// [`now`](Self::now) in milliseconds since the epoch.
@@ -249,7 +257,7 @@ impl DecisionCtx<'_> {
             self.note_missing(format!("custom {name}: no function registered"));
             return Tri::Unknown;
         };
-        let cc = crate::engine::CustomContext {
+        let cc = super::custom::CustomContext {
             tool_name: self.call.name.to_string(),
             tool_tags: self.call.tags.to_vec(),
             args: self.call.args.clone(),
