@@ -10,6 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub(crate) mod audit_out;
+#[cfg(feature = "console")]
+pub(crate) mod console;
 pub mod engine;
 pub mod eval;
 #[cfg(feature = "http")]

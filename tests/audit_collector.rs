@@ -1,13 +1,16 @@
 //! The HTTP sink against the real collector (`toolgate collect` server code) on loopback.
 #![cfg(feature = "http")]
 
-use std::io::BufRead;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use common::collect::{Collect, body_of, get_json, post};
+use common::process::toolgate;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -69,58 +72,34 @@ async fn bind_retrying(addr: &str) -> TcpListener {
     }
 }
 
-/// `toolgate collect` as a real process.
-struct Process {
-    child: Child,
-    addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Process {
-    fn start(out: &Path, listen: &str) -> Process {
-        let started = Instant::now();
-        loop {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-                .args(["collect", "--listen", listen, "--out"])
-                .arg(out)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-            let mut line = String::new();
-            stdout.read_line(&mut line).unwrap();
-            if let Some(rest) = line.strip_prefix("listening on http://") {
-                let addr = rest.split(',').next().unwrap().to_string();
+/// `toolgate collect` as a real process on `listen` (a port just released may take a moment
+/// to be free again: retried for a bounded time).
+fn start_process(out: &Path, listen: &str) -> Collect {
+    let started = Instant::now();
+    loop {
+        let mut cmd = toolgate();
+        cmd.args(["collect", "--listen", listen, "--out"])
+            .arg(out)
+            .stderr(Stdio::inherit());
+        match Collect::try_spawn(&mut cmd) {
+            Ok(c) => {
+                let line = c.line();
                 assert!(
                     line.contains(&format!("storing to {}", out.display())),
                     "{line}"
                 );
-                return Process {
-                    child,
-                    addr,
-                    _stdout: stdout,
-                };
+                return c;
             }
-            // Could not bind (port not free yet): retry for a bounded time.
-            let status = child.wait().unwrap();
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "collector did not start: {status}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+            Err((_, mut child)) => {
+                // Could not bind (port not free yet): retry for a bounded time.
+                let status = child.exits_within(Duration::from_secs(10));
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "collector did not start: {status}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-    }
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -190,30 +169,6 @@ fn count_lines(dir: &Path) -> usize {
         }
     }
     n
-}
-
-async fn get_json(url: &str) -> (u16, Value) {
-    let resp = reqwest::get(url).await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
-}
-
-async fn post_body(url: &str, token: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{url}/v1/events"))
-        .header("content-type", "application/json")
-        .body(body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-fn events_body(events: &[AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
-    canonical_json(&json!({"events": list}))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,8 +247,8 @@ async fn ten_thousand_events_from_100_concurrent_runs_arrive_exactly_once_and_ve
 async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_once() {
     let out = tempfile::tempdir().unwrap();
     let spool = tempfile::tempdir().unwrap();
-    let first = Process::start(out.path(), "127.0.0.1:0");
-    let addr = first.addr.clone();
+    let mut first = start_process(out.path(), "127.0.0.1:0");
+    let addr = first.addr().to_string();
     let url = format!("http://{addr}");
     let mut cfg = sink_config(&url, spool.path());
     cfg.batch_size = 100;
@@ -335,8 +290,8 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
         .expect("batches are spooled while the collector is down");
 
     // 4. A new collector process on the same address and directory.
-    let second = Process::start(out.path(), &addr);
-    assert_eq!(second.addr, addr);
+    let mut second = start_process(out.path(), &addr);
+    assert_eq!(second.addr(), addr);
     let started = Instant::now();
     bus.flush(Duration::from_secs(30)).await.unwrap();
     eprintln!(
@@ -384,7 +339,7 @@ async fn collector_killed_mid_stream_and_restarted_stores_every_event_exactly_on
         .iter()
         .map(|v| AuditEvent::from_value(v.clone()).unwrap())
         .collect();
-    let (status, answer) = post_body(&url, None, events_body(&stored)).await;
+    let (status, answer) = post(&url, None, body_of(&stored)).await;
     assert_eq!(status, 200);
     assert_eq!(
         answer,
@@ -487,45 +442,42 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     let events: Vec<AuditEvent> = (0..10).map(|i| seal_step(&mut chain, i, 10)).collect();
 
     // Authentication; /healthz needs none.
-    assert_eq!(post_body(&url, None, events_body(&events)).await.0, 401);
-    assert_eq!(
-        post_body(&url, Some("nope"), events_body(&events)).await.0,
-        401
-    );
+    assert_eq!(post(&url, None, body_of(&events)).await.0, 401);
+    assert_eq!(post(&url, Some("nope"), body_of(&events)).await.0, 401);
     assert_eq!(get_json(&format!("{url}/healthz")).await.0, 200);
 
     // Malformed bodies: a clear 400, nothing stored.
-    let (s, e) = post_body(&url, tok, "not json").await;
+    let (s, e) = post(&url, tok, "not json").await;
     assert_eq!(s, 400);
     assert!(e["error"].as_str().unwrap().contains("not JSON"), "{e}");
-    assert_eq!(post_body(&url, tok, r#"{"events": "x"}"#).await.0, 400);
-    assert_eq!(post_body(&url, tok, r#"[1]"#).await.0, 400);
+    assert_eq!(post(&url, tok, r#"{"events": "x"}"#).await.0, 400);
+    assert_eq!(post(&url, tok, r#"[1]"#).await.0, 400);
     // A malformed event is refused alone: with other events its batch would be stored but it
     // (409, listed in `rejected`; collector_depth.rs); alone, the batch is a clear 400.
     let mut bad = events[3].to_json();
     bad.as_object_mut().unwrap().remove("runId");
-    let (s, e) = post_body(&url, tok, json!({"events": [bad]}).to_string()).await;
+    let (s, e) = post(&url, tok, json!({"events": [bad]}).to_string()).await;
     assert_eq!(s, 400, "{e}");
     assert_eq!(e["error"], "events[0]: invalid audit event: missing runId");
     // Oversized: 413.
     let big = format!(r#"{{"events": [], "pad": "{}"}}"#, "x".repeat(40 * 1024));
-    let (s, e) = post_body(&url, tok, big).await;
+    let (s, e) = post(&url, tok, big).await;
     assert_eq!(s, 413, "{e}");
     assert_eq!(server.collector.stats().events, 0);
     assert_eq!(count_lines(out.path()), 0);
 
     // Accepted, then deduplicated (also within one batch).
     assert_eq!(
-        post_body(&url, tok, events_body(&events[..6])).await,
+        post(&url, tok, body_of(&events[..6])).await,
         (200, json!({"accepted": 6, "duplicates": 0, "rejected": []}))
     );
     assert_eq!(
-        post_body(&url, tok, events_body(&events)).await,
+        post(&url, tok, body_of(&events)).await,
         (200, json!({"accepted": 4, "duplicates": 6, "rejected": []}))
     );
     let twice = [events[9].clone(), events[9].clone()];
     assert_eq!(
-        post_body(&url, tok, events_body(&twice)).await,
+        post(&url, tok, body_of(&twice)).await,
         (200, json!({"accepted": 0, "duplicates": 2, "rejected": []}))
     );
     assert_eq!(count_lines(out.path()), 10);
@@ -558,7 +510,7 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     let good: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
     let mut tampered: Vec<Value> = good.iter().map(AuditEvent::to_json).collect();
     tampered[2]["output"]["hits"] = json!(999);
-    let (s, answer) = post_body(&url, tok, json!({"events": tampered}).to_string()).await;
+    let (s, answer) = post(&url, tok, json!({"events": tampered}).to_string()).await;
     assert_eq!(s, 409);
     assert_eq!(answer["accepted"], 3);
     assert_eq!(answer["rejected"][0]["id"], good[2].id().to_string());
@@ -570,17 +522,17 @@ async fn collector_validates_deduplicates_and_flags_chain_breaks() {
     assert_eq!(check["ok"], false);
     assert_eq!(check["breaks"][0]["message"], "seq 2 is missing (deleted?)");
     assert_eq!(
-        post_body(&url, tok, events_body(&good[2..3])).await,
+        post(&url, tok, body_of(&good[2..3])).await,
         (200, json!({"accepted": 1, "duplicates": 0, "rejected": []}))
     );
     assert_eq!(get(format!("{url}/v1/runs/r2/verify")).await.1["ok"], true);
     // Out-of-order arrival is not a break; a gap shows until it is filled.
     let mut chain = RunChain::new("r3", "support", None);
     let r3: Vec<AuditEvent> = (0..4).map(|i| seal_step(&mut chain, i, 4)).collect();
-    post_body(&url, tok, events_body(&[r3[2].clone(), r3[0].clone()])).await;
+    post(&url, tok, body_of(&[r3[2].clone(), r3[0].clone()])).await;
     let (_, check) = get(format!("{url}/v1/runs/r3/verify")).await;
     assert_eq!(check["ok"], false);
-    post_body(&url, tok, events_body(&[r3[1].clone(), r3[3].clone()])).await;
+    post(&url, tok, body_of(&[r3[1].clone(), r3[3].clone()])).await;
     let (_, check) = get(format!("{url}/v1/runs/r3/verify")).await;
     assert_eq!(check["ok"], true, "{check}");
     assert!(verify_paths(&[out.path()]).is_ok());
@@ -659,33 +611,26 @@ async fn spooled_batches_survive_a_sink_restart_and_are_resent_first_in_order() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collect_process_stops_cleanly_on_ctrl_c_keeping_acknowledged_events() {
     let out = tempfile::tempdir().unwrap();
-    let mut p = Process::start(out.path(), "127.0.0.1:0");
-    let url = format!("http://{}", p.addr);
+    let p = start_process(out.path(), "127.0.0.1:0");
+    let url = format!("http://{}", p.addr());
     let mut chain = RunChain::new("r", "support", None);
     let events: Vec<AuditEvent> = (0..20).map(|i| seal_step(&mut chain, i, 20)).collect();
     assert_eq!(
-        post_body(&url, None, events_body(&events)).await,
+        post(&url, None, body_of(&events)).await,
         (
             200,
             json!({"accepted": 20, "duplicates": 0, "rejected": []})
         )
     );
     // Ctrl-C.
-    let pid = p.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = p.child.wait().unwrap();
+    p.signal("-INT");
+    let status = p.exits_within(Duration::from_secs(60));
     assert!(status.success(), "{status}");
     assert_eq!(count_lines(out.path()), 20);
     assert!(verify_paths(&[out.path()]).is_ok());
     // A new process serves what the old one stored.
-    let p2 = Process::start(out.path(), "127.0.0.1:0");
-    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr)).await;
+    let mut p2 = start_process(out.path(), "127.0.0.1:0");
+    let (_, h) = get_json(&format!("http://{}/healthz", p2.addr())).await;
     assert_eq!(
         (h["events"].clone(), h["runs"].clone()),
         (json!(20), json!(1))

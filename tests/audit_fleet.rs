@@ -6,16 +6,16 @@
 
 mod pg_support;
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::{Collect, body_of, get_json, post, sealed_run};
+use common::process::{self, run_within};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use toolgate::audit::store::EventStore as _;
 use toolgate::audit::store::Incoming;
 use toolgate::audit::store::postgres::PgStore;
@@ -28,36 +28,7 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let mut body = Map::new();
-            body.insert("step".into(), json!(i));
-            chain.seal(kind, t0(), body)
-        })
-        .collect()
-}
-
-fn body_of(events: &[AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
-    canonical_json(&json!({"events": list}))
-}
-
-async fn post(url: &str, body: String) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/v1/events"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    sealed_run(run_id, agent, n, t0, |i| json!({"step": i}))
 }
 
 fn toolgate(args: &[&str]) -> (Option<i32>, String) {
@@ -91,7 +62,7 @@ async fn nul_ids_are_invalid_ids_on_both_stores() {
         let mut events = run("r\u{0}x", "support", 2);
         events.extend(run("r-agent", "sup\u{0}port", 1));
         events.extend(run("r-clean", "support", 3));
-        let (status, answer) = post(&c.url(), body_of(&events)).await;
+        let (status, answer) = post(&c.url(), None, body_of(&events)).await;
         assert_eq!(status, 409, "{store}: {answer}");
         assert_eq!(answer["accepted"], json!(3), "{store}: {answer}");
         let reasons: Vec<&str> = answer["rejected"]
@@ -146,12 +117,7 @@ async fn replay_exits_non_zero_when_its_events_are_not_delivered() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("invalid id"), "{stderr}");
-    let page: Value = reqwest::get(format!("{}/v1/runs/r-ok", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/r-ok", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(2), "{page}");
 
     // Nothing listens: the events stay in the spool and replay says so, exiting non-zero.
@@ -200,12 +166,7 @@ async fn swapped_run_id_columns_are_caught() {
     assert!(text.contains("run_id column"), "{text}");
 
     let c = Collect::start(&pg);
-    let v: Value = reqwest::get(format!("{}/v1/runs/r-a/verify", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, v) = get_json(&format!("{}/v1/runs/r-a/verify", c.url())).await;
     assert_eq!(v["ok"], json!(false), "{v}");
     assert!(v["breaks"].to_string().contains("run_id column"), "{v}");
 }
@@ -278,45 +239,17 @@ async fn a_signed_run_without_its_signed_end_is_incomplete() {
     assert_eq!(code, Some(0), "{text}");
 }
 
-/// Waits (bounded) for a child to exit.
-fn exits_within(mut child: Child, limit: Duration) -> Option<std::process::Output> {
-    let (tx, rx) = mpsc::channel();
-    let pid = child.id();
-    std::thread::spawn(move || {
-        let mut stderr = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-        }
-        let status = child.wait();
-        let _ = tx.send((status, stderr));
-    });
-    match rx.recv_timeout(limit) {
-        Ok((status, stderr)) => Some(std::process::Output {
-            status: status.unwrap(),
-            stdout: Vec::new(),
-            stderr: stderr.into_bytes(),
-        }),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            None
-        }
-    }
-}
-
 /// Point 10: a second collector on a folder another collector uses refuses to start.
 #[test]
 fn a_second_collector_on_one_folder_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("store");
     let first = Collect::start(folder.to_str().unwrap());
-    let second = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    let mut second = process::toolgate();
+    second
         .args(["collect", "--listen", "127.0.0.1:0", "--store"])
-        .arg(&folder)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = exits_within(second, Duration::from_secs(20))
+        .arg(&folder);
+    let out = run_within(&mut second, Duration::from_secs(20))
         .expect("the second collector must refuse to start, not run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -453,17 +386,17 @@ async fn stores_in_two_schemas_do_not_share_run_locks() {
     };
     // The first collector migrates its schema; its run is then held by a peer.
     let a = Collect::start(&held);
-    let (status, answer) = post(&a.url(), body_of(&run("r-warm", "support", 1))).await;
+    let (status, answer) = post(&a.url(), None, body_of(&run("r-warm", "support", 1))).await;
     assert_eq!(status, 200, "{answer}");
     let holder = hold_run_lock(&held, "support", "r-shared").await;
     let b = Collect::start(&free);
-    let (status, answer) = post(&b.url(), body_of(&run("r-shared", "support", 2))).await;
+    let (status, answer) = post(&b.url(), None, body_of(&run("r-shared", "support", 2))).await;
     assert_eq!(
         status, 200,
         "the other schema's writer waited on the lock: {answer}"
     );
     // The holder does hold the run in its own schema.
-    let (status, answer) = post(&a.url(), body_of(&run("r-shared", "support", 2))).await;
+    let (status, answer) = post(&a.url(), None, body_of(&run("r-shared", "support", 2))).await;
     assert_eq!(status, 503, "{answer}");
     holder.batch_execute("ROLLBACK").await.unwrap();
 }
@@ -520,7 +453,7 @@ async fn a_stalled_peer_costs_others_a_bounded_retry() {
     }
     // Once the peer lets go, the run is stored.
     holder.batch_execute("ROLLBACK").await.unwrap();
-    let (status, answer) = post(&c.url(), body_of(&stalled)).await;
+    let (status, answer) = post(&c.url(), None, body_of(&stalled)).await;
     assert_eq!(status, 200, "{answer}");
 }
 
@@ -542,7 +475,7 @@ async fn many_run_batches_take_a_bounded_number_of_locks() {
             tokio::spawn(async move {
                 let body = body_of(&events);
                 for _ in 0..60 {
-                    let (status, answer) = post(&url, body.clone()).await;
+                    let (status, answer) = post(&url, None, body.clone()).await;
                     if status != 503 {
                         return (status, answer);
                     }
@@ -576,16 +509,13 @@ fn key_files_are_small_regular_files() {
     let trail = dir.path().join("trail");
     std::fs::create_dir(&trail).unwrap();
     let verify_with = |key: &Path| {
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        let mut verify = process::toolgate();
+        verify
             .arg("verify")
             .arg("--public-key")
             .arg(key)
-            .arg(&trail)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = exits_within(child, Duration::from_secs(20)).expect("verify must not hang");
+            .arg(&trail);
+        let out = run_within(&mut verify, Duration::from_secs(20)).expect("verify must not hang");
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),

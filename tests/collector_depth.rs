@@ -3,27 +3,21 @@
 //! batch — another agent's run — are stored (issue 32, point 3).
 #![cfg(feature = "http")]
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::{Collect, get_json, post, sealed_run};
 
 use chrono::Utc;
-use serde_json::{Map, Value, json};
-use toolgate::audit::{AuditEvent, EventKind, RunChain, verify_paths};
+use serde_json::json;
+use toolgate::audit::{AuditEvent, verify_paths};
 
 fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let mut body = Map::new();
-            body.insert("callId".into(), json!(format!("c{i}")));
-            chain.seal(kind, Utc::now(), body)
-        })
-        .collect()
+    sealed_run(
+        run_id,
+        agent,
+        n,
+        Utc::now,
+        |i| json!({"callId": format!("c{i}")}),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,26 +40,13 @@ async fn a_too_deep_event_is_refused_alone_and_the_rest_of_its_batch_is_stored()
         good[..2].join(","),
         good[2]
     );
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/events", c.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let answer: Value = resp.json().await.unwrap_or(Value::Null);
+    let (status, answer) = post(&c.url(), None, body).await;
     assert_eq!(status, 409, "{answer}");
     assert_eq!(answer["accepted"], json!(3), "{answer}");
     let rejected = answer["rejected"].as_array().unwrap();
     assert_eq!(rejected.len(), 1, "{answer}");
     assert_eq!(rejected[0]["index"], json!(2));
-    let page: Value = reqwest::get(format!("{}/v1/runs/other-run", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/other-run", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(3), "{page}");
     drop(c);
     let report = verify_paths(&[&store]);

@@ -2,54 +2,27 @@
 //! half-sent requests, unauthenticated bodies, idle connections, signals, a full disk.
 #![cfg(feature = "http")]
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::{Collect, body_of, get_json, post, sealed_run};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json, verify_paths};
+use toolgate::audit::{AuditEvent, verify_paths};
 
 fn events(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let mut body = Map::new();
-            if i > 0 {
-                body.insert("callId".into(), json!(format!("c{i}")));
-                body.insert("output".into(), json!({"text": "x".repeat(400)}));
-            }
-            chain.seal(kind, Utc::now(), body)
-        })
-        .collect()
-}
-
-fn body_of(events: &[AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(AuditEvent::to_json).collect();
-    canonical_json(&json!({"events": list}))
-}
-
-async fn post(url: &str, token: Option<&str>, body: String) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{url}/v1/events"))
-        .header("content-type", "application/json")
-        .body(body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    sealed_run(run_id, agent, n, Utc::now, |i| {
+        if i > 0 {
+            json!({"callId": format!("c{i}"), "output": {"text": "x".repeat(400)}})
+        } else {
+            json!({})
+        }
+    })
 }
 
 /// Sends raw bytes and returns the status of the answer, or `None` when the server closed the
@@ -246,12 +219,7 @@ async fn a_full_disk_fails_a_batch_without_losing_or_duplicating_anything() {
     let _ = c.exits_within(Duration::from_secs(10));
     let c = Collect::start_with(&store, &[], &[]);
     for (run, n) in [("first", 1), ("next", 5), ("big", 60)] {
-        let page: Value = reqwest::get(format!("{}/v1/runs/{run}", c.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, page) = get_json(&format!("{}/v1/runs/{run}", c.url())).await;
         assert_eq!(page["events"].as_array().map(Vec::len), Some(n), "{run}");
     }
     let report = verify_paths(&[&store]);
@@ -287,11 +255,6 @@ async fn replay_to_a_collector_exits_non_zero_when_events_are_rejected() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("id too long"), "{stderr}");
-    let page: Value = reqwest::get(format!("{}/v1/runs/r-ok", c.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, page) = get_json(&format!("{}/v1/runs/r-ok", c.url())).await;
     assert_eq!(page["events"].as_array().map(Vec::len), Some(2), "{page}");
 }

@@ -5,8 +5,8 @@
 
 mod pg_support;
 
-mod collect_support;
-use collect_support::Collect;
+mod common;
+use common::collect::{Collect, body_of, sealed_run};
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
@@ -15,29 +15,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use chrono::Utc;
 use parking_lot::Mutex;
 use pg_support::fresh_schema;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+use toolgate::audit::AuditEvent;
 use toolgate::audit::store::postgres::count_runs;
-use toolgate::audit::{AuditEvent, EventKind, RunChain, canonical_json};
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let mut body = Map::new();
-            body.insert("step".into(), json!(i));
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            chain.seal(kind, Utc::now(), body)
-        })
-        .collect()
-}
-
-fn body_of(events: &[&AuditEvent]) -> String {
-    let list: Vec<Value> = events.iter().map(|e| e.to_json()).collect();
-    canonical_json(&json!({"events": list}))
+    sealed_run(run_id, agent, n, Utc::now, |i| json!({"step": i}))
 }
 
 /// A deterministic shuffle (xorshift), so a failure can be replayed.

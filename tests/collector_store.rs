@@ -1,32 +1,27 @@
 //! One acceptance suite (design §9) run against every collector store: the JSONL folder and,
 //! when `TOOLGATE_TEST_POSTGRES_URL` is set, PostgreSQL (a fresh schema per test).
 
+mod common;
 #[cfg(feature = "postgres")]
 mod pg_support;
 
 use std::sync::Arc;
 
 use chrono::Utc;
-use serde_json::{Map, Value, json};
+use common::collect::sealed_run;
+use serde_json::{Value, json};
 use toolgate::audit::store::jsonl::JsonlStore;
 use toolgate::audit::store::{EventQuery, EventStore, Incoming, IngestOutcome};
-use toolgate::audit::{AuditEvent, EventKind, RunChain, expected_hash, verify_paths};
+use toolgate::audit::{AuditEvent, EventKind, expected_hash, verify_paths};
 
 fn run(run_id: &str, agent: &str, n: usize) -> Vec<AuditEvent> {
-    let mut chain = RunChain::new(run_id, agent, None);
-    (0..n)
-        .map(|i| {
-            let kind = if i == 0 {
-                EventKind::RunStarted
-            } else {
-                EventKind::ToolResult
-            };
-            let Value::Object(body) = json!({"callId": format!("c{i}"), "n": i}) else {
-                unreachable!()
-            };
-            chain.seal(kind, Utc::now(), if i == 0 { Map::new() } else { body })
-        })
-        .collect()
+    sealed_run(run_id, agent, n, Utc::now, |i| {
+        if i == 0 {
+            json!({})
+        } else {
+            json!({"callId": format!("c{i}"), "n": i})
+        }
+    })
 }
 
 fn incoming(events: &[&AuditEvent]) -> Vec<Incoming> {

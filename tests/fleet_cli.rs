@@ -4,14 +4,16 @@
 //! `TOOLGATE_TEST_REDIS_URL` (skipped when unset).
 #![cfg(feature = "redis")]
 
+mod common;
 mod redis_support;
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::collect::Collect;
+use common::process::{run_bounded, toolgate};
 use redis_support::{OwnRedis, free_port, url};
 use serde_json::{Value, json};
 
@@ -22,10 +24,6 @@ const POLICY: &str = r#"[
    "effect": {"type": "block"}}
 ]"#;
 
-fn toolgate() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
-}
-
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write");
@@ -34,45 +32,6 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 fn prefix(tag: &str) -> String {
     format!("tgtest:fleet-cli:{tag}:{}", uuid::Uuid::now_v7().simple())
-}
-
-/// Runs `cmd` to its end, killed after `limit` (a hang is a failure, reported as such).
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("toolgate runs");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let t = std::thread::spawn(move || {
-            let _ = err.read_to_end(&mut e);
-            e
-        });
-        let _ = out.read_to_end(&mut o);
-        (o, t.join().unwrap_or_default())
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("toolgate still running after {limit:?}: it hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = reader.join().expect("reader");
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
 }
 
 /// A TCP server that accepts connections and never answers (holds them open).
@@ -103,13 +62,9 @@ fn trail_events(dir: &Path) -> Vec<Value> {
     out
 }
 
-/// Two `toolgate replay` processes on one Redis: the first trace leaves run `r` open (no
-/// `run.end` line), the second continues and ends it. The two trails verify as one chain.
-#[test]
-fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
-    let Some(url) = url() else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let policy = write(dir.path(), "p.json", POLICY);
+/// Run `r` in two traces: the first starts it and makes one call (leaving it open), the
+/// second starts it again, makes another call and ends it.
+fn run_in_two_traces() -> (String, String) {
     let start = r#"{"type":"run.start","runId":"r","agentId":"agent","at":"2026-01-05T09:00:00Z"}"#;
     let a = format!(
         "{start}\n{}\n",
@@ -120,6 +75,17 @@ fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
         r#"{"type":"tool.call","runId":"r","id":"c2","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:02Z"}"#,
         r#"{"type":"run.end","runId":"r","status":"success","at":"2026-01-05T09:00:03Z"}"#
     );
+    (a, b)
+}
+
+/// Two `toolgate replay` processes on one Redis: the first trace leaves run `r` open (no
+/// `run.end` line), the second continues and ends it. The two trails verify as one chain.
+#[test]
+fn replay_leaves_a_run_open_and_another_process_continues_its_chain() {
+    let Some(url) = url() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = write(dir.path(), "p.json", POLICY);
+    let (a, b) = run_in_two_traces();
     let prefix = prefix("chain");
     for (name, text) in [("a", &a), ("b", &b)] {
         let trace = write(dir.path(), &format!("{name}.jsonl"), text);
@@ -274,46 +240,6 @@ fn review_list_into_a_closed_pipe_exits_quietly() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
-/// A `toolgate collect` on a folder, killed when dropped.
-struct Collector {
-    child: std::process::Child,
-    addr: String,
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Collector {
-    fn start(out: &Path) -> Collector {
-        use std::io::BufRead;
-        let mut child = toolgate()
-            .args(["collect", "--listen", "127.0.0.1:0", "--out"])
-            .arg(out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("toolgate collect runs");
-        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("first line");
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|r| r.split(',').next())
-            .unwrap_or_else(|| panic!("collector did not start: {line:?}"))
-            .to_string();
-        Collector {
-            child,
-            addr,
-            _stdout: stdout,
-        }
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The same two processes shipping to one collector: it holds one unbroken chain (nothing
 /// rejected as a fork), which `toolgate verify` checks whole.
 #[test]
@@ -321,18 +247,9 @@ fn a_collector_holds_one_chain_for_a_run_continued_by_another_process() {
     let Some(url) = url() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("collected");
-    let collector = Collector::start(&store);
+    let collector = Collect::start(&store);
     let policy = write(dir.path(), "p.json", POLICY);
-    let start = r#"{"type":"run.start","runId":"r","agentId":"agent","at":"2026-01-05T09:00:00Z"}"#;
-    let a = format!(
-        "{start}\n{}\n",
-        r#"{"type":"tool.call","runId":"r","id":"c1","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:01Z"}"#
-    );
-    let b = format!(
-        "{start}\n{}\n{}\n",
-        r#"{"type":"tool.call","runId":"r","id":"c2","tool":{"name":"search"},"args":{},"at":"2026-01-05T09:00:02Z"}"#,
-        r#"{"type":"run.end","runId":"r","status":"success","at":"2026-01-05T09:00:03Z"}"#
-    );
+    let (a, b) = run_in_two_traces();
     let prefix = prefix("collector");
     for (name, text) in [("a", &a), ("b", &b)] {
         let trace = write(dir.path(), &format!("{name}.jsonl"), text);
@@ -343,7 +260,7 @@ fn a_collector_holds_one_chain_for_a_run_continued_by_another_process() {
                 .arg("--trace")
                 .arg(&trace)
                 .args(["--state", &url, "--state-prefix", &prefix])
-                .args(["--collector", &format!("http://{}", collector.addr)])
+                .args(["--collector", &collector.url()])
                 // the HTTP sink's spool goes under the working directory
                 .current_dir(dir.path()),
             Duration::from_secs(60),

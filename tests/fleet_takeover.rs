@@ -6,6 +6,7 @@
 //! `TOOLGATE_TEST_REDIS_URL` set (the private servers are started here; `redis-server` on PATH).
 #![cfg(feature = "redis")]
 
+mod common;
 mod mcp_client;
 mod redis_support;
 #[path = "fleet_takeover/support.rs"]
@@ -61,6 +62,19 @@ fn cap_after_loss(
     (after, procs, server, dir)
 }
 
+/// How many `error` events in `trail` say toolgate's state was lost.
+fn lost_state_errors(trail: &std::path::Path) -> usize {
+    trail_events(trail)
+        .into_iter()
+        .filter(|e| {
+            e["kind"] == "error"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("lost toolgate's state"))
+        })
+        .count()
+}
+
 fn flushall(s: &mut OwnRedis) {
     redis_cmd(s.port, &["FLUSHALL"]).expect("FLUSHALL");
 }
@@ -82,15 +96,7 @@ fn a_flush_never_reopens_a_cap_for_two_replay_processes() {
     for p in procs {
         let trail = p.trail.clone();
         assert!(p.finish().success());
-        let errors = trail_events(&trail)
-            .into_iter()
-            .filter(|e| {
-                e["kind"] == "error"
-                    && e["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("lost toolgate's state"))
-            })
-            .count();
+        let errors = lost_state_errors(&trail);
         assert!(errors >= 5, "{errors} error events in {}", trail.display());
     }
     // An operator re-arms the prefix (logged): counts start again from what Redis holds.
@@ -156,15 +162,7 @@ fn under_open_lost_counts_allow_with_an_error_event_each() {
     for p in procs {
         let trail = p.trail.clone();
         assert!(p.finish().success());
-        let lost = trail_events(&trail)
-            .into_iter()
-            .filter(|e| {
-                e["kind"] == "error"
-                    && e["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("lost toolgate's state"))
-            })
-            .count();
+        let lost = lost_state_errors(&trail);
         assert!(lost >= 5, "an error event for each call: {lost}");
     }
 }
@@ -231,11 +229,11 @@ fn a_frozen_holder_appends_nothing_more_to_a_run_taken_over() {
         assert!(allowed(&a.call("r")));
     }
     a.wait_written(|e| e["kind"] == "tool.decision" && e["seq"] == 2);
-    signal(a.child.id(), "STOP");
+    a.signal("STOP");
     let mut b = Replay::start(&policy, &server.url(), "closed", LEASE_MS, &tb);
     b.start_run("r", "agent");
     assert!(allowed(&b.call("r")));
-    signal(a.child.id(), "CONT");
+    a.signal("CONT");
     let late = a.call("r");
     assert!(!allowed(&late), "the frozen holder's late call: {late}");
     assert_eq!(late["code"], "BLOCKED_FAILURE", "{late}");

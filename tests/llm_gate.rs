@@ -11,7 +11,8 @@ use common::*;
 use serde_json::{Value, json};
 use toolgate::audit::{MemorySink, verify_events};
 use toolgate::engine::{
-    DecisionCode, LlmCall, LlmUsage, Prices, RunContext, STATUS_BUDGET_EXCEEDED,
+    DecisionCode, EngineBuilder, GovernanceEngine, LlmCall, LlmUsage, ManualClock, Prices,
+    RunContext, STATUS_BUDGET_EXCEEDED,
 };
 use toolgate::policy::{EffectType, Phase};
 
@@ -34,6 +35,31 @@ fn doc(rules: &[String]) -> String {
     )
 }
 
+/// An engine of `policy` on `clock` (`with` adds to its builder) auditing to a memory sink;
+/// and the sink.
+fn sinked(
+    policy: &str,
+    clock: &ManualClock,
+    with: impl FnOnce(EngineBuilder) -> EngineBuilder,
+) -> (GovernanceEngine, Arc<MemorySink>) {
+    let sink = Arc::new(MemorySink::new());
+    let engine = with(builder(policy, clock))
+        .audit_sink(sink.clone())
+        .build()
+        .unwrap();
+    (engine, sink)
+}
+
+/// A policy blocking model calls once the run's priced cost reaches `usd` dollars.
+fn cost_budget(usd: &str) -> String {
+    let cost_gte = format!(
+        r#"{{"kind": "metricWindow", "scope": "run",
+        "metric": {{"kind": "inbuilt", "key": "llm_cost_usd"}}, "aggregate": "sum", "op": "gte",
+        "value": {usd}}}"#
+    );
+    doc(&[llm_rule("cost", "", &cost_gte, "block")])
+}
+
 const TOKENS_IN_GTE_1000: &str = r#"{"kind": "metricWindow", "scope": "run",
     "metric": {"kind": "inbuilt", "key": "llm_tokens_in"}, "aggregate": "sum", "op": "gte",
     "value": 1000}"#;
@@ -53,14 +79,11 @@ fn sink_events(sink: &MemorySink, kind: &str) -> Vec<Value> {
 #[tokio::test]
 async fn a_token_budget_blocks_the_next_model_call() {
     let clock = clock();
-    let sink = Arc::new(MemorySink::new());
-    let engine = builder(
+    let (engine, sink) = sinked(
         &doc(&[llm_rule("budget", "", TOKENS_IN_GTE_1000, "block")]),
         &clock,
-    )
-    .audit_sink(sink.clone())
-    .build()
-    .unwrap();
+        |b| b,
+    );
     let run = engine.start_run(RunContext::new("r1", "a"));
     let call = LlmCall::new("gpt-4o").with_messages(msgs("hi"));
     let d = run.before_llm(&call).await;
@@ -97,8 +120,7 @@ async fn a_token_budget_blocks_the_next_model_call() {
 #[tokio::test]
 async fn without_llm_rules_before_llm_allows_and_writes_nothing() {
     let clock = clock();
-    let sink = Arc::new(MemorySink::new());
-    let engine = builder(
+    let (engine, sink) = sinked(
         &rule(
             "t",
             "tool.before",
@@ -107,10 +129,8 @@ async fn without_llm_rules_before_llm_allows_and_writes_nothing() {
             "block",
         ),
         &clock,
-    )
-    .audit_sink(sink.clone())
-    .build()
-    .unwrap();
+        |b| b,
+    );
     assert!(!engine.policies().has_llm_rules());
     let run = engine.start_run(RunContext::new("r1", "a"));
     let d = run.before_llm(&LlmCall::new("m")).await;
@@ -123,16 +143,8 @@ async fn without_llm_rules_before_llm_allows_and_writes_nothing() {
 #[tokio::test]
 async fn a_cost_budget_reads_costs_priced_from_the_table() {
     let clock = clock();
-    let cost_gte = r#"{"kind": "metricWindow", "scope": "run",
-        "metric": {"kind": "inbuilt", "key": "llm_cost_usd"}, "aggregate": "sum", "op": "gte",
-        "value": 0.05}"#;
-    let sink = Arc::new(MemorySink::new());
     let prices = Prices::from_json(&json!({"gpt-4o": {"in": 2.5, "out": 10.0}})).expect("prices");
-    let engine = builder(&doc(&[llm_rule("cost", "", cost_gte, "block")]), &clock)
-        .prices(prices)
-        .audit_sink(sink.clone())
-        .build()
-        .unwrap();
+    let (engine, sink) = sinked(&cost_budget("0.05"), &clock, |b| b.prices(prices));
     let run = engine.start_run(RunContext::new("r1", "a"));
     let call = LlmCall::new("gpt-4o");
     // 10,000 in × 2.5 + 1,000 out × 10 per million = 0.025 + 0.01 = 0.035.
@@ -152,16 +164,8 @@ async fn a_cost_budget_reads_costs_priced_from_the_table() {
 #[tokio::test]
 async fn a_hostile_cost_cannot_lower_or_poison_a_budget() {
     let clock = clock();
-    let cost_gte = r#"{"kind": "metricWindow", "scope": "run",
-        "metric": {"kind": "inbuilt", "key": "llm_cost_usd"}, "aggregate": "sum", "op": "gte",
-        "value": 1.0}"#;
-    let sink = Arc::new(MemorySink::new());
     let prices = Prices::from_json(&json!({"m": {"in": 1000.0, "out": 0}})).expect("prices");
-    let engine = builder(&doc(&[llm_rule("cost", "", cost_gte, "block")]), &clock)
-        .prices(prices)
-        .audit_sink(sink.clone())
-        .build()
-        .unwrap();
+    let (engine, sink) = sinked(&cost_budget("1.0"), &clock, |b| b.prices(prices));
     let run = engine.start_run(RunContext::new("r1", "a"));
     run.record_llm(0, 0, 1.5);
     for bad in [-10.0, f64::NAN, f64::NEG_INFINITY, f64::INFINITY] {
@@ -219,12 +223,11 @@ async fn sensitive_data_in_the_messages_blocks_and_is_redacted_from_the_trail() 
     let clock = clock();
     let secret = r#"{"kind": "sensitiveData", "target": "llmInput",
         "detectors": [{"detector": "credit_card"}, {"detector": "private_key"}]}"#;
-    let sink = Arc::new(MemorySink::new());
-    let engine = builder(&doc(&[llm_rule("no-secrets", "", secret, "block")]), &clock)
-        .record_messages(true)
-        .audit_sink(sink.clone())
-        .build()
-        .unwrap();
+    let (engine, sink) = sinked(
+        &doc(&[llm_rule("no-secrets", "", secret, "block")]),
+        &clock,
+        |b| b.record_messages(true),
+    );
     let run = engine.start_run(RunContext::new("r1", "a"));
     let clean = LlmCall::new("m").with_messages(msgs("what is 2+2?"));
     assert!(run.before_llm(&clean).await.is_allowed());
@@ -295,15 +298,11 @@ fn call_tool(name: &str) -> toolgate::engine::ToolCall {
 #[tokio::test]
 async fn a_run_that_ended_refuses_model_calls_and_records_nothing() {
     let clock = clock();
-    let sink = Arc::new(MemorySink::new());
-    let engine = builder(
+    let (engine, sink) = sinked(
         &doc(&[llm_rule("budget", "", TOKENS_IN_GTE_1000, "block")]),
         &clock,
-    )
-    .record_messages(true)
-    .audit_sink(sink.clone())
-    .build()
-    .unwrap();
+        |b| b.record_messages(true),
+    );
     let run = engine.start_run(RunContext::new("r1", "a"));
     run.end("success", None).await;
     let d = run
@@ -331,14 +330,11 @@ async fn a_run_that_ended_refuses_model_calls_and_records_nothing() {
 #[tokio::test]
 async fn messages_nested_too_deep_are_refused() {
     let clock = clock();
-    let sink = Arc::new(MemorySink::new());
-    let engine = builder(
+    let (engine, sink) = sinked(
         &doc(&[llm_rule("budget", "", TOKENS_IN_GTE_1000, "block")]),
         &clock,
-    )
-    .audit_sink(sink.clone())
-    .build()
-    .unwrap();
+        |b| b,
+    );
     let run = engine.start_run(RunContext::new("r1", "a"));
     let mut deep = json!("x");
     for _ in 0..150 {

@@ -6,13 +6,13 @@
 //! (server-everything `streamableHttp`) as the upstream.
 #![cfg(all(feature = "mcp", feature = "http"))]
 
+mod common;
 mod mcp_client;
 mod mcp_http_client;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::process::node_streamable_http;
 use mcp_client::{Setup, fixture, read_events};
 use mcp_http_client::{Client, Events, Gateway, children, text, token_file, until};
 use serde_json::{Value, json};
@@ -216,16 +216,6 @@ async fn an_unattributable_upstream_request_is_refused_and_audited() {
     assert!(ok, "{out}");
 }
 
-/// Kills the server when the test ends, however it ends.
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Point 6: the official TypeScript SDK's streamable HTTP server answers the `server/discover`
 /// probe with HTTP 400 and a JSON-RPC error with id `null`: read as "not supported", the
 /// gateway falls back to `initialize` and serves.
@@ -235,29 +225,7 @@ async fn a_typescript_sdk_http_upstream_is_served_after_its_400_to_the_probe() {
     else {
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new("node")
-        .arg(&js)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _server = Server(child);
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        let line = lines.next().expect("the server's log").unwrap();
-        if line.contains("listening") {
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
+    let (_server, port) = node_streamable_http(&js);
     let setup = Setup::new();
     let mut args = setup.args();
     args.push("--token-file".into());

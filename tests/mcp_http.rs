@@ -7,12 +7,12 @@
 //! Missing: skipped, except under CI (`CI` set), where the test fails.
 #![cfg(all(feature = "mcp", feature = "http"))]
 
+mod common;
 mod mcp_client;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
+use common::process::node_streamable_http;
 use mcp_client::{Proxy, code, text};
 use serde_json::json;
 
@@ -20,43 +20,11 @@ fn server_js() -> Option<PathBuf> {
     mcp_client::npm_server("TOOLGATE_TEST_MCP_EVERYTHING", "server-everything")
 }
 
-/// Kills the server when the test ends, however it ends.
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn an_upstream_over_streamable_http_is_governed() {
     let Some(js) = server_js() else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new("node")
-        .arg(&js)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _server = Server(child);
     // Wait for the server to say it listens (reading its log, not sleeping).
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        let line = lines.next().expect("the server's log").unwrap();
-        if line.contains("listening") {
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
+    let (_server, port) = node_streamable_http(&js);
 
     let s = mcp_client::Setup::new();
     let policy = s.path("policy.json");

@@ -158,7 +158,7 @@ async fn a_response_stream_never_read_is_cut_and_other_sessions_keep_working() {
     .await;
     // Bob's call is answered after the rest of the flood (the server answers in order).
     let b = bob.call("echo", json!({"text": "bob"})).await;
-    assert_eq!(text(&b), "bob");
+    assert_eq!(text(&b), "bob", "Bob's answer: {b}");
     let (rss, peak) = rss_kib(gw.pid());
     eprintln!("rss: {base} KiB before, {rss} KiB after, peak {peak} KiB");
     assert!(

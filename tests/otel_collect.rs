@@ -1,9 +1,12 @@
 //! `toolgate collect --otel`: the audit events a collector receives become spans and metrics.
+mod common;
 mod otel_support;
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+use std::time::Duration;
 
+use common::collect::Collect;
+use common::process::toolgate;
 use otel_support::{Receiver, attr_map, attr_str};
 use serde_json::{Value, json};
 
@@ -11,24 +14,16 @@ use serde_json::{Value, json};
 fn collect_exports_the_events_it_receives() {
     let rx = Receiver::start();
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["collect", "--listen", "127.0.0.1:0", "--otel", "--out"])
-        .arg(out.path())
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.endpoint)
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let addr = line
-        .strip_prefix("listening on ")
-        .and_then(|r| r.split(',').next())
-        .unwrap_or_else(|| panic!("collector did not start: {line}"))
-        .to_string();
+    let collector = Collect::spawn(
+        toolgate()
+            .args(["collect", "--listen", "127.0.0.1:0", "--otel", "--out"])
+            .arg(out.path())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.endpoint)
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+            .stderr(Stdio::piped()),
+    );
+    let addr = collector.url();
 
     // Ship the example's audit trail to the collector.
     let replay = assert_cmd::Command::cargo_bin("toolgate")
@@ -73,17 +68,10 @@ fn collect_exports_the_events_it_receives() {
     assert_eq!(answer["duplicates"], events.len());
 
     // SIGTERM: the collector stops cleanly and flushes the export.
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let done = child.wait_with_output().unwrap();
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
+    collector.signal("-TERM");
+    let mut done = collector.into_proc();
+    let status = done.exits_within(Duration::from_secs(60));
+    assert!(status.success(), "{}", done.stderr_rest());
 
     let spans = rx.spans();
     let tools: Vec<_> = spans

@@ -25,6 +25,8 @@ mod redact;
 pub mod sign;
 pub mod sinks;
 pub mod store;
+#[cfg(feature = "http")]
+mod url;
 pub mod verify;
 
 pub use bus::{AuditBus, AuditSink, BusConfig, BusStats};

@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 #[macro_use]
 pub(crate) mod out;
 
-pub mod audit_out;
 pub mod check;
 pub mod collect;
 #[cfg(feature = "console")]
@@ -23,6 +22,7 @@ pub mod mcp_proxy;
 pub mod notify;
 mod otel;
 pub mod replay;
+pub mod replay_args;
 pub mod review;
 pub mod state;
 pub mod state_cmd;

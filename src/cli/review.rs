@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::audit_out::AuditOut;
+use crate::audit_out::AuditOut;
 use crate::engine::{
     FileReviewStore, Review, ReviewError, ReviewStatus, ReviewStore, ReviewVerdict, status_word,
 };

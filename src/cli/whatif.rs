@@ -2,7 +2,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::replay::{Format, ReplayArgs};
+use super::replay_args::{Format, ReplayArgs};
 use crate::whatif::{
     AuditTrail, StoreTrail, WhatIfCall, WhatIfFilter, index_audit_trail, what_if_store,
     what_if_trail,

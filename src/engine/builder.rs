@@ -349,11 +349,21 @@ impl EngineBuilder {
             inner: Arc::new(EngineInner {
                 policies: ArcSwap::from_pointee(compiled),
                 clock: self.clock,
-                org_timezone: self.org_timezone,
+                decide: decide::env::DecideEnv {
+                    org_timezone: self.org_timezone,
+                    signal_timeout: self.signal_timeout,
+                    state: self.state,
+                    tz_names: decide::tz::TzNames::default(),
+                    signals: ArcSwap::from_pointee(SignalRegistry::new()),
+                    customs: ArcSwap::from_pointee(self.customs),
+                    extractors: ArcSwap::from_pointee(Vec::new()),
+                    scan_mode: decide::conditions::ScanMode {
+                        limit: self.scan_limit,
+                        stand_ins: self.stand_ins,
+                    },
+                },
                 failure_mode: self.failure_mode,
-                signal_timeout: self.signal_timeout,
                 review_ttl: self.review_ttl,
-                state: self.state,
                 shared: self.shared,
                 reviews: self.reviews,
                 fingerprints: hitl::fp_cache::FingerprintCache::default(),
@@ -361,10 +371,6 @@ impl EngineBuilder {
                     .fingerprint_key
                     .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec())
                     .into(),
-                tz_names: decide::tz::TzNames::default(),
-                signals: ArcSwap::from_pointee(SignalRegistry::new()),
-                customs: ArcSwap::from_pointee(self.customs),
-                extractors: ArcSwap::from_pointee(Vec::new()),
                 register_lock: parking_lot::Mutex::new(()),
                 audit,
                 evals,
@@ -374,10 +380,6 @@ impl EngineBuilder {
                     .filter(|c| !c.urls.is_empty())
                     .map(|c| Arc::new(Notifier::start(c))),
                 shut_down: std::sync::atomic::AtomicBool::new(false),
-                scan_mode: decide::conditions::ScanMode {
-                    limit: self.scan_limit,
-                    stand_ins: self.stand_ins,
-                },
                 llm: llm::LlmOptions {
                     prices: self.prices,
                     record_messages: self.record_messages,
@@ -398,4 +400,13 @@ fn compile_all(
         policies = all;
     }
     CompiledPolicies::compile(policies, &[])
+}
+
+impl EngineBuilder {
+    /// Registers (or replaces) the custom condition `name` (policies name it in
+    /// `{"kind": "custom", "name": ..}`).
+    pub fn custom_condition(mut self, name: impl Into<String>, f: impl CustomCondition) -> Self {
+        self.customs.insert(name.into(), Arc::new(f));
+        self
+    }
 }

@@ -42,10 +42,8 @@ mod hitl;
 mod llm;
 mod run;
 
-// Paths kept from the flat layout: `crate::engine::conditions` is used by `policy::compile`,
-// and the `sensitive_data` condition files name `crate::engine::{decision, evaluate}`.
+// A path kept from the flat layout: `crate::engine::conditions` is used by `policy::compile`.
 pub(crate) use decide::conditions;
-use decide::{decision, evaluate};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,7 +54,7 @@ use chrono_tz::Tz;
 
 pub use builder::EngineBuilder;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decide::call::{Enduser, RunContext, ToolCall, ToolOutcome};
+pub use decide::call::{Enduser, RunContext, SubjectRef, ToolCall, ToolOutcome};
 pub use decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
@@ -81,7 +79,7 @@ pub use run::observe::DecisionObserver;
 pub use decide::custom::{CustomCondition, CustomContext};
 pub(crate) use decide::profile::ToolCache;
 pub use decide::signals::SignalProvider;
-pub use decide::subjects::{SubjectExtractor, SubjectInput, SubjectRef};
+pub use decide::subjects::{SubjectExtractor, SubjectInput};
 
 use crate::audit::{
     AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor, RunSigner,
@@ -134,11 +132,10 @@ pub enum EngineError {
 pub(crate) struct EngineInner {
     pub(crate) policies: ArcSwap<CompiledPolicies>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) org_timezone: Option<Tz>,
+    /// What decisions read of the engine: registries, the state store, time zones, timeouts.
+    pub(crate) decide: decide::env::DecideEnv,
     pub(crate) failure_mode: FailureMode,
-    pub(crate) signal_timeout: Duration,
     pub(crate) review_ttl: Option<Duration>,
-    pub(crate) state: Arc<dyn StateStore>,
     /// A store shared by processes: when set, decisions read and write state there instead.
     pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
     pub(crate) reviews: Arc<dyn ReviewStore>,
@@ -146,11 +143,6 @@ pub(crate) struct EngineInner {
     pub(crate) fingerprints: hitl::fp_cache::FingerprintCache,
     /// The key of the hitl fingerprint's keyed part (see `hitl::reviews::keyed_fingerprint`).
     pub(crate) fingerprint_key: Box<[u8]>,
-    /// End-user time zone names parsed (see `decide/tz.rs`).
-    pub(crate) tz_names: decide::tz::TzNames,
-    pub(crate) signals: ArcSwap<SignalRegistry>,
-    pub(crate) customs: ArcSwap<decide::custom::CustomRegistry>,
-    pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
     pub(crate) audit: Option<AuditState>,
     pub(crate) evals: EngineEvals,
@@ -159,8 +151,6 @@ pub(crate) struct EngineInner {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// [`GovernanceEngine::shutdown`] was called: runs decide nothing more.
     pub(crate) shut_down: std::sync::atomic::AtomicBool,
-    /// How `sensitiveData` reads strings: the scan limit; stand-ins honoured (what-if only).
-    pub(crate) scan_mode: decide::conditions::ScanMode,
     /// The model's side: prices, whether messages are recorded.
     pub(crate) llm: llm::LlmOptions,
 }
@@ -172,11 +162,6 @@ impl EngineInner {
         if let Some(a) = &self.audit {
             a.redactor.set_detectors(compiled.redacting.clone());
         }
-    }
-
-    /// How `sensitiveData` conditions read strings.
-    pub(crate) fn scan_mode(&self) -> decide::conditions::ScanMode {
-        self.scan_mode
     }
 }
 
@@ -236,9 +221,9 @@ impl GovernanceEngine {
     /// Registers (or replaces) the signal provider for `key`. Safe while runs are live.
     pub fn register_signal(&self, key: impl Into<String>, provider: impl SignalProvider) {
         let _g = self.inner.register_lock.lock();
-        let mut map = (**self.inner.signals.load()).clone();
+        let mut map = (**self.inner.decide.signals.load()).clone();
         map.insert(key.into(), Arc::new(provider));
-        self.inner.signals.store(Arc::new(map));
+        self.inner.decide.signals.store(Arc::new(map));
     }
 
     /// Registers a subject extractor for tools matching `tool_glob` (case-insensitive).
@@ -254,6 +239,7 @@ impl GovernanceEngine {
         let _g = self.inner.register_lock.lock();
         let mut list: Vec<RegisteredExtractor> = self
             .inner
+            .decide
             .extractors
             .load()
             .iter()
@@ -266,7 +252,7 @@ impl GovernanceEngine {
             glob,
             extractor: Arc::new(extractor),
         });
-        self.inner.extractors.store(Arc::new(list));
+        self.inner.decide.extractors.store(Arc::new(list));
         Ok(())
     }
 
@@ -339,6 +325,17 @@ impl GovernanceEngine {
     /// The current compiled policies.
     pub fn policies(&self) -> Arc<CompiledPolicies> {
         self.inner.policies.load_full()
+    }
+}
+
+impl GovernanceEngine {
+    /// Registers (or replaces) the custom condition `name` on a running engine. Safe while runs
+    /// are live: decisions that start afterwards use it.
+    pub fn register_condition(&self, name: impl Into<String>, f: impl CustomCondition) {
+        let _g = self.inner.register_lock.lock();
+        let mut map = (**self.inner.decide.customs.load()).clone();
+        map.insert(name.into(), Arc::new(f));
+        self.inner.decide.customs.store(Arc::new(map));
     }
 }
 

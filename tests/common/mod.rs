@@ -1,5 +1,9 @@
-//! Helpers shared by the engine integration tests.
+//! Helpers shared by the integration tests: engine set-ups here, child processes in
+//! `process` and a `toolgate collect` server in `collect`.
 #![allow(dead_code)]
+
+pub mod collect;
+pub mod process;
 
 use std::sync::Arc;
 

@@ -1,13 +1,15 @@
 //! Live `toolgate replay --trace -` processes a test feeds line by line, and their trails.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::{ChildStdin, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::common::process::Proc;
+pub use crate::common::process::toolgate;
 
 /// Every cap test allows 10 calls per agent.
 pub const CAP10: &str = r#"[
@@ -25,10 +27,6 @@ pub const ALLOW: &str = r#"[
    "effect": {"type": "block"}}
 ]"#;
 
-pub fn toolgate() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
-}
-
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write");
@@ -37,9 +35,8 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// A `toolgate replay --trace -` process fed by the test; each decision row is read back.
 pub struct Replay {
-    pub child: Child,
+    proc: Proc,
     stdin: Option<ChildStdin>,
-    rows: Receiver<Value>,
     pub trail: PathBuf,
     n: usize,
 }
@@ -48,38 +45,31 @@ impl Replay {
     /// Starts one with `policy`, `--state url`, `mode`, a lease of `lease_ms`, its trail in
     /// `trail`.
     pub fn start(policy: &Path, url: &str, mode: &str, lease_ms: u64, trail: &Path) -> Replay {
-        let mut child = toolgate()
-            .args(["replay", "--format", "jsonl", "--trace", "-", "--policy"])
-            .arg(policy)
-            .args(["--state", url, "--failure-mode", mode])
-            .args(["--state-timeout-ms", "1000"])
-            .args(["--state-lease-ms", &lease_ms.to_string()])
-            .arg("--audit")
-            .arg(trail)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("toolgate runs");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
+        let mut proc = Proc::spawn(
+            toolgate()
+                .args(["replay", "--format", "jsonl", "--trace", "-", "--policy"])
+                .arg(policy)
+                .args(["--state", url, "--failure-mode", mode])
+                .args(["--state-timeout-ms", "1000"])
+                .args(["--state-lease-ms", &lease_ms.to_string()])
+                .arg("--audit")
+                .arg(trail)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
+        let stdin = proc.take_stdin();
         Replay {
-            child,
+            proc,
             stdin,
-            rows: rx,
             trail: trail.to_path_buf(),
             n: 0,
         }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.proc.id()
     }
 
     /// Sends one trace line.
@@ -99,13 +89,18 @@ impl Replay {
     /// One call in run `run`; answers its decision row (waits for it, bounded).
     pub fn call(&mut self, run: &str) -> Value {
         self.n += 1;
-        let id = format!("c{}-{}", self.child.id(), self.n);
+        let id = format!("c{}-{}", self.proc.id(), self.n);
         self.send(&format!(
             r#"{{"type":"tool.call","runId":"{run}","id":"{id}","tool":{{"name":"search"}},"args":{{}},"at":"2026-01-05T09:00:01Z"}}"#
         ));
-        self.rows
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a decision row within 60 s")
+        let row = self
+            .proc
+            .stdout_line(
+                |l| serde_json::from_str::<Value>(l).is_ok(),
+                Duration::from_secs(60),
+            )
+            .expect("a decision row within 60 s");
+        serde_json::from_str(&row).expect("a JSON row")
     }
 
     /// Ends run `run`.
@@ -115,10 +110,10 @@ impl Replay {
         ));
     }
 
-    /// Closes its input and waits for it to exit (runs still open are left).
+    /// Closes its input and waits (bounded) for it to exit (runs still open are left).
     pub fn finish(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
-        self.child.wait().expect("wait")
+        self.proc.exits_within(Duration::from_secs(60))
     }
 
     /// Waits until its trail holds an event with `callId` `id` of kind `kind` (the event was
@@ -135,26 +130,13 @@ impl Replay {
 
     /// `kill -9`.
     pub fn kill9(&mut self) {
-        signal(self.child.id(), "KILL");
-        let _ = self.child.wait();
+        self.proc.kill();
     }
-}
 
-impl Drop for Replay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Sends `sig` (a name for `kill -s`).
+    pub fn signal(&self, sig: &str) {
+        self.proc.signal(&format!("-{sig}"));
     }
-}
-
-/// Sends `sig` (a name for `kill -s`) to `pid`.
-pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &pid.to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill -s {sig} {pid}");
 }
 
 /// Every event of every `*.jsonl` file under `dir`.

@@ -46,6 +46,14 @@ mod spool;
 use send::sender;
 use spool::{scan_spool, spill};
 
+/// The first `n` characters of `s` (for error texts quoting a collector's answer).
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
 /// Configuration of an [`HttpSink`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

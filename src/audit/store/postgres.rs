@@ -13,49 +13,25 @@
 
 use std::collections::HashMap;
 
-use std::time::Duration;
-
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
-use tokio_postgres::error::SqlState;
-use uuid::Uuid;
+use deadpool_postgres::Pool;
 
 use super::{
     DEFAULT_PAGE, EventPage, EventQuery, EventStore, Incoming, IngestOutcome, RunCheck, RunHead,
-    RunHeadPage, RunHeadQuery, RunPage, Slot, Snapshot, StoreError, StoreStats, decide,
-    neighbour_seqs,
+    RunHeadPage, RunHeadQuery, RunPage, StoreError, StoreStats,
 };
 
 use crate::audit::AuditError;
 
+mod connect;
+mod errors;
+mod ingest;
 mod verify;
+use connect::config_of;
+use errors::db_error;
+pub use errors::describe_pg_error;
+use ingest::{ATTEMPTS, TxError, retryable};
 use verify::{ROW_COLUMNS, StoredRow};
 pub use verify::{verify_postgres, verify_postgres_with};
-
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE toolgate_events (
-        pos BIGSERIAL NOT NULL UNIQUE,
-        id UUID PRIMARY KEY,
-        agent_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        seq BIGINT NOT NULL,
-        kind TEXT NOT NULL,
-        ts TIMESTAMPTZ NOT NULL,
-        hash TEXT NOT NULL,
-        prev_hash TEXT,
-        line TEXT NOT NULL,
-        received_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        CONSTRAINT toolgate_events_run_seq UNIQUE (agent_id, run_id, seq)
-    );
-    CREATE INDEX toolgate_events_run ON toolgate_events (run_id);
-    CREATE INDEX toolgate_events_ts ON toolgate_events (ts);",
-)];
-
-/// An arbitrary constant: the advisory lock taken while migrating.
-const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465;
-/// Attempts of one batch when a concurrent writer got in first.
-const ATTEMPTS: usize = 5;
 
 /// The first key of the two-key advisory locks a batch takes is `RUN_LOCK_CLASS #
 /// hashtext(current_schema())` (see [`RUN_LOCK_CLASS_SQL`]); the second is the run's bucket
@@ -72,99 +48,6 @@ pub const RUN_LOCK_CLASS_SQL: &str = "($2::int # hashtext(coalesce(current_schem
 /// exhausted the server's lock table with many-run batches).
 pub const RUN_LOCK_BUCKETS: i64 = 64;
 
-/// Session limits every store connection sets (the URL's own `options` come after and win):
-/// a lock not granted in 2 s, a statement over 30 s, a transaction idle (a frozen peer) for
-/// 10 s end with an error, so a stalled peer holds others up a bounded time.
-const SESSION_OPTIONS: &str = "-c lock_timeout=2000 -c statement_timeout=30000 \
-                               -c idle_in_transaction_session_timeout=10000";
-/// Longest wait for a free pooled connection, and for a new connection to open.
-const POOL_WAIT: Duration = Duration::from_secs(3);
-/// `Retry-After` of a busy store.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// A PostgreSQL error for people: the server's message, detail and SQLSTATE when the server
-/// sent one (tokio-postgres alone says "db error"), else the error and its causes. Never
-/// holds a password (the server's messages do not carry one; URLs are shown redacted).
-pub fn describe_pg_error(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut out = format!("{}: {}", db.severity(), db.message());
-        if let Some(d) = db.detail() {
-            out.push_str(&format!(" ({d})"));
-        }
-        out.push_str(&format!(" [SQLSTATE {}]", db.code().code()));
-        return out;
-    }
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(&format!(": {text}"));
-        }
-        source = s.source();
-    }
-    out
-}
-
-/// Whether the error means "busy or unreachable, try again" rather than a fault of the request.
-fn transient(e: &tokio_postgres::Error) -> bool {
-    match e.code() {
-        Some(c) => {
-            *c == SqlState::LOCK_NOT_AVAILABLE
-                || *c == SqlState::QUERY_CANCELED
-                || *c == SqlState::T_R_DEADLOCK_DETECTED
-                || *c == SqlState::T_R_SERIALIZATION_FAILURE
-                || *c == SqlState::TOO_MANY_CONNECTIONS
-                || *c == SqlState::ADMIN_SHUTDOWN
-                || *c == SqlState::CANNOT_CONNECT_NOW
-                || *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
-        }
-        // No server answer: the connection broke or could not be made.
-        None => e.is_closed() || std::error::Error::source(e).is_some(),
-    }
-}
-
-fn db_error(what: &str, e: &tokio_postgres::Error) -> AuditError {
-    let message = format!("postgres: {what}: {}", describe_pg_error(e));
-    if transient(e) {
-        AuditError::Unavailable {
-            message,
-            retry_after: RETRY_AFTER,
-        }
-    } else {
-        AuditError::Sink(message)
-    }
-}
-
-fn pool_error(e: deadpool_postgres::PoolError) -> AuditError {
-    let message = match &e {
-        deadpool_postgres::PoolError::Backend(pg) => describe_pg_error(pg),
-        other => other.to_string(),
-    };
-    AuditError::Unavailable {
-        message: format!("postgres: connect: {message}"),
-        retry_after: RETRY_AFTER,
-    }
-}
-
-/// The URL parsed, with the session limits added and a connect timeout.
-fn config_of(url: &str) -> Result<tokio_postgres::Config, AuditError> {
-    let mut config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
-        AuditError::Config(format!(
-            "bad PostgreSQL URL {}: {}",
-            crate::audit::collector::redact_url(url),
-            crate::audit::collector::redact_in(url, &describe_pg_error(&e))
-        ))
-    })?;
-    let options = match config.get_options() {
-        Some(o) if !o.is_empty() => format!("{SESSION_OPTIONS} {o}"),
-        _ => SESSION_OPTIONS.to_string(),
-    };
-    config.options(&options);
-    config.connect_timeout(POOL_WAIT);
-    Ok(config)
-}
-
 /// The PostgreSQL store (module docs).
 #[derive(Clone)]
 pub struct PgStore {
@@ -178,210 +61,6 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects (a pool of up to 16 connections) and migrates the schema (for a collector).
-    pub async fn connect(url: &str) -> Result<PgStore, AuditError> {
-        let store = PgStore::pool(url)?;
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// Connects to an existing store to read it: never migrates (a read-only role is enough).
-    /// A database without toolgate's tables, or with a newer schema than this build knows, is
-    /// an [`AuditError::Config`] saying so.
-    pub async fn open_existing(url: &str) -> Result<PgStore, AuditError> {
-        let store = PgStore::pool(url)?;
-        let client = store.client().await?;
-        let version = client
-            .query_one("SELECT max(version) FROM toolgate_migrations", &[])
-            .await;
-        let known = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
-        match version {
-            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Err(AuditError::Config(
-                "no toolgate audit store in this database (no toolgate_migrations table in \
-                     its search_path): point it at a collector's database, and schema \
-                     (?options=-c%20search_path%3D...), that `toolgate collect` has written"
-                    .into(),
-            )),
-            Err(e) => Err(db_error("read", &e)),
-            Ok(row) => match row.try_get::<_, Option<i32>>(0) {
-                Ok(Some(v)) if v <= known => Ok(store.clone()),
-                Ok(Some(v)) => Err(AuditError::Config(format!(
-                    "the store's schema is version {v}; this toolgate knows up to {known}: \
-                     upgrade toolgate"
-                ))),
-                _ => Err(AuditError::Config(
-                    "no toolgate audit store in this database (toolgate_migrations is empty)"
-                        .into(),
-                )),
-            },
-        }
-    }
-
-    fn pool(url: &str) -> Result<PgStore, AuditError> {
-        let config = config_of(url)?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(16)
-            .build()
-            .map_err(|e| AuditError::Sink(format!("postgres: pool: {e}")))?;
-        Ok(PgStore { pool })
-    }
-
-    /// A pooled connection, waiting at most [`POOL_WAIT`] (then: unavailable, retry).
-    async fn client(&self) -> Result<deadpool_postgres::Object, AuditError> {
-        match tokio::time::timeout(POOL_WAIT, self.pool.get()).await {
-            Ok(r) => r.map_err(pool_error),
-            Err(_) => Err(AuditError::Unavailable {
-                message: format!(
-                    "postgres: no free connection within {POOL_WAIT:?} (all busy, e.g. behind \
-                     a stalled peer's locks)"
-                ),
-                retry_after: RETRY_AFTER,
-            }),
-        }
-    }
-
-    async fn migrate(&self) -> Result<(), AuditError> {
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| db_error("migrate", &e))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await
-            .map_err(|e| db_error("migrate", &e))?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS toolgate_migrations (
-                version INT PRIMARY KEY,
-                applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        )
-        .await
-        .map_err(|e| db_error("migrate", &e))?;
-        let done: Vec<i32> = tx
-            .query("SELECT version FROM toolgate_migrations", &[])
-            .await
-            .map_err(|e| db_error("migrate", &e))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        for (version, sql) in MIGRATIONS {
-            if done.contains(version) {
-                continue;
-            }
-            tx.batch_execute(sql)
-                .await
-                .map_err(|e| db_error(&format!("migration {version}"), &e))?;
-            tx.execute(
-                "INSERT INTO toolgate_migrations (version) VALUES ($1)",
-                &[version],
-            )
-            .await
-            .map_err(|e| db_error("migrate", &e))?;
-        }
-        tx.commit().await.map_err(|e| db_error("migrate", &e))
-    }
-
-    async fn try_ingest(&self, batch: &[Incoming]) -> Result<IngestOutcome, TxError> {
-        let mut client = self.client().await.map_err(TxError::Store)?;
-        let tx = client.transaction().await?;
-        let neighbours = neighbour_seqs(batch);
-        let keys: Vec<String> = neighbours
-            .keys()
-            .map(|(a, r)| format!("{a}\u{1f}{r}"))
-            .collect();
-        // One lock per bucket of runs, in bucket order (no deadlock between batches), at most
-        // RUN_LOCK_BUCKETS of them.
-        tx.execute(
-            &format!(
-                "SELECT count(pg_advisory_xact_lock({RUN_LOCK_CLASS_SQL}, b)) FROM \
-                 (SELECT DISTINCT (hashtextextended(k, 0) & $3)::int AS b \
-                  FROM unnest($1::text[]) AS t(k) ORDER BY b) AS buckets"
-            ),
-            &[&keys, &RUN_LOCK_CLASS, &(RUN_LOCK_BUCKETS - 1)],
-        )
-        .await?;
-        let ids: Vec<Uuid> = batch
-            .iter()
-            .filter(|i| super::ids_problem(i).is_none())
-            .map(|i| i.id)
-            .collect();
-        let mut snap = Snapshot::default();
-        for row in tx
-            .query(
-                "SELECT id, hash FROM toolgate_events WHERE id = ANY($1)",
-                &[&ids],
-            )
-            .await?
-        {
-            snap.ids.insert(row.get(0), row.get(1));
-        }
-        let (mut qa, mut qr, mut qs) = (Vec::new(), Vec::new(), Vec::new());
-        for ((a, r), seqs) in &neighbours {
-            for s in seqs {
-                if let Ok(s) = i64::try_from(*s) {
-                    qa.push(a.as_str());
-                    qr.push(r.as_str());
-                    qs.push(s);
-                }
-            }
-        }
-        for row in tx
-            .query(
-                "SELECT e.agent_id, e.run_id, e.seq, e.id, e.hash, e.prev_hash \
-                 FROM toolgate_events e \
-                 JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS k(a, r, s) \
-                 ON e.agent_id = k.a AND e.run_id = k.r AND e.seq = k.s",
-                &[&qa, &qr, &qs],
-            )
-            .await?
-        {
-            let seq: i64 = row.get(2);
-            snap.slots.insert(
-                (row.get(0), row.get(1), seq as u64),
-                Slot {
-                    id: row.get(3),
-                    hash: row.get(4),
-                    prev_hash: row.get(5),
-                },
-            );
-        }
-        let plan = decide(batch.to_vec(), &snap);
-        if !plan.accept.is_empty() {
-            let a = &plan.accept;
-            let ids: Vec<Uuid> = a.iter().map(|i| i.id).collect();
-            let agents: Vec<&str> = a.iter().map(|i| i.agent_id.as_str()).collect();
-            let runs: Vec<&str> = a.iter().map(|i| i.run_id.as_str()).collect();
-            let seqs: Vec<i64> = a.iter().map(|i| i.seq as i64).collect();
-            let kinds: Vec<&str> = a.iter().map(|i| i.kind.as_str()).collect();
-            let ts: Vec<chrono::DateTime<chrono::Utc>> = a.iter().map(|i| i.ts).collect();
-            let hashes: Vec<&str> = a.iter().map(|i| i.hash.as_str()).collect();
-            let prevs: Vec<Option<&str>> = a.iter().map(|i| i.prev_hash.as_deref()).collect();
-            let lines: Vec<&str> = a.iter().map(|i| i.line.as_str()).collect();
-            tx.execute(
-                "INSERT INTO toolgate_events \
-                 (id, agent_id, run_id, seq, kind, ts, hash, prev_hash, line) \
-                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], \
-                 $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])",
-                &[
-                    &ids, &agents, &runs, &seqs, &kinds, &ts, &hashes, &prevs, &lines,
-                ],
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(IngestOutcome {
-            accepted: plan.accept.len(),
-            duplicates: plan.duplicates,
-            rejected: plan.rejected,
-        })
-    }
-
     async fn resolve_agent(&self, agent: Option<&str>, run_id: &str) -> Result<String, StoreError> {
         if run_id.contains('\0') || agent.is_some_and(|a| a.contains('\0')) {
             // No stored id holds a NUL (it is an invalid id), and PostgreSQL refuses it in text.
@@ -409,27 +88,6 @@ impl PgStore {
             }
         }
     }
-}
-
-/// Why one attempt at a batch failed.
-#[derive(Debug, thiserror::Error)]
-enum TxError {
-    #[error("{0}")]
-    Store(AuditError),
-    #[error("{0}")]
-    Db(#[from] tokio_postgres::Error),
-}
-
-fn retryable(e: &TxError) -> bool {
-    let TxError::Db(e) = e else {
-        return false;
-    };
-    matches!(
-        e.code(),
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION
-            || *c == SqlState::T_R_SERIALIZATION_FAILURE
-            || *c == SqlState::T_R_DEADLOCK_DETECTED
-    )
 }
 
 #[async_trait::async_trait]

@@ -340,7 +340,7 @@ impl EngineInner {
             .map_or(Duration::from_secs(5), |a| a.flush_timeout);
         let all = futures::future::join_all(handles);
         if tokio::time::timeout(timeout, all).await.is_err() {
-            tracing::warn!(run_id = %run.context.run_id, "background evaluations did not finish within {timeout:?}");
+            tracing::warn!(run_id = %run.facts.context.run_id, "background evaluations did not finish within {timeout:?}");
         }
     }
 
@@ -381,7 +381,7 @@ impl EngineInner {
             "args": args,
             "error": outcome.error,
             "durationMs": outcome.duration.as_secs_f64() * 1000.0,
-            "runId": run.context.run_id,
+            "runId": run.facts.context.run_id,
         });
         self.run_eval_set(set, run, response, context).await
     }
@@ -397,7 +397,7 @@ impl EngineInner {
             return (None, None);
         };
         let response = final_response.map_or(Value::Null, |r| Value::String(r.to_string()));
-        let context = json!({"runId": run.context.run_id, "status": status});
+        let context = json!({"runId": run.facts.context.run_id, "status": status});
         self.run_eval_set(set, run, response, context).await
     }
 
@@ -411,8 +411,8 @@ impl EngineInner {
         context: Value,
     ) -> (Option<Value>, Option<SlowEvaluation>) {
         let mut input = EvaluationInput::new(response);
-        input.agent_id = Some(run.context.agent_id.clone());
-        input.session_id = run.context.session_id.clone();
+        input.agent_id = Some(run.facts.context.agent_id.clone());
+        input.session_id = run.facts.context.session_id.clone();
         input.context = Some(context);
         input.tool_calls = Some(run.tool_calls.lock().clone());
         input.timestamp = Some(self.clock.now().timestamp_millis());

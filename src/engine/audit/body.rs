@@ -20,11 +20,35 @@ use crate::audit::event::ser::{CanonError, to_canonical};
 use crate::audit::event::{EnvelopeRef, Member, Members};
 use crate::audit::{AuditEvent, EventKind, Redactor, RunChain};
 use crate::engine::decide::call::RunContext;
+use crate::engine::decide::call::SubjectRef;
 use crate::engine::decide::decision::Decision;
-use crate::engine::decide::subjects::SubjectRef;
-use crate::engine::run::handle::obj;
-use crate::engine::run::pending::CallRecord;
 use crate::policy::{InbuiltMetric, json_number as num};
+
+/// A tool call as the run keeps it: what its result and its audit events need.
+#[derive(Debug)]
+pub(crate) struct CallRecord {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) tags: Vec<String>,
+    pub(crate) args: Value,
+    /// The arguments as the audit trail writes them, when `sensitiveData` detected something.
+    pub(crate) redaction: Option<Box<crate::engine::decide::conditions::Redaction>>,
+}
+
+impl CallRecord {
+    /// The arguments as audit events carry them (detected strings redacted).
+    pub(crate) fn audit_args(&self) -> &Value {
+        self.redaction.as_ref().map_or(&self.args, |r| &r.args)
+    }
+}
+
+/// `v`'s members when it is an object, none otherwise: an event body from `json!({..})`.
+pub(crate) fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
 
 /// The inbuilt metrics of a call's result, in the order they are recorded.
 pub(crate) type CallMetrics = SmallVec<[(InbuiltMetric, f64); 5]>;

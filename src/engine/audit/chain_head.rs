@@ -14,7 +14,7 @@ use super::sealer::Body;
 use crate::audit::{EventKind, RunChain};
 use crate::engine::EngineInner;
 use crate::engine::decide::call::RunContext;
-use crate::engine::run::handle::{Run, RunShared};
+use crate::engine::run::handle::RunShared;
 use crate::state::{ChainClaim, ChainHead};
 
 /// The chain heads of an engine without a shared state store: a run left open
@@ -92,7 +92,7 @@ impl EngineInner {
         let Some(head) = self.sealed_head(run) else {
             return;
         };
-        let ctx = &run.context;
+        let ctx = &run.facts.context;
         let outcome = match &self.shared {
             Some(store) => {
                 let left = store
@@ -130,15 +130,15 @@ impl EngineInner {
         }
         let shard = run.audit.shard;
         let Some(store) = self.shared.clone() else {
-            let ok = a.heads.leave(&run.run_key, &run.audit.owner, None);
+            let ok = a.heads.leave(&run.facts.run_key, &run.audit.owner, None);
             if !ok {
-                self.report_leave_on(shard, &chain, &run.context, Ok(false));
+                self.report_leave_on(shard, &chain, &run.facts.context, Ok(false));
             }
             return;
         };
         let engine = self.clone();
         let owner = run.audit.owner.clone();
-        let ctx = run.context.clone();
+        let ctx = run.facts.context.clone();
         let spawned = std::thread::Builder::new()
             .name("toolgate-leave-run".into())
             .spawn(move || {
@@ -161,19 +161,19 @@ impl EngineInner {
                 engine.report_leave_on(shard, &chain, &ctx, left);
             });
         if let Err(e) = spawned {
-            tracing::warn!(run_id = %run.context.run_id, "cannot hand the run's audit chain on: {e}");
+            tracing::warn!(run_id = %run.facts.context.run_id, "cannot hand the run's audit chain on: {e}");
         }
     }
 
     fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
         self.audit
             .as_ref()
-            .is_none_or(|a| a.heads.leave(&run.run_key, &run.audit.owner, head))
+            .is_none_or(|a| a.heads.leave(&run.facts.run_key, &run.audit.owner, head))
     }
 
     fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
         if let Some(chain) = &run.audit.chain {
-            self.report_leave_on(run.audit.shard, chain, &run.context, outcome);
+            self.report_leave_on(run.audit.shard, chain, &run.facts.context, outcome);
         }
     }
 
@@ -208,54 +208,5 @@ impl EngineInner {
             Body::Json(body),
         );
         a.sealer.drain_shard(shard);
-    }
-}
-
-impl Run {
-    /// Leaves the run open for another process (or a later [`start_run`] of the same id on
-    /// this engine) to continue: what is left is written to the state store, the audit trail
-    /// is flushed and the run's chain head is written where the next holder reads it (design
-    /// §8); no `run.ended` is written and the run's state stays. The handle does nothing more
-    /// afterwards (as after [`end`](Run::end)). A fork found now (another holder claimed the
-    /// run meanwhile) is an `error` event.
-    ///
-    /// [`start_run`]: crate::engine::GovernanceEngine::start_run
-    pub async fn leave(&self) {
-        self.leave_flushing(true).await;
-    }
-
-    /// [`leave`](Run::leave) without flushing the audit trail: the chain head written to the
-    /// store is what the next holder continues from, so handing a run over between calls (the
-    /// shared MCP gateway) needs no sync of this process's trail; its events reach the sinks
-    /// with their normal durability (handed to the OS at once, synced at the next run end,
-    /// flush or shutdown), as those of any run still open do.
-    #[cfg(all(feature = "mcp", feature = "http"))]
-    pub(crate) async fn hand_over(&self) {
-        self.leave_flushing(false).await;
-    }
-
-    async fn leave_flushing(&self, flush: bool) {
-        let was_ended = {
-            let _closing = self.shared.gate.write();
-            self.shared.ended.swap(true, Ordering::AcqRel)
-        };
-        if was_ended {
-            return;
-        }
-        if let Some(store) = self.engine.shared.clone() {
-            let now = self.engine.clock.now();
-            self.settle_shared(&*store, Default::default(), now, "")
-                .await;
-        }
-        crate::engine::run::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, "open")
-        });
-        if self.engine.audit_enabled() {
-            self.engine.await_background(&self.shared).await;
-            self.engine.leave_chain(&self.shared, false).await;
-            if flush {
-                self.engine.flush_run_audit(&self.shared).await;
-            }
-        }
     }
 }

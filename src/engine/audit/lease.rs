@@ -115,8 +115,8 @@ impl EngineInner {
             .iter()
             .filter_map(|r| {
                 Some(LeaseRenewal {
-                    agent: r.context.agent_id.clone(),
-                    run_id: r.context.run_id.clone(),
+                    agent: r.facts.context.agent_id.clone(),
+                    run_id: r.facts.context.run_id.clone(),
                     hold: self.lease_hold(r)?,
                 })
             })
@@ -145,7 +145,7 @@ impl EngineInner {
             return;
         };
         a.sealer.drain_shard(run.audit.shard);
-        let ctx = &run.context;
+        let ctx = &run.facts.context;
         let side = side_run_id(&ctx.run_id, &run.audit.owner, "lease-lost");
         *chain.lock() = RunChain::new(
             side,

@@ -14,13 +14,13 @@ use crate::audit::{
     AuditEvent, EventKind, RedactAction, RedactionConfig, RedactionRule, Redactor, RunChain,
     RunSigner, canonical_json,
 };
+use crate::engine::audit::body::CallRecord;
 use crate::engine::audit::body::RunEndedBody;
 use crate::engine::decide::call::RunContext;
+use crate::engine::decide::call::SubjectRef;
 use crate::engine::decide::decision::{
     Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
-use crate::engine::decide::subjects::SubjectRef;
-use crate::engine::run::pending::CallRecord;
 use crate::policy::{EffectType, InbuiltMetric, Phase};
 
 fn ts(text: &str) -> DateTime<Utc> {

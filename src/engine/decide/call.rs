@@ -1,12 +1,11 @@
-//! What a run is about and what an agent asks: the run's context, a tool call and its outcome.
+//! What a run is about and what an agent asks: the run's context, a tool call, the subjects
+//! it is about and its outcome.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use super::subjects::SubjectRef;
 
 /// The end user an agent acts for.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -132,5 +131,84 @@ impl ToolOutcome {
             error: Some(error.into()),
             duration,
         }
+    }
+}
+
+/// A subject of a tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubjectRef {
+    /// Kind of subject, e.g. `customer`.
+    pub subject_type: String,
+    /// Its id.
+    pub value: String,
+    /// Role when a call has several of a type (`primary`, `source`, `dest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The system the id belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_system: Option<String>,
+}
+
+impl SubjectRef {
+    /// The subjects a host language's extractor returned, as JSON: an array of `{subjectType,
+    /// id, idSystem?, role?}` (numbers are taken as their text). The error names the first
+    /// item that is not one (`subject [2]: …`).
+    pub fn list_from_json(value: &Value) -> Result<Vec<SubjectRef>, String> {
+        let Value::Array(items) = value else {
+            return Err(
+                "a subject extractor returns a list of {subjectType, id, idSystem?, role?}".into(),
+            );
+        };
+        let field = |o: &serde_json::Map<String, Value>, k: &str| -> Option<String> {
+            match o.get(k) {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            }
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let bad = || {
+                    format!(
+                        "subject [{i}]: expected {{subjectType: string, id: string, idSystem?: string, role?: string}}"
+                    )
+                };
+                let o = item.as_object().ok_or_else(bad)?;
+                Ok(SubjectRef {
+                    subject_type: field(o, "subjectType").ok_or_else(bad)?,
+                    value: field(o, "id").ok_or_else(bad)?,
+                    role: field(o, "role"),
+                    id_system: field(o, "idSystem"),
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn subjects_from_a_host_languages_json() {
+        let got = SubjectRef::list_from_json(&json!([
+            {"subjectType": "customer", "id": "c-1", "role": "primary"},
+            {"subjectType": "order", "id": 42, "idSystem": "shop"}
+        ]))
+        .unwrap();
+        assert_eq!(got[0].value, "c-1");
+        assert_eq!(got[0].role.as_deref(), Some("primary"));
+        assert_eq!(
+            (got[1].value.as_str(), got[1].id_system.as_deref()),
+            ("42", Some("shop"))
+        );
+        let e = SubjectRef::list_from_json(&json!([{"subjectType": "a", "id": "1"}, {"id": "x"}]))
+            .unwrap_err();
+        assert!(e.starts_with("subject [1]: expected"), "{e}");
+        assert!(SubjectRef::list_from_json(&json!({"id": "x"})).is_err());
     }
 }

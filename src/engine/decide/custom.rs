@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::engine::{EngineBuilder, GovernanceEngine, RunContext};
+use super::call::RunContext;
 
 /// What a custom condition is called with besides its `args`.
 #[derive(Debug, Clone)]
@@ -96,26 +96,6 @@ where
 
 /// Registered custom conditions by name; replaced copy-on-write so lookups take no lock.
 pub(crate) type CustomRegistry = HashMap<String, Arc<dyn CustomCondition>>;
-
-impl EngineBuilder {
-    /// Registers (or replaces) the custom condition `name` (policies name it in
-    /// `{"kind": "custom", "name": ..}`).
-    pub fn custom_condition(mut self, name: impl Into<String>, f: impl CustomCondition) -> Self {
-        self.customs.insert(name.into(), Arc::new(f));
-        self
-    }
-}
-
-impl GovernanceEngine {
-    /// Registers (or replaces) the custom condition `name` on a running engine. Safe while runs
-    /// are live: decisions that start afterwards use it.
-    pub fn register_condition(&self, name: impl Into<String>, f: impl CustomCondition) {
-        let _g = self.inner.register_lock.lock();
-        let mut map = (**self.inner.customs.load()).clone();
-        map.insert(name.into(), Arc::new(f));
-        self.inner.customs.store(Arc::new(map));
-    }
-}
 
 #[cfg(test)]
 mod tests {

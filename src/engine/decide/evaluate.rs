@@ -9,12 +9,12 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::{Map, Value};
 
+use super::call::SubjectRef;
 use super::conditions::{Tri, eval_async, eval_sync};
 use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
+use super::env::{DecideEnv, RunFacts};
 use super::profile::ToolProfile;
-use super::subjects::{SubjectInput, SubjectRef};
-use crate::engine::EngineInner;
-use crate::engine::run::handle::RunShared;
+use super::subjects::SubjectInput;
 use crate::policy::{Combine, CompiledPolicies, EffectType, Phase, phase_slot};
 use smallvec::SmallVec;
 
@@ -34,9 +34,9 @@ pub(crate) struct CallView<'a> {
 
 /// Everything one decision reads and accumulates.
 pub(crate) struct DecisionCtx<'a> {
-    pub(crate) engine: &'a EngineInner,
+    pub(crate) engine: &'a DecideEnv,
     pub(crate) policies: &'a CompiledPolicies,
-    pub(crate) run: &'a RunShared,
+    pub(crate) run: &'a RunFacts,
     /// What the policies say about the tool (rules in play, counters it takes).
     pub(crate) profile: &'a ToolProfile,
     pub(crate) call: CallView<'a>,
@@ -55,15 +55,15 @@ pub(crate) struct DecisionCtx<'a> {
     /// Detections of the current rule past those kept, counted.
     pub(crate) detected_more: u32,
     /// On a shared state store: what the decision read from it (conditions read here).
-    pub(crate) remote: Option<crate::engine::run::shared_state::RemoteView>,
+    pub(crate) remote: Option<super::remote::RemoteView>,
 }
 
 impl<'a> DecisionCtx<'a> {
     /// A fresh context for one decision about `call` at `now`.
     pub(crate) fn new(
-        engine: &'a EngineInner,
+        engine: &'a DecideEnv,
         policies: &'a CompiledPolicies,
-        run: &'a RunShared,
+        run: &'a RunFacts,
         profile: &'a ToolProfile,
         call: CallView<'a>,
         now: DateTime<Utc>,
@@ -205,7 +205,7 @@ impl DecisionCtx<'_> {
             self.note_missing(format!("custom {name}: no function registered"));
             return Tri::Unknown;
         };
-        let cc = crate::engine::CustomContext {
+        let cc = super::custom::CustomContext {
             tool_name: self.call.name.to_string(),
             tool_tags: self.call.tags.to_vec(),
             args: self.call.args.clone(),

@@ -47,7 +47,7 @@ pub(crate) struct ToolProfile {
     /// Per phase: some rule in play needs subjects.
     pub(crate) needs_subjects: [bool; 2],
     /// Per phase, the state the rules in play read (worked out for a shared store only).
-    pub(crate) state_plan: std::sync::OnceLock<[crate::engine::run::shared_state::StatePlan; 2]>,
+    pub(crate) state_plan: std::sync::OnceLock<[super::remote::StatePlan; 2]>,
 }
 
 impl ToolProfile {
@@ -132,7 +132,7 @@ impl ToolProfile {
     /// subject extractor registered for the tool when a rule in play needs subjects (from the
     /// flags worked out once with the profile).
     #[inline(always)]
-    pub(crate) fn needs_async(&self, engine: &crate::engine::EngineInner, phase: Phase) -> bool {
+    pub(crate) fn needs_async(&self, engine: &super::env::DecideEnv, phase: Phase) -> bool {
         let p = crate::policy::phase_slot(phase);
         self.has_signal[p] || (self.needs_subjects[p] && self.has_extractor(engine))
     }
@@ -140,7 +140,7 @@ impl ToolProfile {
     /// Whether a subject extractor is registered for the tool (out of line: only tools whose
     /// rules need subjects ask).
     #[inline(never)]
-    fn has_extractor(&self, engine: &crate::engine::EngineInner) -> bool {
+    fn has_extractor(&self, engine: &super::env::DecideEnv) -> bool {
         engine
             .extractors
             .load()

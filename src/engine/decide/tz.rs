@@ -8,7 +8,7 @@ use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 use parking_lot::Mutex;
 
-use crate::engine::run::handle::RunShared;
+use super::env::RunFacts;
 
 /// Zone names kept before the engine's cache starts over.
 pub(crate) const NAMES_CAPACITY: usize = 1024;
@@ -50,16 +50,16 @@ pub(crate) fn local_day_minute(tz: Tz, now: &DateTime<Utc>) -> (Weekday, u16) {
     (local.weekday(), (local.hour() * 60 + local.minute()) as u16)
 }
 
-impl RunShared {
+impl RunFacts {
     /// The time zone named by the end user's tag `tag` (looked up once per run for the first
-    /// tag asked; other tags are looked up each time).
-    pub(crate) fn enduser_tz(&self, tag: &str) -> Option<Tz> {
+    /// tag asked; other tags are looked up each time), names parsed through `names`.
+    pub(crate) fn enduser_tz(&self, names: &TzNames, tag: &str) -> Option<Tz> {
         let parse = || {
             self.context
                 .enduser
                 .as_ref()
                 .and_then(|u| u.tags.get(tag))
-                .and_then(|v| self.engine.tz_names.parse(v))
+                .and_then(|v| names.parse(v))
         };
         let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
         if &**cached_tag == tag { *tz } else { parse() }

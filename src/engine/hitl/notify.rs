@@ -21,12 +21,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::mpsc::{Receiver, Sender, channel};
+use tokio::sync::mpsc::{Sender, channel};
 
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use super::reviews::Review;
 
-use super::reviews::{Review, status_word};
+mod delivery;
+mod message;
+mod signing;
+use delivery::worker;
+pub use message::{NotifyKind, body, slack_escape};
+pub use signing::{delivery_signature, sign};
 
 /// The header carrying the HMAC-SHA256 of `<timestamp>.<body>`: `sha256=<hex>`.
 pub const SIGNATURE_HEADER: &str = "X-Toolgate-Signature";
@@ -91,118 +95,6 @@ impl NotifyConfig {
             ..Default::default()
         }
     }
-}
-
-/// The kind of a notification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotifyKind {
-    /// A review was raised.
-    Created,
-    /// A review was decided.
-    Decided,
-}
-
-impl NotifyKind {
-    /// `review.created` or `review.decided`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotifyKind::Created => "review.created",
-            NotifyKind::Decided => "review.decided",
-        }
-    }
-}
-
-/// The JSON body of a notification.
-pub fn body(kind: NotifyKind, review: &Review, config: &NotifyConfig) -> Value {
-    match config.format {
-        NotifyFormat::Json => {
-            let mut v = json!({"type": kind.as_str(), "review": review});
-            if let Some(u) = &config.console_url {
-                v["consoleUrl"] = Value::String(u.clone());
-            }
-            v
-        }
-        NotifyFormat::Slack => {
-            let what = match kind {
-                NotifyKind::Created => "waits for review".to_string(),
-                NotifyKind::Decided => format!(
-                    "was {} by {}",
-                    status_word(review.status),
-                    review.decided_by.as_deref().unwrap_or("someone")
-                ),
-            };
-            // Every field from a call (or a reviewer) is escaped: Slack reads `<…>` as a link
-            // or a mention (`<!channel>`) and `&` starts an entity.
-            let mut text = format!(
-                "toolgate: agent `{}` calling `{}` {} (rule `{}`{})",
-                slack_escape(&review.agent_id),
-                slack_escape(&review.tool_name),
-                slack_escape(&what),
-                slack_escape(&review.rule_id),
-                review
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(": {}", slack_escape(r)))
-                    .unwrap_or_default()
-            );
-            if let Some(c) = &review.comment {
-                text.push_str(&format!(" — “{}”", slack_escape(c)));
-            }
-            if let Some(u) = &config.console_url {
-                // The operator's URL: escaped too, and `|` (which ends a link's URL) encoded.
-                text.push_str(&format!(
-                    " <{}|Open the console>",
-                    slack_escape(u).replace('|', "%7C")
-                ));
-            }
-            json!({ "text": text })
-        }
-    }
-}
-
-/// `text` with `&`, `<` and `>` escaped as Slack's message format asks.
-pub fn slack_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The signature a notification carries in [`SIGNATURE_HEADER`] (without `sha256=`):
-/// HMAC-SHA256 under `key` of the timestamp header's value, a `.`, and the raw body.
-pub fn delivery_signature(key: &[u8], timestamp: &str, body: &[u8]) -> String {
-    let mut msg = Vec::with_capacity(timestamp.len() + 1 + body.len());
-    msg.extend_from_slice(timestamp.as_bytes());
-    msg.push(b'.');
-    msg.extend_from_slice(body);
-    sign(key, &msg)
-}
-
-/// HMAC-SHA256 of `body` under `key` (RFC 2104), hex.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let pad = |b: u8| -> [u8; BLOCK] { k.map(|x| x ^ b) };
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(body)
-        .finalize();
-    let outer = Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize();
-    hex::encode(outer)
 }
 
 /// A notification on its way: the body, serialized once, and its delivery id.
@@ -397,169 +289,10 @@ impl Notifier {
     }
 }
 
-#[cfg(feature = "http")]
-fn worker(config: Arc<NotifyConfig>, mut rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("review notifications are off: {e}");
-            return;
-        }
-    };
-    let client = match reqwest::Client::builder().timeout(config.timeout).build() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!("review notifications are off: {e}");
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let mut tasks = tokio::task::JoinSet::new();
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-        // Each URL of each notification is posted (and retried) by a task of its own, so a
-        // dead webhook holds back neither the others nor later notifications; at most
-        // `MAX_IN_FLIGHT` at a time, the rest wait in the (bounded) queue.
-        while let Some(job) = rx.recv().await {
-            for url in &config.urls {
-                let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                    outstanding.finish();
-                    continue;
-                };
-                let (client, url, job, config, outstanding) = (
-                    client.clone(),
-                    url.clone(),
-                    Job {
-                        body: Arc::clone(&job.body),
-                        delivery: Arc::clone(&job.delivery),
-                    },
-                    Arc::clone(&config),
-                    Arc::clone(&outstanding),
-                );
-                tasks.spawn(async move {
-                    post(&client, &url, &job, &config, &outstanding).await;
-                    drop(slot);
-                    outstanding.finish();
-                });
-                while tasks.try_join_next().is_some() {}
-            }
-        }
-        // The engine is gone: finish what is under way.
-        while tasks.join_next().await.is_some() {}
-    });
-}
-
-/// How long one attempt may take once the notifier is closing: the drain's bound, not the
-/// configured per-attempt timeout.
-#[cfg(feature = "http")]
-const CLOSING_ATTEMPT: Duration = Duration::from_millis(400);
-
-#[cfg(feature = "http")]
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    job: &Job,
-    config: &NotifyConfig,
-    outstanding: &Outstanding,
-) {
-    let body: &[u8] = &job.body;
-    let mut delay = config.backoff;
-    let attempts = config.attempts.max(1);
-    for attempt in 1..=attempts {
-        let closing = outstanding.closing();
-        let timestamp = chrono::Utc::now().timestamp().to_string();
-        let mut req = client
-            .post(url)
-            .header("content-type", "application/json")
-            .header(TIMESTAMP_HEADER, &timestamp)
-            .header(DELIVERY_HEADER, &*job.delivery)
-            .body(body.to_vec());
-        if closing {
-            req = req.timeout(CLOSING_ATTEMPT.min(config.timeout));
-        }
-        if let Some(key) = &config.secret {
-            req = req.header(
-                SIGNATURE_HEADER,
-                format!("sha256={}", delivery_signature(key, &timestamp, body)),
-            );
-        }
-        let sent = tokio::select! {
-            r = req.send() => Some(r),
-            // Closing: an attempt under way gets at most `CLOSING_ATTEMPT` more.
-            () = async {
-                outstanding.closed().await;
-                tokio::time::sleep(CLOSING_ATTEMPT).await;
-            }, if !closing => None,
-        };
-        let Some(sent) = sent else {
-            tracing::debug!("webhook {}: attempt {attempt} cut at shutdown", redact(url));
-            outstanding.lost_at_close();
-            return;
-        };
-        match sent {
-            Ok(r) if r.status().is_success() => return,
-            Ok(r) if !r.status().is_server_error() && r.status().as_u16() != 429 => {
-                tracing::warn!(
-                    "webhook {}: answered {}; not retried",
-                    redact(url),
-                    r.status()
-                );
-                return;
-            }
-            Ok(r) => tracing::debug!("webhook {}: attempt {attempt}: {}", redact(url), r.status()),
-            Err(e) => tracing::debug!(
-                "webhook {}: attempt {attempt}: {}",
-                redact(url),
-                e.without_url()
-            ),
-        }
-        if closing {
-            // The one attempt at shutdown was made.
-            tracing::debug!("webhook {}: not delivered at shutdown", redact(url));
-            outstanding.lost_at_close();
-            return;
-        }
-        if attempt < attempts {
-            // A retry waits for its backoff, or for the notifier to close (then the next
-            // attempt is the last).
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = outstanding.closed() => {}
-            }
-            delay = (delay * 2).min(Duration::from_secs(60));
-        }
-    }
-    tracing::warn!("webhook {}: gave up after {attempts} attempts", redact(url));
-}
-
-/// A webhook URL without its path and query (Slack's carry the secret).
-#[cfg(feature = "http")]
-fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => format!("{}://{}/…", u.scheme(), u.host_str().unwrap_or("?")),
-        Err(_) => "(unparsable url)".into(),
-    }
-}
-
-#[cfg(not(feature = "http"))]
-fn worker(config: Arc<NotifyConfig>, mut rx: Receiver<Job>, outstanding: Arc<Outstanding>) {
-    while let Some(job) = rx.blocking_recv() {
-        for _ in 0..config.urls.len() {
-            outstanding.finish();
-        }
-        tracing::warn!(
-            "review notification ({} bytes) to {} webhook(s) not sent: toolgate is built without the `http` feature",
-            job.body.len(),
-            config.urls.len()
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn review() -> Review {
         serde_json::from_value(json!({

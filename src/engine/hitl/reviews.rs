@@ -1,16 +1,21 @@
 //! Human review (hitl): call fingerprints and the review store.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use dashmap::DashMap;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::engine::decide::decision::ReviewStatus;
 use crate::policy::OnExpire;
+
+mod file;
+mod fingerprint;
+mod memory;
+pub use file::FileReviewStore;
+pub use fingerprint::fingerprint;
+pub(crate) use fingerprint::keyed_fingerprint;
+pub use memory::MemoryReviewStore;
 
 /// The reviewer recorded on a review decided by its `onExpire` (see [`Review::expiry_verdict`]).
 pub const EXPIRY_REVIEWER: &str = "toolgate:expiry";
@@ -220,42 +225,6 @@ pub fn decided_event_body(review: &Review) -> serde_json::Map<String, Value> {
     m
 }
 
-/// The fingerprint of a call: SHA-256 hex of agent id, rule id, tool name, canonical JSON of
-/// the args and end-user id, separated by U+001F.
-pub fn fingerprint(
-    agent_id: &str,
-    rule_id: &str,
-    tool_name: &str,
-    args: &Value,
-    enduser_id: Option<&str>,
-) -> String {
-    let mut h = Sha256::new();
-    for part in [agent_id, rule_id, tool_name] {
-        h.update(part.as_bytes());
-        h.update([0x1f]);
-    }
-    // The audit trail's canonical form: sorted keys, and `1.0` and `1` are the same number.
-    h.update(crate::audit::canonical_json(args).as_bytes());
-    h.update([0x1f]);
-    h.update(enduser_id.unwrap_or("").as_bytes());
-    hex::encode(h.finalize())
-}
-
-/// The fingerprint of a call whose arguments the trail holds redacted: `redacted_fp` (the
-/// [`fingerprint`] of the redacted arguments) extended by an HMAC-SHA256, under the engine's
-/// fingerprint key, of the real arguments' canonical JSON. Two calls that differ only inside
-/// a redacted span get different fingerprints (an approval of one does not approve the other),
-/// while the fingerprint written in the trail cannot be checked against a guess of the
-/// redacted value without the key (held in memory, never written).
-pub(crate) fn keyed_fingerprint(redacted_fp: &str, key: &[u8], real_args: &Value) -> String {
-    let mac = super::notify::sign(key, crate::audit::canonical_json(real_args).as_bytes());
-    let mut h = Sha256::new();
-    h.update(redacted_fp.as_bytes());
-    h.update([0x1f]);
-    h.update(mac.as_bytes());
-    hex::encode(h.finalize())
-}
-
 /// The part of a [`Review`] a decision reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewHead {
@@ -390,171 +359,6 @@ pub trait ReviewStore: Send + Sync + 'static {
     }
 }
 
-/// Reviews in memory.
-#[derive(Debug, Default)]
-pub struct MemoryReviewStore {
-    /// Boxed: a small table entry (the table grows in small allocations).
-    by_fp: DashMap<String, Box<Review>>,
-}
-
-impl MemoryReviewStore {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl ReviewStore for MemoryReviewStore {
-    fn get(&self, fingerprint: &str) -> Option<Review> {
-        self.by_fp
-            .get(fingerprint)
-            .map(|r| Review::clone(r.value()))
-    }
-
-    fn head(&self, fingerprint: &str) -> Option<ReviewHead> {
-        self.by_fp
-            .get(fingerprint)
-            .map(|r| ReviewHead::of(r.value()))
-    }
-
-    fn insert_if_absent(&self, review: Review) -> Review {
-        let mut e = self
-            .by_fp
-            .entry(review.fingerprint.clone())
-            .or_insert_with(|| Box::new(review.clone()));
-        if e.status == ReviewStatus::Expired {
-            **e = review;
-        }
-        Review::clone(e.value())
-    }
-
-    fn list(&self) -> Vec<Review> {
-        let mut v: Vec<Review> = self
-            .by_fp
-            .iter()
-            .map(|r| Review::clone(r.value()))
-            .collect();
-        v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        v
-    }
-
-    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
-        for mut r in self.by_fp.iter_mut() {
-            if r.id == id {
-                r.set_decision(verdict)?;
-                return Ok(Review::clone(r.value()));
-            }
-        }
-        Err(ReviewError::NotFound(id.to_string()))
-    }
-}
-
-/// Reviews in a JSON file, shared between processes (e.g. `toolgate review` and a running
-/// agent). Every change is a read-modify-write under an advisory lock on a sidecar file
-/// (`FILE.lock`), written to a temp file unique to the writer and renamed over the store, so
-/// parallel processes never lose each other's changes and readers always see a whole file.
-#[derive(Debug)]
-pub struct FileReviewStore {
-    path: PathBuf,
-    lock: Mutex<()>,
-}
-
-impl FileReviewStore {
-    /// A store in `path` (created on first write).
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        FileReviewStore {
-            path: path.into(),
-            lock: Mutex::new(()),
-        }
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// All reviews, or the error that makes the file unreadable (unlike
-    /// [`ReviewStore::list`], which logs the error and returns nothing).
-    pub fn try_list(&self) -> Result<Vec<Review>, ReviewError> {
-        self.read()
-    }
-
-    fn read(&self) -> Result<Vec<Review>, ReviewError> {
-        match std::fs::read_to_string(&self.path) {
-            Ok(s) if s.trim().is_empty() => Ok(Vec::new()),
-            Ok(s) => crate::json::from_str_strict(&s)
-                .map_err(|e| self.io(format!("not a review file: {e}"))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(self.io(e.to_string())),
-        }
-    }
-
-    /// Runs `change` on the reviews while holding the store's lock across processes, and
-    /// writes the result back when `change` says so.
-    fn modify<T>(
-        &self,
-        change: impl FnOnce(&mut Vec<Review>) -> Result<(T, bool), ReviewError>,
-    ) -> Result<T, ReviewError> {
-        let _g = self.lock.lock();
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| self.io(e.to_string()))?;
-        }
-        let lock_path = sidecar(&self.path, ".lock");
-        let lock_file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| {
-                self.io(format!(
-                    "cannot open lock file {}: {e}",
-                    lock_path.display()
-                ))
-            })?;
-        fs4::fs_std::FileExt::lock_exclusive(&lock_file)
-            .map_err(|e| self.io(format!("cannot lock {}: {e}", lock_path.display())))?;
-        let mut all = self.read()?;
-        let (out, changed) = change(&mut all)?;
-        if changed {
-            self.write(&all)?;
-        }
-        // Dropping the file releases the lock.
-        drop(lock_file);
-        Ok(out)
-    }
-
-    fn write(&self, reviews: &[Review]) -> Result<(), ReviewError> {
-        let tmp = sidecar(
-            &self.path,
-            &format!(
-                ".{}.{}.tmp",
-                std::process::id(),
-                uuid::Uuid::now_v7().simple()
-            ),
-        );
-        let text = serde_json::to_string_pretty(reviews).map_err(|e| self.io(e.to_string()))?;
-        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &self.path));
-        written.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            self.io(e.to_string())
-        })
-    }
-
-    fn io(&self, message: String) -> ReviewError {
-        ReviewError::Io {
-            path: self.path.clone(),
-            message,
-        }
-    }
-}
-
-/// `path` with `suffix` appended to its file name.
-fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(suffix);
-    path.with_file_name(name)
-}
-
 /// The index of the review `id` names: the whole id, or a unique prefix of at least
 /// [`MIN_ID_PREFIX`] characters.
 pub(crate) fn resolve(all: &[Review], id: &str) -> Result<usize, ReviewError> {
@@ -572,58 +376,5 @@ pub(crate) fn resolve(all: &[Review], id: &str) -> Result<usize, ReviewError> {
             prefix: id.to_string(),
             candidates: many.iter().map(|&i| all[i].id.clone()).collect(),
         }),
-    }
-}
-
-impl ReviewStore for FileReviewStore {
-    fn get(&self, fingerprint: &str) -> Option<Review> {
-        match self.read() {
-            Ok(v) => v.into_iter().rev().find(|r| r.fingerprint == fingerprint),
-            Err(e) => {
-                tracing::warn!("{e}");
-                None
-            }
-        }
-    }
-
-    fn insert_if_absent(&self, review: Review) -> Review {
-        let result =
-            self.modify(|all| {
-                if let Some(r) = all.iter().rev().find(|r| {
-                    r.fingerprint == review.fingerprint && r.status != ReviewStatus::Expired
-                }) {
-                    return Ok((r.clone(), false));
-                }
-                all.push(review.clone());
-                Ok((review.clone(), true))
-            });
-        match result {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("{e}");
-                review
-            }
-        }
-    }
-
-    fn list(&self) -> Vec<Review> {
-        match self.read() {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!("{e}");
-                Vec::new()
-            }
-        }
-    }
-
-    fn decide_with(&self, id: &str, verdict: &ReviewVerdict) -> Result<Review, ReviewError> {
-        // A verdict that loses to a due expiry still writes the expiry's decision.
-        self.modify(|all| {
-            let i = resolve(all, id)?;
-            let before = all[i].clone();
-            let outcome = all[i].set_decision(verdict).map(|()| all[i].clone());
-            let changed = all[i] != before;
-            Ok((outcome, changed))
-        })?
     }
 }

@@ -60,7 +60,12 @@ impl Run {
         };
         if let Some(outcome) = &observed {
             super::observe::each(&self.engine.observers, |o| {
-                o.on_result(&self.shared.context, call_id, outcome, decision.as_ref())
+                o.on_result(
+                    &self.shared.facts.context,
+                    call_id,
+                    outcome,
+                    decision.as_ref(),
+                )
             });
         }
         decision
@@ -96,7 +101,7 @@ impl Run {
             (policies, profile)
         };
         let awaits = self.engine.shared.is_some()
-            || profile.needs_async(&self.engine, Phase::After)
+            || profile.needs_async(&self.engine.decide, Phase::After)
             || (self.engine.audit_enabled()
                 && self
                     .engine
@@ -198,9 +203,9 @@ impl Run {
                 output: outcome.output.as_ref().or(error_text.as_ref()),
             };
             let mut ctx = DecisionCtx::new(
-                &self.engine,
+                &self.engine.decide,
                 &policies,
-                &self.shared,
+                &self.shared.facts,
                 &profile,
                 view,
                 now,
@@ -224,7 +229,7 @@ impl Run {
             let verdict = evaluate_rules(&mut ctx, rules).await;
             // After phase: counters were taken by the before decision; give back any taken now.
             for (_, key, permit) in ctx.permits.drain(..) {
-                self.engine.state.release(&key, permit);
+                self.engine.decide.state.release(&key, permit);
             }
             let mut d = base_decision(Phase::After, &verdict, &policies);
             d.evaluated = verdict.evaluated;
@@ -256,6 +261,7 @@ impl Run {
             }
             None => self
                 .shared
+                .facts
                 .history
                 .lock()
                 .push(&profile, policies.tools.generation()),
@@ -374,11 +380,14 @@ pub(crate) fn record_metric(
         if !accepted {
             continue;
         }
-        let key = run.state_key(spec.slot, spec.scope);
+        let key = run.facts.state_key(spec.slot, spec.scope);
         if engine.shared.is_some() {
             super::shared_state::buffer_metric(run, key, spec.window_seconds, value, at_ms);
         } else {
-            engine.state.record(&key, spec.window_seconds, at_ms, value);
+            engine
+                .decide
+                .state
+                .record(&key, spec.window_seconds, at_ms, value);
         }
     }
 }

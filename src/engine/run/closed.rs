@@ -1,7 +1,8 @@
-//! How a run ends ([`Run::end`], or a drop) and what it does afterwards. A run that can
-//! decide nothing more has ended (or was left), or its engine has shut down. Its decisions are refused — a block whose `error` says why, and nothing is written
-//! into its chain — so an app that keeps using it (or a decision racing its end) never gets
-//! an allowed call that the trail does not show.
+//! How a run ends ([`Run::end`], or a drop), how it is left open for another holder
+//! ([`Run::leave`]) and what it does afterwards. A run that can decide nothing more has ended
+//! (or was left), or its engine has shut down. Its decisions are refused — a block whose
+//! `error` says why, and nothing is written into its chain — so an app that keeps using it (or
+//! a decision racing its end) never gets an allowed call that the trail does not show.
 
 use std::fmt;
 use std::sync::Arc;
@@ -63,7 +64,7 @@ impl RunShared {
             tokens_in: t.tokens_in.load(Ordering::Relaxed),
             tokens_out: t.tokens_out.load(Ordering::Relaxed),
             cost_usd: t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
-            duration_ms: now.timestamp_millis() - self.started_ms,
+            duration_ms: now.timestamp_millis() - self.facts.started_ms,
             aborted: self.aborted.load(Ordering::Acquire),
             final_response: final_response.map(str::to_string),
             evaluation: None,
@@ -78,9 +79,9 @@ impl Drop for RunShared {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.engine.state.forget_scope(&self.run_key);
+        self.engine.decide.state.forget_scope(&self.facts.run_key);
         super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.context, "dropped")
+            o.on_run_end(&self.facts.context, "dropped")
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
@@ -110,12 +111,15 @@ impl Run {
         if was_ended {
             return;
         }
-        self.engine.state.forget_scope(&self.shared.run_key);
+        self.engine
+            .decide
+            .state
+            .forget_scope(&self.shared.facts.run_key);
         if let Some(store) = self.engine.shared.clone() {
             self.end_shared(&*store).await;
         }
         super::observe::each(&self.engine.observers, |o| {
-            o.on_run_end(&self.shared.context, status)
+            o.on_run_end(&self.shared.facts.context, status)
         });
         if self.engine.audit_enabled() {
             let now = self.engine.clock.now();
@@ -155,6 +159,55 @@ impl Run {
             Some(RunClosed::EngineShutDown)
         } else {
             None
+        }
+    }
+}
+
+impl Run {
+    /// Leaves the run open for another process (or a later [`start_run`] of the same id on
+    /// this engine) to continue: what is left is written to the state store, the audit trail
+    /// is flushed and the run's chain head is written where the next holder reads it (design
+    /// §8); no `run.ended` is written and the run's state stays. The handle does nothing more
+    /// afterwards (as after [`end`](Run::end)). A fork found now (another holder claimed the
+    /// run meanwhile) is an `error` event.
+    ///
+    /// [`start_run`]: crate::engine::GovernanceEngine::start_run
+    pub async fn leave(&self) {
+        self.leave_flushing(true).await;
+    }
+
+    /// [`leave`](Run::leave) without flushing the audit trail: the chain head written to the
+    /// store is what the next holder continues from, so handing a run over between calls (the
+    /// shared MCP gateway) needs no sync of this process's trail; its events reach the sinks
+    /// with their normal durability (handed to the OS at once, synced at the next run end,
+    /// flush or shutdown), as those of any run still open do.
+    #[cfg(all(feature = "mcp", feature = "http"))]
+    pub(crate) async fn hand_over(&self) {
+        self.leave_flushing(false).await;
+    }
+
+    async fn leave_flushing(&self, flush: bool) {
+        let was_ended = {
+            let _closing = self.shared.gate.write();
+            self.shared.ended.swap(true, Ordering::AcqRel)
+        };
+        if was_ended {
+            return;
+        }
+        if let Some(store) = self.engine.shared.clone() {
+            let now = self.engine.clock.now();
+            self.settle_shared(&*store, Default::default(), now, "")
+                .await;
+        }
+        super::observe::each(&self.engine.observers, |o| {
+            o.on_run_end(&self.shared.facts.context, "open")
+        });
+        if self.engine.audit_enabled() {
+            self.engine.await_background(&self.shared).await;
+            self.engine.leave_chain(&self.shared, false).await;
+            if flush {
+                self.engine.flush_run_audit(&self.shared).await;
+            }
         }
     }
 }

@@ -20,19 +20,20 @@ use crate::engine::audit::audit_hook::ChainStart;
 use crate::engine::audit::sealer::Body;
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};
+use crate::engine::decide::env::RunFacts;
 use crate::engine::decide::evaluate::{
     CallView, DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
     extract_subjects,
 };
-use crate::engine::decide::history::History;
 use crate::engine::decide::profile::ToolProfile;
 use crate::engine::{EngineInner, FailureMode};
-use crate::policy::{CompiledPolicies, EffectType, Phase, Scope};
+use crate::policy::{CompiledPolicies, EffectType, Phase};
 use crate::state::StateKey;
 
 pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
 
 pub(crate) use super::pending::{CallRecord, PendingCalls};
+pub(crate) use crate::engine::audit::body::obj;
 
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
@@ -50,44 +51,21 @@ pub(crate) struct Totals {
 /// State shared by every handle of one run.
 pub(crate) struct RunShared {
     pub(crate) engine: Arc<EngineInner>,
-    pub(crate) context: Arc<RunContext>,
-    pub(crate) started_ms: i64,
+    /// What decisions read of the run: its context, start, history, state keys.
+    pub(crate) facts: RunFacts,
     pub(crate) aborted: AtomicBool,
     pub(crate) ended: AtomicBool,
     /// Held (shared) while a decision is written, taken (exclusive) when the run ends: a
     /// decision either lands before `run.ended` or sees the run ended (see `closed.rs`).
     pub(crate) gate: parking_lot::RwLock<()>,
-    pub(crate) history: Mutex<History>,
     pub(crate) pending: Mutex<PendingCalls>,
-    /// The end user's time zone from a tag, parsed once: (tag, zone).
-    pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<chrono_tz::Tz>)>,
-    /// The profile map last read (see `decide/profile.rs`).
-    pub(crate) profiles: crate::engine::decide::profile::MapSnapshot,
-    /// The local time of the last second a `timeGate` asked (see `decide/tz.rs`).
-    pub(crate) local_memo: Mutex<Option<crate::engine::decide::tz::LocalMemo>>,
     pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
-    pub(crate) run_key: Arc<str>,
     /// On a shared store: the run was resumed; the next read clears its abort flag.
     pub(crate) resume_pending: AtomicBool,
     /// On a shared store: metric events not written yet (see `shared_state.rs`).
     pub(crate) buffered: Mutex<Vec<crate::state::shared::MetricEvent>>,
-    agent_key: Arc<str>,
-    agent_user_key: Arc<str>,
     pub(crate) audit: crate::engine::audit::audit_hook::RunAudit,
-}
-
-impl RunShared {
-    pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
-        StateKey {
-            slot,
-            scope: match scope {
-                Scope::Run => self.run_key.clone(),
-                Scope::Agent => self.agent_key.clone(),
-                Scope::AgentUser => self.agent_user_key.clone(),
-            },
-        }
-    }
 }
 
 /// A live agent run. Cheap to clone; use it from as many tasks as you like.
@@ -103,7 +81,7 @@ pub struct Run {
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Run")
-            .field("context", &self.shared.context)
+            .field("context", &self.shared.facts.context)
             .finish()
     }
 }
@@ -117,27 +95,17 @@ struct AsyncPlan {
 impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
-        let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
-        let run_key: Arc<str> =
-            Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id));
-        let (audit, chain_problems, start) = engine.audit_for_run(&context, &run_key);
+        let facts = RunFacts::new(context, now.timestamp_millis());
+        let (audit, chain_problems, start) = engine.audit_for_run(&facts.context, &facts.run_key);
         let shared = Arc::new(RunShared {
             engine: engine.clone(),
-            run_key,
-            agent_key: Arc::from(crate::state::agent_scope(&context.agent_id)),
-            agent_user_key: Arc::from(crate::state::user_scope(&context.agent_id, enduser)),
+            facts,
             audit,
-            context: Arc::new(context),
-            started_ms: now.timestamp_millis(),
             aborted: AtomicBool::new(false),
             // A run of a shut-down engine is over before it starts: it writes nothing.
             ended: AtomicBool::new(engine.shut_down.load(Ordering::Acquire)),
             gate: parking_lot::RwLock::new(()),
-            history: Mutex::new(History::default()),
             pending: Mutex::new(PendingCalls::default()),
-            tz_cache: std::sync::OnceLock::new(),
-            local_memo: Mutex::new(None),
-            profiles: Default::default(),
             tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
             resume_pending: AtomicBool::new(false),
@@ -145,7 +113,7 @@ impl Run {
         });
         let run = Run { engine, shared };
         super::observe::each(&run.engine.observers, |o| {
-            o.on_run_start(&run.shared.context)
+            o.on_run_start(&run.shared.facts.context)
         });
         if run.engine.audit_enabled() && !run.shared.ended.load(Ordering::Acquire) {
             run.emit_start(&start, now);
@@ -170,7 +138,7 @@ impl Run {
     /// last holder left) or `run.resumed` (taken over from a holder whose lease lapsed, or
     /// whose head was lost); nothing for a refused run (its `error` events say why).
     fn emit_start(&self, start: &ChainStart, now: DateTime<Utc>) {
-        let ctx = self.shared.context.clone();
+        let ctx = self.shared.facts.context.clone();
         let holder = Value::String(self.shared.audit.owner.to_string());
         let (kind, body) = match start {
             ChainStart::Started => {
@@ -202,7 +170,7 @@ impl Run {
 
     /// The run's context.
     pub fn context(&self) -> &RunContext {
-        &self.shared.context
+        &self.shared.facts.context
     }
 
     /// Whether a hitl decision aborted the run.
@@ -322,11 +290,13 @@ impl Run {
             return Ok(false);
         }
         let policies = self.engine.policies.load();
-        let profile =
-            policies
-                .tools
-                .profile_in(&policies, &call.name, &call.tags, &self.shared.profiles);
-        if shared_store || profile.needs_async(&self.engine, Phase::Before) {
+        let profile = policies.tools.profile_in(
+            &policies,
+            &call.name,
+            &call.tags,
+            &self.shared.facts.profiles,
+        );
+        if shared_store || profile.needs_async(&self.engine.decide, Phase::Before) {
             return Err(AsyncPlan {
                 policies: arc_swap::Guard::into_inner(policies),
                 profile,
@@ -335,9 +305,9 @@ impl Run {
         let decide = AssertUnwindSafe(|| {
             let view = call_view(call, &profile, None);
             let mut ctx = DecisionCtx::new(
-                &self.engine,
+                &self.engine.decide,
                 &policies,
-                &self.shared,
+                &self.shared.facts,
                 &profile,
                 view,
                 now,
@@ -371,9 +341,9 @@ impl Run {
         let view = call_view(call, &profile, None);
         let subjects = call.subjects.clone();
         let mut ctx = DecisionCtx::new(
-            &self.engine,
+            &self.engine.decide,
             &policies,
-            &self.shared,
+            &self.shared.facts,
             &profile,
             view,
             now,
@@ -424,7 +394,7 @@ impl Run {
             count_allowed(&self.engine, ctx, &ctx.permits);
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
-                self.engine.state.release(&key, permit);
+                self.engine.decide.state.release(&key, permit);
             }
         }
         proceeds
@@ -456,7 +426,7 @@ impl Run {
         };
         decision.latency_ns = started.elapsed().as_nanos() as u64;
         super::observe::each(&self.engine.observers, |o| {
-            o.on_decision(&self.shared.context, &call, &decision)
+            o.on_decision(&self.shared.facts.context, &call, &decision)
         });
         let ToolCall {
             id,
@@ -548,8 +518,8 @@ pub(crate) fn aborted_decision() -> Decision {
 
 /// The caller's subjects, for a decision to add to (no allocation when there are none).
 pub(crate) fn clone_subjects(
-    s: &[crate::engine::decide::subjects::SubjectRef],
-) -> Vec<crate::engine::decide::subjects::SubjectRef> {
+    s: &[crate::engine::decide::call::SubjectRef],
+) -> Vec<crate::engine::decide::call::SubjectRef> {
     if s.is_empty() { Vec::new() } else { s.to_vec() }
 }
 
@@ -581,18 +551,11 @@ pub(crate) fn count_allowed(
             continue;
         }
         if let Some(spec) = ctx.policies.counters.counters.get(c as usize) {
-            engine.state.add(
+            engine.decide.state.add(
                 &ctx.run.state_key(spec.slot, spec.scope),
                 spec.window_seconds,
                 ctx.now_ms,
             );
         }
-    }
-}
-
-pub(crate) fn obj(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
     }
 }

@@ -188,9 +188,9 @@ impl Run {
     ) -> (Decision, bool) {
         let decide = AssertUnwindSafe(|| {
             let mut ctx = DecisionCtx::new(
-                &self.engine,
+                &self.engine.decide,
                 policies,
-                &self.shared,
+                &self.shared.facts,
                 profile,
                 Self::llm_view(call, profile),
                 now,
@@ -224,9 +224,9 @@ impl Run {
             return (d, proceeds);
         }
         let mut ctx = DecisionCtx::new(
-            &self.engine,
+            &self.engine.decide,
             policies,
-            &self.shared,
+            &self.shared.facts,
             profile,
             Self::llm_view(call, profile),
             now,
@@ -258,7 +258,7 @@ impl Run {
             count_allowed(&self.engine, ctx, &ctx.permits);
         } else {
             for (_, key, permit) in ctx.permits.drain(..) {
-                self.engine.state.release(&key, permit);
+                self.engine.decide.state.release(&key, permit);
             }
         }
         (d, proceeds)

@@ -6,25 +6,7 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use serde_json::Value;
-
-/// A tool call as the run keeps it: what its result and its audit events need.
-#[derive(Debug)]
-pub(crate) struct CallRecord {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) tags: Vec<String>,
-    pub(crate) args: Value,
-    /// The arguments as the audit trail writes them, when `sensitiveData` detected something.
-    pub(crate) redaction: Option<Box<crate::engine::decide::conditions::Redaction>>,
-}
-
-impl CallRecord {
-    /// The arguments as audit events carry them (detected strings redacted).
-    pub(crate) fn audit_args(&self) -> &Value {
-        self.redaction.as_ref().map_or(&self.args, |r| &r.args)
-    }
-}
+pub(crate) use crate::engine::audit::body::CallRecord;
 
 /// An entry of [`PendingCalls`], found by the call's id.
 #[derive(Debug)]
@@ -82,6 +64,7 @@ impl PendingCalls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn call(id: &str, n: u64) -> Arc<CallRecord> {
         Arc::new(CallRecord {

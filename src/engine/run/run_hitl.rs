@@ -17,7 +17,7 @@ impl Run {
         call: &ToolCall,
         now: chrono::DateTime<chrono::Utc>,
     ) {
-        let ctx = &self.shared.context;
+        let ctx = &self.shared.facts.context;
         let rule_id = d.rule_id.as_deref().unwrap_or("");
         let enduser = ctx.enduser.as_ref().map(|u| u.id.as_str());
         // Taken over the arguments as the trail holds them (what a redacting sensitiveData

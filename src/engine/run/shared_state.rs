@@ -15,115 +15,19 @@ use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use smallvec::SmallVec;
 
 use super::handle::{Run, RunShared, ToolCall, call_view, obj};
 use crate::audit::EventKind;
 use crate::engine::decide::decision::Decision;
 use crate::engine::decide::evaluate::{DecisionCtx, evaluate_rules, extract_subjects};
 use crate::engine::decide::profile::ToolProfile;
-use crate::policy::{CCond, CompiledPolicies, EffectType, Phase, Scope};
+use crate::engine::decide::remote::{RemoteView, StatePlan};
+use crate::policy::{CompiledPolicies, EffectType, Phase, Scope};
 use crate::state::WindowStats;
 use crate::state::shared::{
     CounterAdd, CounterOp, LeaseHold, MetricEvent, Settlement, SharedStateError, SharedStateStore,
     StateRequest, StateSnapshot, WindowOp, history_entry, parse_history_entry,
 };
-
-/// What the rules in play of one phase read from the past.
-#[derive(Debug, Default)]
-pub(crate) struct StatePlan {
-    /// maxCalls counters and their (smallest) limit.
-    counters: Box<[(u32, u64)]>,
-    /// metricWindow trackers.
-    trackers: Box<[u32]>,
-    /// Whether a `sequence` condition reads the run's history.
-    history: bool,
-}
-
-impl StatePlan {
-    fn compute(policies: &CompiledPolicies, rules: &[u32]) -> StatePlan {
-        let mut counters: Vec<(u32, u64)> = Vec::new();
-        let mut trackers: Vec<u32> = Vec::new();
-        let mut history = false;
-        let mut stack: Vec<&CCond> = rules
-            .iter()
-            .filter_map(|&i| policies.rules.get(i as usize))
-            .map(|r| &r.condition)
-            .collect();
-        while let Some(c) = stack.pop() {
-            match c {
-                CCond::And(cs) | CCond::Or(cs) => stack.extend(cs.iter()),
-                CCond::Not(c) => stack.push(c),
-                CCond::MaxCalls { counter, max } => {
-                    match counters.iter_mut().find(|(c, _)| c == counter) {
-                        Some(entry) => entry.1 = entry.1.min(*max),
-                        None => counters.push((*counter, *max)),
-                    }
-                }
-                CCond::MetricWindow { tracker, .. } if !trackers.contains(tracker) => {
-                    trackers.push(*tracker);
-                }
-                CCond::Sequence { .. } => history = true,
-                _ => {}
-            }
-        }
-        counters.sort_unstable();
-        trackers.sort_unstable();
-        StatePlan {
-            counters: counters.into(),
-            trackers: trackers.into(),
-            history,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.counters.is_empty() && self.trackers.is_empty() && !self.history
-    }
-}
-
-impl ToolProfile {
-    /// The state the rules in play of `phase` read.
-    pub(crate) fn plan(&self, policies: &CompiledPolicies, phase: Phase) -> &StatePlan {
-        let plans = self.state_plan.get_or_init(|| {
-            [
-                StatePlan::compute(policies, &self.rules[0]),
-                StatePlan::compute(policies, &self.rules[1]),
-            ]
-        });
-        &plans[crate::policy::phase_slot(phase)]
-    }
-}
-
-/// What a decision on a shared store read: conditions look here instead of the memory store.
-#[derive(Debug, Default)]
-pub(crate) struct RemoteView {
-    counters: SmallVec<[(u32, u64); 4]>,
-    windows: SmallVec<[(u32, WindowStats); 2]>,
-    seen: Vec<u64>,
-}
-
-impl RemoteView {
-    /// A counter's count before this call (`None`: not read).
-    pub(crate) fn count(&self, counter: u32) -> Option<u64> {
-        self.counters
-            .iter()
-            .find(|(c, _)| *c == counter)
-            .map(|(_, n)| *n)
-    }
-
-    /// A window's aggregates (`None`: not read).
-    pub(crate) fn window(&self, tracker: u32) -> Option<WindowStats> {
-        self.windows
-            .iter()
-            .find(|(t, _)| *t == tracker)
-            .map(|(_, w)| *w)
-    }
-
-    /// The sequence entries the run's history satisfies.
-    pub(crate) fn seen(&self) -> &[u64] {
-        &self.seen
-    }
-}
 
 fn window_ms(secs: u64) -> i64 {
     i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
@@ -152,7 +56,7 @@ fn ops(
         .filter_map(|&(c, max)| {
             let spec = policies.counters.counters.get(c as usize)?;
             Some(CounterOp {
-                key: run.state_key(spec.slot, spec.scope),
+                key: run.facts.state_key(spec.slot, spec.scope),
                 max,
                 window_secs: spec.window_seconds,
                 reserve: reserve && profile.counts(c),
@@ -166,7 +70,7 @@ fn ops(
         .filter_map(|&t| {
             let spec = policies.trackers.get(t as usize)?;
             Some(WindowOp {
-                key: run.state_key(spec.slot, spec.scope),
+                key: run.facts.state_key(spec.slot, spec.scope),
                 window_secs: spec.window_seconds,
             })
         })
@@ -196,7 +100,7 @@ fn view(
         .map(|(&t, w)| {
             let mut w = *w;
             if let Some(spec) = policies.trackers.get(t as usize) {
-                let key = run.state_key(spec.slot, spec.scope);
+                let key = run.facts.state_key(spec.slot, spec.scope);
                 let from = now_ms.saturating_sub(window_ms(spec.window_seconds));
                 for e in buffered.iter() {
                     if e.key == key && e.at_ms > from && e.at_ms <= now_ms {
@@ -235,12 +139,12 @@ pub(crate) fn run_scoped_keys(
         .counters
         .iter()
         .filter(|c| c.scope == Scope::Run)
-        .map(|c| run.state_key(c.slot, c.scope));
+        .map(|c| run.facts.state_key(c.slot, c.scope));
     let trackers = policies
         .trackers
         .iter()
         .filter(|t| t.scope == Scope::Run)
-        .map(|t| run.state_key(t.slot, t.scope));
+        .map(|t| run.facts.state_key(t.slot, t.scope));
     counters.chain(trackers).collect()
 }
 
@@ -256,8 +160,8 @@ impl Run {
     ) -> StateRequest<'a> {
         StateRequest {
             lease,
-            agent: &self.shared.context.agent_id,
-            run_id: &self.shared.context.run_id,
+            agent: &self.shared.facts.context.agent_id,
+            run_id: &self.shared.facts.context.run_id,
             counters,
             windows,
             history,
@@ -287,7 +191,7 @@ impl Run {
         if settlement.is_empty() {
             return;
         }
-        let ctx = &self.shared.context;
+        let ctx = &self.shared.facts.context;
         let at = now.timestamp_millis();
         if let Err(e) = store
             .settle(&ctx.agent_id, &ctx.run_id, &settlement, at)
@@ -349,9 +253,9 @@ impl Run {
             return (super::handle::aborted_decision(), false);
         }
         let mut ctx = DecisionCtx::new(
-            &self.engine,
+            &self.engine.decide,
             &policies,
-            &self.shared,
+            &self.shared.facts,
             &profile,
             call_view(call, &profile, None),
             now,
@@ -373,7 +277,7 @@ impl Run {
             for &c in profile.counters.iter().filter(|&&c| !reserved(c)) {
                 if let Some(spec) = policies.counters.counters.get(c as usize) {
                     settlement.adds.push(CounterAdd {
-                        key: self.shared.state_key(spec.slot, spec.scope),
+                        key: self.shared.facts.state_key(spec.slot, spec.scope),
                         window_secs: spec.window_seconds,
                         run_scoped: spec.scope == Scope::Run,
                     });
@@ -453,7 +357,7 @@ impl Run {
                 "this handle does not hold run {:?} (its lease was taken over, or another \
                  holder had it): the call is decided by the failure mode and not written into \
                  the run's chain",
-                self.shared.context.run_id
+                self.shared.facts.context.run_id
             ))
         })
     }
@@ -530,7 +434,7 @@ impl Run {
             .await;
         let policies = self.engine.policies.load_full();
         let scoped = run_scoped_keys(&policies, &self.shared);
-        let ctx = &self.shared.context;
+        let ctx = &self.shared.facts.context;
         if let Err(e) = store.end_run(&ctx.agent_id, &ctx.run_id, &scoped).await {
             self.emit(
                 EventKind::Error,

@@ -4,9 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Shared;
-use super::send::{count_events, truncate};
-use super::spool::write_synced;
+use super::spool::{count_events, write_synced};
+use super::{Shared, truncate};
 use crate::audit::AuditError;
 
 /// The `(id, reason)` list of a 409 answer `{"accepted","duplicates","rejected":[...]}`.

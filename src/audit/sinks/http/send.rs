@@ -9,8 +9,8 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::rejected::{reject, reject_some, rejected_list};
-use super::spool::{batch_body, spill, spool_path};
-use super::{HttpSinkConfig, Inflight, Outcome, Shared};
+use super::spool::{batch_body, count_events, spill, spool_path};
+use super::{HttpSinkConfig, Inflight, Outcome, Shared, truncate};
 use crate::audit::AuditEvent;
 
 fn backoff(config: &HttpSinkConfig, attempt: u32) -> Duration {
@@ -144,13 +144,6 @@ fn classify(status: u16, text: String, retry_after: Option<Duration>) -> Outcome
             after: retry_after,
         },
         _ => Outcome::Rejected { status, body: text },
-    }
-}
-
-pub(super) fn truncate(s: &str, n: usize) -> &str {
-    match s.char_indices().nth(n) {
-        Some((i, _)) => &s[..i],
-        None => s,
     }
 }
 
@@ -394,17 +387,6 @@ async fn retry_pause(
     shared.state.lock().await.last_error = Some(error);
     bump(shared);
     pause(shared, delay).await
-}
-
-pub(super) fn count_events(body: &[u8]) -> u64 {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.get("events")
-                .and_then(|e| e.as_array())
-                .map(|a| a.len() as u64)
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

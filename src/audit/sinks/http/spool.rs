@@ -49,6 +49,18 @@ pub(super) fn batch_body(events: &[Arc<AuditEvent>]) -> Vec<u8> {
     body.into_bytes()
 }
 
+/// How many events a batch body (`{"events": [...]}`) holds; 0 when it is not one.
+pub(super) fn count_events(body: &[u8]) -> u64 {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.get("events")
+                .and_then(|e| e.as_array())
+                .map(|a| a.len() as u64)
+        })
+        .unwrap_or(0)
+}
+
 /// Writes `body` durably as the next spool file.
 pub(super) async fn write_spool_file(
     shared: &Shared,

@@ -9,7 +9,7 @@ pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCt
     let tz: Option<Tz> = match src {
         CTzSource::Static(tz) => Some(*tz),
         CTzSource::Tag { tag, fallback_org } => {
-            let from_tag = ctx.run.enduser_tz(tag);
+            let from_tag = ctx.run.enduser_tz(&ctx.engine.tz_names, tag);
             from_tag.or(if *fallback_org {
                 ctx.org_timezone()
             } else {

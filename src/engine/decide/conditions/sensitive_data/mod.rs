@@ -187,7 +187,7 @@ pub(crate) struct Redaction {
 pub(crate) fn redaction(
     args: &Value,
     base: Option<&Redaction>,
-    evaluated: &[crate::engine::decision::EvaluatedRule],
+    evaluated: &[crate::engine::decide::decision::EvaluatedRule],
 ) -> Option<Redaction> {
     let mut found = evaluated
         .iter()
@@ -323,9 +323,9 @@ fn redact_in(v: &mut Value, detectors: &[Detector], depth: usize) {
 
 fn at_path_mut<'v>(
     mut v: &'v mut Value,
-    segs: &[crate::engine::decision::OwnedSeg],
+    segs: &[crate::engine::decide::decision::OwnedSeg],
 ) -> Option<&'v mut Value> {
-    use crate::engine::decision::OwnedSeg;
+    use crate::engine::decide::decision::OwnedSeg;
     for s in segs {
         v = match (v, s) {
             (Value::Object(m), OwnedSeg::Key(k)) => m.get_mut(k.as_str())?,

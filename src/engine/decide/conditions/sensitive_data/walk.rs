@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 use super::{CSensitive, Target, detect_bytes, first_pass, scan, shared_bit};
 use crate::engine::decide::conditions::{Tri, json_path, resolve_missing};
-use crate::engine::decision::{ArgPathSeg, Detection};
-use crate::engine::evaluate::DecisionCtx;
+use crate::engine::decide::decision::{ArgPathSeg, Detection};
+use crate::engine::decide::evaluate::DecisionCtx;
 use crate::json::MAX_VALUE_DEPTH;
 use crate::policy::Detector;
 

@@ -16,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{Notify, watch};
 
 use super::App;
-use super::pages::{self, ListQuery, Viewer};
+use super::layout::Viewer;
+use super::pages::{self, ListQuery};
 use super::store::Snapshot;
 
 /// The poller's outputs.

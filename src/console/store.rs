@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::audit_out::AuditOut;
+use crate::audit_out::AuditOut;
 use crate::engine::{
     FileReviewStore, Notifier, NotifyKind, Review, ReviewError, ReviewStatus, ReviewStore,
     ReviewVerdict,

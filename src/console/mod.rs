@@ -1,24 +1,24 @@
-//! `toolgate console`: a web page for the humans in the loop (design §15) over the review
-//! store (a file or Redis) and, with `--store`, the audit store.
+//! The review console: a web page for the humans in the loop (design §15) over the review
+//! store (a file or Redis) and, with `--store`, the audit store. `toolgate console` parses its
+//! flags and calls [`serve`].
 //!
 //! * `store` — listing the reviews cheaply, the expiry sweep, a decision's side effects;
-//! * `audit_out` — `review.decided` events and run pages;
+//! * `runs` — run pages read from the audit store (`review.decided` events are written by
+//!   [`crate::audit_out`]);
 //! * `auth` — tokens, sessions, CSRF;
-//! * `pages` — the HTML (maud templates); `text` — hostile text made visible, long values cut;
+//! * `layout` — every page's frame; `pages`, `run_page` — the HTML (maud templates); `text` — hostile text made visible, long values cut;
 //! * `live` — the poller and the server-sent events.
 
-mod audit_out;
 mod auth;
+mod layout;
 mod live;
 mod login;
 mod pages;
 mod run_page;
+mod runs;
 mod store;
 mod text;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use axum::Router;
@@ -28,65 +28,14 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use self::audit_out::AuditOut;
-use self::auth::{Cookies, LoginCsrf, Session, Sessions, Throttle, Tokens};
-use self::pages::{ListQuery, PageContext, Viewer};
-use self::store::{ConsoleReviews, Effects};
-use crate::engine::{FileReviewStore, ReviewError};
-
-/// The long help of `toolgate console`.
-pub const LONG_ABOUT: &str = "Serve the review console: a web page where reviewers log in with \
-a token, see the calls waiting for review (agent, end user, tool, redacted arguments, rule and \
-reason, age) as they are raised by any process, approve or deny them with a comment, and see \
-who decided what. With --store, each review links to its run's page (decisions in order, \
-evaluations, the chain's verify status).\n\n\
-TOKENS is JSON: {\"tokens\": [{\"sha256\": \"<hex SHA-256 of the token>\", \"name\": \"alice\"}]}; \
-the name is recorded as the reviewer. Each decision is also written as a `review.decided` \
-audit event (to --store, else to --audit DIR).\n\n\
-The first line on standard output is `toolgate console listening on http://ADDR/`.";
-
-/// Arguments of `toolgate console`.
-#[derive(Debug, clap::Args)]
-#[command(long_about = LONG_ABOUT)]
-pub struct ConsoleArgs {
-    /// Address to listen on (port 0: any free port, printed at start).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8851")]
-    pub listen: SocketAddr,
-    /// The reviewers' tokens: `{"tokens": [{"sha256", "name"}]}`.
-    #[arg(long, value_name = "TOKENS")]
-    pub token_file: PathBuf,
-    /// The review store file (as given to `replay --reviews`).
-    #[arg(long, value_name = "FILE", conflicts_with = "state")]
-    pub reviews: Option<PathBuf>,
-    /// Reviews on Redis (`--state redis://…`, as given to `replay` and `mcp-proxy`).
-    #[command(flatten)]
-    pub state: super::state::StateArgs,
-    /// The audit store: a folder of JSONL files or `postgres://…` (run pages, and where
-    /// `review.decided` events go).
-    #[arg(long, value_name = "DIR|postgres://…")]
-    pub store: Option<String>,
-    /// Where `review.decided` events go without --store.
-    #[arg(long, value_name = "DIR", default_value = crate::audit::DEFAULT_AUDIT_DIR, conflicts_with = "store")]
-    pub audit: PathBuf,
-    /// How often the review store is looked at for changes, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 200)]
-    pub poll_ms: u64,
-    /// Webhooks told of each decision made here (see `replay --notify`).
-    #[command(flatten)]
-    pub notify: super::notify::NotifyArgs,
-    /// The URL reviewers reach the console at. `https://…` (a TLS proxy in front): the cookies
-    /// get `Secure` and the `__Host-` prefix.
-    #[arg(long, value_name = "URL")]
-    pub public_url: Option<String>,
-    /// Sign the runs of the console's `review.decided` events with this Ed25519 private key
-    /// (see `toolgate keygen`): each is closed by a signed `run.ended`, so `toolgate verify
-    /// --public-key KEY.pub` accepts them.
-    #[arg(long, value_name = "KEY")]
-    pub signing_key: Option<PathBuf>,
-    /// How the console's HTTP front admits clients (Host check, per-address cap).
-    #[command(flatten)]
-    pub front: super::front::FrontArgs,
-}
+pub(crate) use self::auth::Tokens;
+use self::auth::{Cookies, LoginCsrf, Session, Sessions, Throttle};
+use self::layout::Viewer;
+use self::pages::{ListQuery, PageContext};
+pub(crate) use self::store::ConsoleReviews;
+use self::store::Effects;
+use crate::audit_out::AuditOut;
+use crate::engine::ReviewError;
 
 /// What the handlers share.
 pub(crate) struct App {
@@ -110,116 +59,63 @@ pub(crate) fn page_context(app: &App) -> PageContext {
     }
 }
 
-/// Runs `toolgate console`.
-pub fn run(args: ConsoleArgs) -> ExitCode {
-    let runtime = match super::runtime() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("toolgate console: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("toolgate console: {e}");
-            ExitCode::from(2)
-        }
-    }
+/// What the console is given, opened by `toolgate console` from its flags.
+pub(crate) struct ConsoleConfig {
+    /// The reviewers' tokens.
+    pub tokens: Tokens,
+    /// The review store.
+    pub reviews: Arc<dyn ConsoleReviews>,
+    /// The audit store of `--store` (run pages), if given.
+    pub runs: Option<AuditOut>,
+    /// Where `review.decided` events go.
+    pub audit: AuditOut,
+    /// Signs the runs of the `review.decided` events.
+    pub signer: Option<Arc<crate::audit::RunSigner>>,
+    /// The cookies get `Secure` and the `__Host-` prefix (an `https://` public URL).
+    pub secure: bool,
+    /// Webhooks told of each decision made here.
+    pub notifier: Option<crate::engine::Notifier>,
+    /// How often the review store is looked at for changes.
+    pub poll: std::time::Duration,
 }
 
-fn open_reviews(args: &ConsoleArgs) -> Result<Arc<dyn ConsoleReviews>, String> {
-    #[cfg(feature = "redis")]
-    if let Some(config) = args.state.redis()? {
-        return Ok(Arc::new(super::state::StateArgs::review_store(&config)?));
-    }
-    #[cfg(not(feature = "redis"))]
-    if args.state.state.is_some() {
-        return Err("--state needs toolgate built with the `redis` feature".into());
-    }
-    match &args.reviews {
-        Some(path) => Ok(Arc::new(FileReviewStore::new(path))),
-        None => Err("give the review store: --reviews FILE or --state redis://…".into()),
-    }
-}
-
-async fn serve(args: ConsoleArgs) -> Result<(), String> {
-    let tokens = Tokens::load(&args.token_file)?;
-    let reviews = open_reviews(&args)?;
-    let runs = match &args.store {
-        Some(spec) => Some(AuditOut::open(spec).await?),
-        None => None,
-    };
-    let audit = runs
-        .clone()
-        .unwrap_or_else(|| AuditOut::Dir(args.audit.clone()));
-    let signer = match &args.signing_key {
-        Some(path) => Some(Arc::new(
-            crate::audit::RunSigner::from_file(path).map_err(|e| format!("--signing-key: {e}"))?,
-        )),
-        None => None,
-    };
-    let secure = match &args.public_url {
-        Some(u) if u.starts_with("https://") => true,
-        Some(u) if u.starts_with("http://") => false,
-        Some(u) => {
-            return Err(format!(
-                "--public-url {u:?}: expected an http:// or https:// URL"
-            ));
-        }
-        None => false,
-    };
-    let notifier = args.notify.config()?.map(crate::engine::Notifier::start);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let live = live::Live::new(std::time::Duration::from_millis(
-        args.poll_ms.clamp(20, 60_000),
-    ));
+/// Serves the console on `listener` through the HTTP front until `shutdown`; `ready` is told,
+/// once the first look at the review store is done, where the reviews (and runs) are.
+pub(crate) async fn serve(
+    config: ConsoleConfig,
+    listener: tokio::net::TcpListener,
+    front: crate::http_front::FrontConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(&str),
+) -> Result<(), String> {
     let app = Arc::new(App {
-        reviews,
-        tokens,
+        reviews: config.reviews,
+        tokens: config.tokens,
         sessions: Sessions::default(),
-        runs,
+        runs: config.runs,
         effects: Effects {
-            audit: Some(audit),
-            notifier,
-            signer,
+            audit: Some(config.audit),
+            notifier: config.notifier,
+            signer: config.signer,
         },
-        live,
-        cookies: Cookies::new(secure),
+        live: live::Live::new(config.poll),
+        cookies: Cookies::new(config.secure),
         login_csrf: LoginCsrf::default(),
         throttle: Throttle::default(),
     });
     live::start_poller(Arc::clone(&app));
     app.live.ready().await;
-    println!("toolgate console listening on http://{addr}/");
-    eprintln!(
-        "toolgate console: reviews in {}{}",
+    ready(&format!(
+        "{}{}",
         app.reviews.place(),
         app.runs
             .as_ref()
             .map(|r| format!(", runs in {}", r.place()))
             .unwrap_or_default()
-    );
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    let front = crate::http_front::FrontConfig {
-        per_address: args.front.per_address(),
-        allowed_hosts: args.front.allowed_hosts.clone(),
-        shutdown_grace: std::time::Duration::from_secs(5),
-        name: "toolgate console",
-        ..Default::default()
-    };
-    let served = crate::http_front::serve(
-        router(Arc::clone(&app)),
-        listener,
-        front,
-        super::collect::shutdown_signal(),
-    )
-    .await
-    .map_err(|e| e.to_string());
+    ));
+    let served = crate::http_front::serve(router(Arc::clone(&app)), listener, front, shutdown)
+        .await
+        .map_err(|e| e.to_string());
     if let Some(n) = &app.effects.notifier {
         n.drain(crate::engine::NOTIFY_DRAIN).await;
     }
@@ -421,7 +317,7 @@ async fn decide(
     let outcome = match decided {
         Ok(r) => r,
         Err(e) => Err(ReviewError::Io {
-            path: PathBuf::from("review store"),
+            path: std::path::PathBuf::from("review store"),
             message: e.to_string(),
         }),
     };

@@ -3,20 +3,9 @@
 use maud::{Markup, html};
 use serde_json::Value;
 
-use super::pages::{Viewer, layout};
+use super::layout::{Viewer, layout};
+use super::runs::RunRow;
 use super::text::visible;
-
-/// One row of a run page.
-pub struct RunRow {
-    /// `seq`.
-    pub seq: u64,
-    /// `ts`.
-    pub ts: String,
-    /// `kind`.
-    pub kind: String,
-    /// The body.
-    pub body: Value,
-}
 
 /// A run's events in order, with its chain's verify status.
 pub fn run_page(

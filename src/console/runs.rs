@@ -1,12 +1,23 @@
 //! The audit store of the console (`--store DIR|postgres://…`, else `--audit DIR` for writing
 //! only): run pages read from it; the console's decisions are written by
-//! [`crate::cli::audit_out::AuditOut::decided`].
+//! [`crate::audit_out::AuditOut::decided`].
 
 use serde_json::Value;
 
-use super::run_page::RunRow;
 use crate::audit::store::RunCheck;
-pub use crate::cli::audit_out::AuditOut;
+pub use crate::audit_out::AuditOut;
+
+/// One row of a run page.
+pub struct RunRow {
+    /// `seq`.
+    pub seq: u64,
+    /// `ts`.
+    pub ts: String,
+    /// `kind`.
+    pub kind: String,
+    /// The body.
+    pub body: Value,
+}
 
 /// Events of one run shown at most.
 pub const RUN_EVENTS_SHOWN: usize = 5_000;

@@ -1,0 +1,90 @@
+//! What a decision reads besides the policies and the call: of the engine ([`DecideEnv`]: the
+//! registered signal providers, `custom` functions and subject extractors, the state store,
+//! time zones, how `sensitiveData` scans) and of the run ([`RunFacts`]: its context, start,
+//! history and state keys). Both are plain structs owned here; the engine and the run hold one
+//! each and hand decisions a reference to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use chrono_tz::Tz;
+use parking_lot::Mutex;
+
+use super::call::RunContext;
+use super::conditions::ScanMode;
+use super::custom::CustomRegistry;
+use super::history::History;
+use super::profile::MapSnapshot;
+use super::signals::SignalRegistry;
+use super::subjects::RegisteredExtractor;
+use super::tz::{LocalMemo, TzNames};
+use crate::policy::Scope;
+use crate::state::{StateKey, StateStore};
+
+/// The engine's side of a decision: what it is configured with and what is registered on it.
+pub(crate) struct DecideEnv {
+    pub(crate) org_timezone: Option<Tz>,
+    pub(crate) signal_timeout: Duration,
+    pub(crate) state: Arc<dyn StateStore>,
+    /// End-user time zone names parsed (see `tz.rs`).
+    pub(crate) tz_names: TzNames,
+    pub(crate) signals: ArcSwap<SignalRegistry>,
+    pub(crate) customs: ArcSwap<CustomRegistry>,
+    pub(crate) extractors: ArcSwap<Vec<RegisteredExtractor>>,
+    /// How `sensitiveData` reads strings: the scan limit; stand-ins honoured (what-if only).
+    pub(crate) scan_mode: ScanMode,
+}
+
+impl DecideEnv {
+    /// How `sensitiveData` conditions read strings.
+    pub(crate) fn scan_mode(&self) -> ScanMode {
+        self.scan_mode
+    }
+}
+
+/// The run's side of a decision: who runs, since when, the calls made so far, the keys of the
+/// run's state and what was worked out for it once.
+pub(crate) struct RunFacts {
+    pub(crate) context: Arc<RunContext>,
+    pub(crate) started_ms: i64,
+    pub(crate) history: Mutex<History>,
+    /// The end user's time zone from a tag, parsed once: (tag, zone).
+    pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<Tz>)>,
+    /// The profile map last read (see `profile.rs`).
+    pub(crate) profiles: MapSnapshot,
+    /// The local time of the last second a `timeGate` asked (see `tz.rs`).
+    pub(crate) local_memo: Mutex<Option<LocalMemo>>,
+    pub(crate) run_key: Arc<str>,
+    pub(crate) agent_key: Arc<str>,
+    pub(crate) agent_user_key: Arc<str>,
+}
+
+impl RunFacts {
+    /// The facts of a run of `context` started at `started_ms`: nothing called yet.
+    pub(crate) fn new(context: RunContext, started_ms: i64) -> RunFacts {
+        let enduser = context.enduser.as_ref().map_or("", |u| u.id.as_str());
+        RunFacts {
+            run_key: Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id)),
+            agent_key: Arc::from(crate::state::agent_scope(&context.agent_id)),
+            agent_user_key: Arc::from(crate::state::user_scope(&context.agent_id, enduser)),
+            context: Arc::new(context),
+            started_ms,
+            history: Mutex::new(History::default()),
+            tz_cache: std::sync::OnceLock::new(),
+            profiles: MapSnapshot::default(),
+            local_memo: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn state_key(&self, slot: u64, scope: Scope) -> StateKey {
+        StateKey {
+            slot,
+            scope: match scope {
+                Scope::Run => self.run_key.clone(),
+                Scope::Agent => self.agent_key.clone(),
+                Scope::AgentUser => self.agent_user_key.clone(),
+            },
+        }
+    }
+}
