@@ -12,7 +12,6 @@
 
 mod current_run;
 mod keys;
-mod reviews;
 mod scripts;
 mod shared;
 mod url;
@@ -23,12 +22,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-pub use keys::{Keys, RunKeys};
-pub use reviews::{
+pub use crate::engine::redis_reviews::{
     DECIDED_RETENTION_SECS, PAGE as REVIEW_PAGE, PENDING_TTL_SECS, RedisReviewStore, ReviewPage,
 };
+pub use keys::{Keys, RunKeys};
 pub use shared::LazyRedisStore;
 pub use url::redact_url;
+pub(crate) use url::scrub as scrub_url;
 
 use super::WindowStats;
 
