@@ -299,7 +299,7 @@ pub(crate) enum CCond {
         value: SignalValue,
         on_missing: Option<EffectType>,
     },
-    SensitiveData(Box<crate::engine::conditions::CSensitive>),
+    SensitiveData(Box<super::sensitive_compiled::CSensitive>),
     Custom {
         name: Arc<str>,
         args: Value,
@@ -767,7 +767,7 @@ impl Compiler<'_> {
                         }
                     }
                 }
-                CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
+                CCond::SensitiveData(Box::new(super::sensitive_compiled::CSensitive::compile(
                     *target,
                     p.as_deref(),
                     *all,
