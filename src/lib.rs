@@ -13,6 +13,7 @@ pub mod audit;
 pub(crate) mod audit_out;
 #[cfg(feature = "console")]
 pub(crate) mod console;
+pub(crate) mod detect;
 pub mod engine;
 pub mod eval;
 #[cfg(feature = "http")]

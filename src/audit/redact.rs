@@ -179,7 +179,7 @@ impl Redactor {
         if self.found.any.load(Ordering::Acquire) {
             let detectors = self.found.list.read().clone();
             let mut v = Value::Object(std::mem::take(body));
-            crate::engine::conditions::redact_found(&mut v, &detectors);
+            crate::detect::redact_found(&mut v, &detectors);
             if let Value::Object(m) = v {
                 *body = m;
             }

@@ -64,7 +64,7 @@ pub use hitl::notify::{
     delivery_signature as notify_delivery_signature, sign as notify_signature, slack_escape,
 };
 #[cfg(feature = "redis")]
-pub(crate) use hitl::reviews::resolve as resolve_review;
+pub(crate) use hitl::reviews::redis as redis_reviews;
 pub use hitl::reviews::{
     EXPIRY_REVIEWER, FileReviewStore, MAX_REDACTED, MemoryReviewStore, Redacted, Review,
     ReviewError, ReviewHead, ReviewStore, ReviewVerdict, decided_event_body, expiry_verdict,

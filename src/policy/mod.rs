@@ -16,6 +16,7 @@
 mod compile;
 mod error;
 mod parse;
+mod sensitive_compiled;
 mod serialize;
 mod types;
 
@@ -28,6 +29,7 @@ pub use parse::{
     CONDITION_KINDS, LLM_CONDITION_KINDS, MAX_CONDITION_DEPTH, parse_policy, parse_policy_value,
     slug,
 };
+pub(crate) use sensitive_compiled::*;
 pub(crate) use serialize::json_number;
 pub use types::*;
 

@@ -12,6 +12,8 @@ use crate::policy::OnExpire;
 mod file;
 mod fingerprint;
 mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 pub use file::FileReviewStore;
 pub use fingerprint::fingerprint;
 pub(crate) use fingerprint::keyed_fingerprint;

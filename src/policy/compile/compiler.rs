@@ -394,16 +394,18 @@ impl Compiler<'_> {
                         }
                     }
                 }
-                CCond::SensitiveData(Box::new(crate::engine::conditions::CSensitive::compile(
-                    *target,
-                    p.as_deref(),
-                    *all,
-                    detectors,
-                    self.redact_detected,
-                    on_missing
-                        .or(self.rule_on_missing)
-                        .unwrap_or(EffectType::Block),
-                )))
+                CCond::SensitiveData(Box::new(
+                    crate::policy::sensitive_compiled::CSensitive::compile(
+                        *target,
+                        p.as_deref(),
+                        *all,
+                        detectors,
+                        self.redact_detected,
+                        on_missing
+                            .or(self.rule_on_missing)
+                            .unwrap_or(EffectType::Block),
+                    ),
+                ))
             }
             Condition::And(cs) | Condition::Or(cs) => {
                 let mut out = Vec::with_capacity(cs.len());

@@ -194,7 +194,7 @@ pub(crate) enum CCond {
         value: SignalValue,
         on_missing: Option<EffectType>,
     },
-    SensitiveData(Box<crate::engine::conditions::CSensitive>),
+    SensitiveData(Box<crate::policy::sensitive_compiled::CSensitive>),
     Custom {
         name: Arc<str>,
         args: Value,

@@ -16,7 +16,6 @@ mod counters;
 mod current_run;
 mod keys;
 mod requests;
-mod reviews;
 mod scripts;
 mod shared;
 mod store;
@@ -27,9 +26,10 @@ pub use keys::{Keys, RunKeys};
 pub use requests::{
     Commit, CounterSpec, LeaseSpec, RedisPermit, Reservation, ReserveRequest, RunFlag, WindowSpec,
 };
-pub use reviews::{
+pub use crate::engine::redis_reviews::{
     DECIDED_RETENTION_SECS, PAGE as REVIEW_PAGE, PENDING_TTL_SECS, RedisReviewStore, ReviewPage,
 };
 pub use shared::LazyRedisStore;
 pub use store::RedisStateStore;
 pub use url::redact_url;
+pub(crate) use url::scrub as scrub_url;

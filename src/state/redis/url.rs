@@ -18,7 +18,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// `message` with the URL's password (if any) replaced by `***`.
-pub(super) fn scrub(url: &str, message: &str) -> String {
+pub(crate) fn scrub(url: &str, message: &str) -> String {
     let password = url
         .split_once("://")
         .map(|(_, rest)| rest.split_once('?').map_or(rest, |(m, _)| m))

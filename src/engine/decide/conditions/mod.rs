@@ -17,8 +17,8 @@ mod tool_tag;
 use futures::future::BoxFuture;
 
 pub(crate) use sensitive_data::{
-    CSensitive, DEFAULT_SCAN_LIMIT, Redaction, ScanMode, UNDECIDABLE_NOTE, redact_found,
-    redact_strings, redaction,
+    DEFAULT_SCAN_LIMIT, Redaction, ScanMode, UNDECIDABLE_NOTE, redact_found, redact_strings,
+    redaction,
 };
 
 use super::evaluate::DecisionCtx;

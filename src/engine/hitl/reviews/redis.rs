@@ -32,9 +32,10 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::RedisConfig;
-use super::url::{redact_url, scrub};
-use crate::engine::{Review, ReviewError, ReviewStatus, ReviewStore, ReviewVerdict};
+use super::{Review, ReviewError, ReviewStore, ReviewVerdict};
+use crate::engine::ReviewStatus;
+use crate::state::redis::RedisConfig;
+use crate::state::redis::{redact_url, scrub_url as scrub};
 
 /// How long a pending review is kept after its creation (30 days).
 pub const PENDING_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -410,7 +411,7 @@ impl RedisReviewStore {
         let mut candidates: Vec<(String, Review)> =
             found.into_iter().filter_map(|(_, r)| r).collect();
         let reviews: Vec<Review> = candidates.iter().map(|(_, r)| r.clone()).collect();
-        let i = crate::engine::resolve_review(&reviews, id)?;
+        let i = super::resolve(&reviews, id)?;
         Ok(candidates.swap_remove(i))
     }
 }

@@ -16,9 +16,9 @@ use super::scan::run_end;
 use super::secrets::{MIN_JWT_HEADER, MIN_PREFIXED, jwt_at, secret_token, token_char};
 
 /// `secret_key` in [`first_pass`]'s masks.
-pub(super) const SECRET: u8 = 1;
+pub(crate) const SECRET: u8 = crate::policy::SHARED_SECRET;
 /// `jwt`.
-pub(super) const JWT: u8 = 2;
+pub(crate) const JWT: u8 = crate::policy::SHARED_JWT;
 
 const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
@@ -81,7 +81,7 @@ fn next_word(s: &[u8], k: usize) -> Option<usize> {
 
 /// Which of the detectors in `want` (a mask of [`SECRET`] and [`JWT`]) match in `s`: the same
 /// answers as their own scans.
-pub(super) fn first_pass(s: &[u8], want: u8) -> u8 {
+pub(crate) fn first_pass(s: &[u8], want: u8) -> u8 {
     let mut found = 0;
     // Tokens ending before this have been checked.
     let mut done = 0;
