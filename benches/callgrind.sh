@@ -5,6 +5,10 @@
 #   benches/callgrind.sh            # 10 and 1,000 rules
 #   benches/callgrind.sh 100000     # other sizes (100,000 rules compile slowly under valgrind)
 #
+# Also Cedar's stateless workload (benches/data/cedar-workload.json, each call its own run) at
+# 10 and 1,000 rules. With KEEP=DIR the callgrind files stay in DIR: per-function counts with
+# `callgrind_annotate --inclusive=no DIR/cg.10` (cg.cedar.10 for Cedar's).
+#
 # Needs valgrind (apt-get install valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +19,12 @@ sizes=("$@")
 bin=$(cargo bench --no-default-features --bench support_calls --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
 [ -x "$bin" ] || { echo "callgrind.sh: could not build the driver" >&2; exit 1; }
 runs=50
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "${KEEP:-}" ]; then
+  out=$KEEP; mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 for n in "${sizes[@]}"; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n" \
     --toggle-collect='*support_calls::decide*' "$bin" "$n" "$runs" >"$out/decisions.$n" 2>"$out/log.$n" \
@@ -25,6 +33,17 @@ for n in "${sizes[@]}"; do
   total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/cg.$n" | head -1)
   [ -n "$total" ] || total=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out/cg.$n" | head -1)
   echo "support/$n before_tool: $((total / decisions)) instructions per decision ($decisions decisions, callgrind)"
+done
+
+# Cedar's stateless workload: 20 requests per pass, each a fresh run (start and end uncounted).
+for n in 10 1000; do
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg.cedar.$n" \
+    --toggle-collect='*support_calls::decide*' "$bin" "$n" "$runs" cedar >"$out/decisions.cedar.$n" 2>"$out/log.cedar.$n" \
+    || { echo "callgrind.sh: valgrind failed on Cedar's workload at $n rules:"; tail -5 "$out/log.cedar.$n"; continue; }
+  decisions=$(tail -1 "$out/decisions.cedar.$n")
+  total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/cg.cedar.$n" | head -1)
+  [ -n "$total" ] || total=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out/cg.cedar.$n" | head -1)
+  echo "cedar/$n before_tool: $((total / decisions)) instructions per decision ($decisions decisions, callgrind)"
 done
 
 # A model call's gate on a policy without llm.before rules (design: it costs nothing

@@ -9,6 +9,9 @@
 //! * `support_calls RULES RUNS llm`: the same runs, each tool call preceded by a model call
 //!   decided by [`gate_model`] (the support policy has no `llm.before` rule: what a policy
 //!   without model rules pays per model call). Prints the number of model calls.
+//! * `support_calls RULES RUNS cedar`: Cedar's stateless workload instead (`support/cedar.rs`):
+//!   RUNS passes over its 20 requests, each its own run (started and ended outside
+//!   [`decide`]); every decision is checked against Cedar's.
 
 use std::hint::black_box;
 
@@ -42,6 +45,28 @@ fn gate_model(run: &Run, call: &LlmCall) -> Decision {
     run.before_llm_blocking(call)
 }
 
+/// The Cedar workload's passes (the first one a warm-up); returns the decisions counted.
+fn cedar(rules: usize, runs: usize) -> usize {
+    let w = support::cedar::CedarWorkload::load();
+    let engine = w.engine(rules);
+    let mut decisions = 0usize;
+    for k in 0..=runs {
+        for c in &w.calls {
+            let run = engine.start_run(c.context.clone());
+            let call = c.call.clone();
+            let d = if k == 0 {
+                warm_up(&run, call)
+            } else {
+                decisions += 1;
+                decide(&run, call)
+            };
+            assert_eq!(d.effect, c.expect, "{}: {d:?}", c.call.name);
+            black_box(d);
+        }
+    }
+    decisions
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let rules: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
@@ -49,6 +74,10 @@ fn main() {
     let mode = args.next();
     let audit = mode.as_deref() == Some("audit");
     let llm = mode.as_deref() == Some("llm");
+    if mode.as_deref() == Some("cedar") {
+        println!("{}", cedar(rules, runs));
+        return;
+    }
     let model = LlmCall::new("gpt-4o").with_messages(serde_json::json!([
         {"role": "system", "content": "You are a support assistant."},
         {"role": "user", "content": "Where is my order?"}

@@ -45,6 +45,7 @@ impl WhatIfFilter {
     }
 }
 
+mod event_lines;
 mod llm_lines;
 mod read;
 mod rebuild;

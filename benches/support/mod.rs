@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod cedar;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -229,7 +229,7 @@ impl PyEngine {
             .map_err(|e| engine_error(py, e))?;
         Ok(PyEngine {
             engine,
-            pid: std::process::id(),
+            pid: crate::rt::pid(),
         })
     }
 

@@ -9,8 +9,9 @@
 
 use std::cell::OnceCell;
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use pyo3_async_runtimes::TaskLocals;
 use pyo3_async_runtimes::generic::{ContextExt, Runtime};
@@ -27,9 +28,53 @@ struct ProcessRt {
 
 static CURRENT: AtomicPtr<ProcessRt> = AtomicPtr::new(std::ptr::null_mut());
 
+/// This process's id, cached: `std::process::id()` is a system call (the C library no longer
+/// caches it), and a decision asks twice (is its run of this process? its runtime?), which on
+/// a VM cost more than the rest of the crossing. 0: not known (a fork clears it).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// Registers the fork handler, once.
+static CACHING: std::sync::Once = std::sync::Once::new();
+
+/// The fork handler could not be registered: [`pid`] asks the system every time.
+static NO_CACHE: AtomicBool = AtomicBool::new(false);
+
+/// In a child just forked (any `fork()` through the C library: `os.fork`, multiprocessing,
+/// C extensions): the cached id is the parent's.
+#[cfg(unix)]
+extern "C" fn forked_child() {
+    // An atomic store: async-signal-safe, as a fork handler must be.
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// This process's id (see [`PID`]).
+pub(crate) fn pid() -> u32 {
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    CACHING.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic; it never fails but for
+        // lack of memory (then the id is simply never cached).
+        #[cfg(unix)]
+        let ok = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } == 0;
+        // No fork there: the id never changes.
+        #[cfg(not(unix))]
+        let ok = true;
+        if !ok {
+            NO_CACHE.store(true, Ordering::Relaxed);
+        }
+    });
+    let p = std::process::id();
+    if !NO_CACHE.load(Ordering::Relaxed) {
+        PID.store(p, Ordering::Relaxed);
+    }
+    p
+}
+
 /// The tokio runtime of this process (built on first use here, in a forked child too).
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
-    let pid = std::process::id();
+    let pid = pid();
     loop {
         let p = CURRENT.load(Ordering::Acquire);
         // SAFETY: every pointer stored in CURRENT comes from `Box::leak` and is never freed.
@@ -58,6 +103,28 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
                 mine.rt.shutdown_background();
             }
         }
+    }
+}
+
+/// Runs a decision for a caller that is not async. It is first polled once, on this thread and
+/// holding the GIL: a decision with nothing to await (no signal, subject extractor or custom
+/// condition in play, no shared store: the common case) finishes there, in less time than
+/// releasing and taking back the GIL would cost. One that awaits something releases the GIL and
+/// runs to completion on this thread, the runtime's workers driving its I/O and timers.
+pub(crate) fn decide<T: Send>(py: pyo3::Python<'_>, fut: impl Future<Output = T> + Send) -> T {
+    let rt = runtime();
+    let mut fut = pin!(fut);
+    let first = {
+        let _rt = rt.enter();
+        fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    };
+    match first {
+        Poll::Ready(v) => v,
+        // Polled again with a real waker: a future registers its waker on every poll.
+        Poll::Pending => py.detach(|| {
+            let _rt = rt.enter();
+            tokio::task::block_in_place(|| rt.handle().block_on(fut))
+        }),
     }
 }
 
@@ -119,7 +186,7 @@ where
 /// Fails when `pid` (where an engine or run was made) is not this process: it was made
 /// before a fork and its threads stayed in the parent.
 pub(crate) fn same_process(py: pyo3::Python<'_>, pid: u32, what: &str) -> pyo3::PyResult<()> {
-    let here = std::process::id();
+    let here = self::pid();
     if pid == here {
         return Ok(());
     }

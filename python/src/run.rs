@@ -20,7 +20,7 @@ use toolgate::policy::{EffectType, Phase};
 use crate::callbacks::CALLER_LOOP;
 use crate::convert::to_json;
 use crate::engine::PyEngine;
-use crate::rt::future_into_py;
+use crate::rt::{decide, future_into_py};
 use crate::{PyDecision, error, json_text, runtime};
 
 /// A run of an agent (subclassed by `toolgate.Run`).
@@ -231,7 +231,7 @@ impl PyRun {
             run: Arc::new(run),
             calls: AtomicU64::new(0),
             llm_calls: AtomicU64::new(0),
-            pid: std::process::id(),
+            pid: crate::rt::pid(),
         })
     }
 
@@ -253,7 +253,8 @@ impl PyRun {
         self.run.is_aborted()
     }
 
-    /// Decides a tool call (phase `tool.before`); the GIL is released while deciding.
+    /// Decides a tool call (phase `tool.before`); the GIL is released while it awaits something
+    /// (see `rt::decide`).
     #[pyo3(signature = (name, args=None, tags=None, call_id=None))]
     fn before_tool(
         &self,
@@ -267,13 +268,9 @@ impl PyRun {
         let empty = pyo3::types::PyTuple::empty(py);
         let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
         let id = call.id.clone();
-        let run = &self.run;
         // In this process's runtime: what the decision awaits runs there (not on a runtime a
         // fork left without threads).
-        let d = py.detach(|| {
-            let _rt = runtime().enter();
-            run.before_tool_blocking(call)
-        });
+        let d = decide(py, self.run.before_tool(call));
         refused(py, &d)?;
         Ok(PyDecision::new(id, d))
     }
@@ -319,11 +316,12 @@ impl PyRun {
         self.open(py)?;
         let outcome = outcome(output, duration_ms, error)?;
         let run = &self.run;
-        let d = py.detach(|| {
-            let _rt = runtime().enter();
-            let awaited = run.awaits_result(&call_id);
-            run.after_tool_blocking(&call_id, outcome)
-                .unwrap_or_else(|| after_default(awaited, &call_id))
+        let id = call_id.as_str();
+        let d = decide(py, async move {
+            let awaited = run.awaits_result(id);
+            run.after_tool(id, outcome)
+                .await
+                .unwrap_or_else(|| after_default(awaited, id))
         });
         refused(py, &d)?;
         Ok(PyDecision::new(call_id, d))
@@ -413,7 +411,7 @@ impl PyRun {
         self.run.gates_llm()
     }
 
-    /// Decides a model call (phase `llm.before`); the GIL is released while deciding.
+    /// Decides a model call (phase `llm.before`); the GIL is released while it awaits something.
     #[pyo3(signature = (model, messages=None, call_id=None))]
     fn before_llm(
         &self,
@@ -426,11 +424,7 @@ impl PyRun {
         // Without llm.before rules (nor recorded messages) the messages are not converted.
         let messages = messages.filter(|_| self.run.gates_llm());
         let call = self.llm_call(model, messages, call_id)?;
-        let run = &self.run;
-        let d = py.detach(|| {
-            let _rt = runtime().enter();
-            run.before_llm_blocking(&call)
-        });
+        let d = decide(py, self.run.before_llm(&call));
         refused(py, &d)?;
         Ok(PyDecision::new(call.id.unwrap_or_default(), d))
     }

@@ -1,16 +1,17 @@
 //! The [`AuditSink`] trait and the [`AuditBus`] that fans events out to sinks without ever
 //! blocking the caller.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{AuditError, AuditEvent};
+
+mod worker;
+use worker::worker;
 
 thread_local! {
     /// Set on the threads the bus starts for its sinks ([`BusConfig::own_thread`]).
@@ -427,99 +428,6 @@ impl AuditBus {
     }
 }
 
-/// Runs a sink's flush/shutdown until `deadline`; past it the future is dropped (sinks must be
-/// cancel-safe there: the HTTP sink has spooled its memory by then) and the worker moves on.
-async fn bounded(
-    fut: impl std::future::Future<Output = Result<(), AuditError>>,
-    deadline: tokio::time::Instant,
-    what: &str,
-) -> Result<(), AuditError> {
-    let started = tokio::time::Instant::now();
-    match tokio::time::timeout_at(deadline, AssertUnwindSafe(fut).catch_unwind()).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(AuditError::Sink(format!("sink panicked in {what}"))),
-        Err(_) => Err(AuditError::Timeout(
-            deadline.saturating_duration_since(started),
-        )),
-    }
-}
-
-async fn worker(
-    sink: Arc<dyn AuditSink>,
-    mut rx: mpsc::Receiver<Msg>,
-    max_batch: usize,
-    in_batches: Arc<AtomicUsize>,
-    room: Arc<Room>,
-) {
-    // A hand-off's events leave the sink's queue (counted out, room signalled)...
-    let taken = |es: &[Arc<AuditEvent>]| {
-        in_batches.fetch_sub(es.len(), Ordering::AcqRel);
-        room.signal();
-    };
-    // ...and join the batch.
-    let take = |batch: &mut Vec<Arc<AuditEvent>>, es: Arc<[Arc<AuditEvent>]>| {
-        taken(&es);
-        batch.extend(es.iter().cloned());
-    };
-    let mut batch: Vec<Arc<AuditEvent>> = Vec::with_capacity(64);
-    while let Some(first) = rx.recv().await {
-        let mut control = None;
-        // A hand-off found alone in the queue is written as it came (its events are not
-        // shared once more into `batch`).
-        let mut alone: Option<Arc<[Arc<AuditEvent>]>> = None;
-        match first {
-            Msg::Event(e) => batch.push(e),
-            Msg::Events(es) => alone = Some(es),
-            other => control = Some(other),
-        }
-        while control.is_none() && batch.len() < max_batch {
-            let Ok(next) = rx.try_recv() else { break };
-            // Not alone after all: it joins the batch first, in order.
-            if let Some(es) = alone.take() {
-                take(&mut batch, es);
-            }
-            match next {
-                Msg::Event(e) => batch.push(e),
-                Msg::Events(es) => take(&mut batch, es),
-                other => control = Some(other),
-            }
-        }
-        let events: &[Arc<AuditEvent>] = match &alone {
-            Some(es) => {
-                taken(es);
-                es
-            }
-            None => &batch,
-        };
-        // A hand-off of many events may take the batch past `max_batch`: written in chunks.
-        for chunk in events.chunks(max_batch) {
-            let n = chunk.len();
-            match AssertUnwindSafe(sink.write_batch(chunk))
-                .catch_unwind()
-                .await
-            {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!("audit sink failed to write {n} events: {e}"),
-                Err(_) => tracing::error!("audit sink panicked writing {n} events"),
-            }
-        }
-        drop(alone);
-        batch.clear();
-        room.signal();
-        match control {
-            None => {}
-            Some(Msg::Flush(reply, deadline)) => {
-                let _ = reply.send(bounded(sink.flush(), deadline, "flush").await);
-            }
-            Some(Msg::Shutdown(reply, deadline)) => {
-                let _ = reply.send(bounded(sink.shutdown(), deadline, "shutdown").await);
-                break;
-            }
-            Some(Msg::Event(_) | Msg::Events(_)) => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,5 +475,70 @@ mod tests {
         bus.emit_all(events(&mut chain, 3));
         assert_eq!(bus.stats().dropped, 3);
         assert_eq!(sink.len(), 14);
+    }
+
+    /// Counts its flushes; the first one waits until the test opens the gate.
+    struct SlowFlush {
+        inner: MemorySink,
+        flushes: AtomicUsize,
+        started: tokio::sync::Notify,
+        gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait]
+    impl AuditSink for SlowFlush {
+        async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+            self.inner.write_batch(events).await
+        }
+        async fn flush(&self) -> Result<(), AuditError> {
+            if self.flushes.fetch_add(1, Ordering::AcqRel) == 0 {
+                self.started.notify_one();
+                let _permit = self.gate.acquire().await;
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn flushes_asked_for_during_a_flush_are_answered_by_one_flush() {
+        let sink = Arc::new(SlowFlush {
+            inner: MemorySink::new(),
+            flushes: AtomicUsize::new(0),
+            started: tokio::sync::Notify::new(),
+            gate: tokio::sync::Semaphore::new(0),
+        });
+        let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
+        let mut chain = RunChain::new("r", "a", None);
+        bus.emit_all(events(&mut chain, 2));
+        let first = tokio::spawn({
+            let bus = bus.clone();
+            async move { bus.flush(Duration::from_secs(5)).await }
+        });
+        sink.started.notified().await;
+        // Two callers flush (their events first) while the first flush is in progress: both
+        // requests are queued before it ends.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut replies = Vec::new();
+        for _ in 0..2 {
+            bus.emit_all(events(&mut chain, 3));
+            let (tx, rx) = oneshot::channel();
+            bus.inner.senders[0]
+                .send(Msg::Flush(tx, deadline))
+                .await
+                .unwrap();
+            replies.push(rx);
+        }
+        sink.gate.add_permits(1);
+        first.await.unwrap().unwrap();
+        for rx in replies {
+            rx.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            sink.flushes.load(Ordering::Acquire),
+            2,
+            "one flush answers both callers that asked during the first"
+        );
+        let seqs: Vec<u64> = sink.inner.events().iter().map(|e| e.seq()).collect();
+        assert_eq!(seqs, (0..8).collect::<Vec<u64>>());
     }
 }

@@ -1,5 +1,5 @@
 //! `toolgate console`: parses its flags, opens the stores they name and serves the review
-//! console ([`crate::console`]).
+//! console (`src/console/`).
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

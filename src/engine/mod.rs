@@ -56,7 +56,7 @@ pub use builder::EngineBuilder;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decide::call::{Enduser, RunContext, SubjectRef, ToolCall, ToolOutcome};
 pub use decide::decision::{
-    Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
+    Decision, DecisionCode, Evaluated, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
 pub use hitl::notify::{
     DELIVERY_HEADER, MAX_IN_FLIGHT as NOTIFY_MAX_IN_FLIGHT, Notifier, NotifyConfig, NotifyFormat,

@@ -37,6 +37,19 @@ pub const FIELD_ROOTS: &[&str] = &[
     "toolCalls",
 ];
 
+// Field paths are read here, on the input's behalf (the input type does not depend on this file).
+impl EvaluationInput {
+    /// Resolves a field path to a JSON value; see [`crate::eval::fields`] for the path syntax.
+    pub fn field_value(&self, path: &str) -> Result<Value, String> {
+        resolve_value(self, path)
+    }
+
+    /// Resolves a field path to text; see [`resolve_text`] for the rules.
+    pub fn field_text(&self, path: &str) -> Result<String, String> {
+        resolve_text(self, path)
+    }
+}
+
 /// Checks that `path` starts with a known root (used by config validation).
 pub fn check_path(path: &str) -> Result<(), String> {
     let root = path.split('.').next().unwrap_or("");

@@ -223,16 +223,6 @@ impl EvaluationInput {
         self.tool_calls = Some(tool_calls);
         self
     }
-
-    /// Resolves a field path to a JSON value; see [`super::fields`] for the path syntax.
-    pub fn field_value(&self, path: &str) -> Result<Value, String> {
-        super::fields::resolve_value(self, path)
-    }
-
-    /// Resolves a field path to text; see [`super::fields::resolve_text`] for the rules.
-    pub fn field_text(&self, path: &str) -> Result<String, String> {
-        super::fields::resolve_text(self, path)
-    }
 }
 
 /// The score of one result: a number, a boolean or a string (PRD: `number | boolean | string`).

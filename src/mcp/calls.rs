@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::TOOL_CHANGED;
+use super::approval;
 use super::frame::Frame;
 use super::gateway::{Cancel, ClientReq, Gateway, PendingWhat};
 use super::jsonrpc;
@@ -68,10 +69,10 @@ impl Gateway {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
-        let modern = super::mrtr::is_modern(&msg);
+        let modern = super::approval::is_modern(&msg);
         let ours = params
             .and_then(|p| p.get("inputResponses"))
-            .and_then(|r| r.get(super::mrtr::APPROVAL_KEY))
+            .and_then(|r| r.get(super::approval::APPROVAL_KEY))
             .is_some();
         if modern && ours {
             return self.retry_with_state(&run, req, call, msg, cancel).await;
@@ -91,7 +92,7 @@ impl Gateway {
                 let review = d.hitl.as_ref().map(|h| h.review_id.clone());
                 *self.paused.lock() = review.clone();
                 match review {
-                    Some(review) if modern && super::mrtr::can_elicit(&msg) => {
+                    Some(review) if modern && super::approval::can_elicit(&msg) => {
                         self.input_required(&run, &req, &call, &d, &review).await;
                     }
                     Some(review) if !modern && self.elicitation.load(Ordering::Acquire) => {
@@ -249,7 +250,7 @@ impl Gateway {
             .ask(json!({
                 "jsonrpc": "2.0",
                 "method": "elicitation/create",
-                "params": {"message": question(call, d), "requestedSchema": approve_schema(call)},
+                "params": {"message": approval::question(call, d), "requestedSchema": approval::approve_schema(call)},
             }))
             .await;
         enum Got {
@@ -320,30 +321,6 @@ impl Gateway {
             self.answer(&req, jsonrpc::result_to(&req.id, &r)).await;
         }
     }
-}
-
-/// The question asking a human to approve a call.
-pub(crate) fn question(call: &ToolCall, d: &Decision) -> String {
-    format!(
-        "toolgate: approve the call of tool \"{}\" with arguments {}?\nRule {}: {}",
-        call.name,
-        serde_json::to_string(&call.args).unwrap_or_default(),
-        d.rule_id.as_deref().unwrap_or("-"),
-        d.reason.as_deref().unwrap_or("needs human approval"),
-    )
-}
-
-/// The schema of the answer: one boolean `approve`.
-pub(crate) fn approve_schema(call: &ToolCall) -> Value {
-    json!({
-        "type": "object",
-        "properties": {"approve": {
-            "type": "boolean",
-            "title": "Approve",
-            "description": format!("Let tool \"{}\" run with these arguments", call.name),
-        }},
-        "required": ["approve"],
-    })
 }
 
 /// Decides a call; with OpenTelemetry on, a W3C `traceparent` from the request's `_meta` is the

@@ -456,7 +456,7 @@ impl Hub {
     fn in_upstream_revision(&self, msg: &mut Frame) {
         let ours = msg
             .pointer("/params/inputResponses")
-            .and_then(|r| r.get(super::mrtr::APPROVAL_KEY))
+            .and_then(|r| r.get(super::approval::APPROVAL_KEY))
             .is_some();
         let has_modern = msg
             .pointer("/params/_meta")

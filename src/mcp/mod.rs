@@ -9,6 +9,7 @@
 //! tools, tags, pins), `tools/call` (the decision) and `notifications/cancelled`. See
 //! `docs/mcp-gateway.md`.
 
+mod approval;
 mod calls;
 mod frame;
 mod gateway;

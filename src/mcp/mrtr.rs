@@ -8,6 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::approval::{self, APPROVAL_KEY};
 use super::frame::Frame;
 use super::gateway::{Cancel, ClientReq, Gateway};
 use super::jsonrpc;
@@ -15,30 +16,8 @@ use super::seal::{RequestState, fingerprint};
 use crate::audit::EventKind;
 use crate::engine::{Decision, ReviewStatus, Run, ToolCall};
 
-/// The key of toolgate's question among the input requests.
-pub(crate) const APPROVAL_KEY: &str = "dev.toolgate/approval";
-
 /// The code of a call whose `requestState` was rejected.
 pub const BLOCKED_REQUEST_STATE: &str = "BLOCKED_REQUEST_STATE";
-
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
-
-/// Whether a request speaks 2026-07-28 (its `_meta` says so).
-pub(crate) fn is_modern(msg: &Frame) -> bool {
-    msg.pointer("/params/_meta")
-        .and_then(|m| m.get(META_VERSION))
-        .and_then(Value::as_str)
-        == Some("2026-07-28")
-}
-
-/// Whether a 2026-07-28 request declares the elicitation capability.
-pub(crate) fn can_elicit(msg: &Frame) -> bool {
-    msg.pointer("/params/_meta")
-        .and_then(|m| m.get(META_CAPS))
-        .and_then(|c| c.get("elicitation"))
-        .is_some_and(|e| !e.is_null())
-}
 
 fn now_ms(run: &Run) -> i64 {
     run.engine.clock.now().timestamp_millis()
@@ -63,7 +42,7 @@ impl Gateway {
             enduser: ctx.enduser.as_ref().map(|e| e.id.clone()),
             expires_ms: now_ms(run).saturating_add(ttl),
         };
-        let message = super::calls::question(call, d);
+        let message = approval::question(call, d);
         let mut meta = Map::new();
         meta.insert("effect".into(), json!("hitl"));
         meta.insert("code".into(), json!(d.code.as_str()));
@@ -75,7 +54,7 @@ impl Gateway {
             "resultType": "input_required",
             "inputRequests": {APPROVAL_KEY: {
                 "method": "elicitation/create",
-                "params": {"mode": "form", "message": message, "requestedSchema": super::calls::approve_schema(call)},
+                "params": {"mode": "form", "message": message, "requestedSchema": approval::approve_schema(call)},
             }},
             "requestState": self.cfg.request_state_key.seal(&state),
             "_meta": {"toolgate": meta},

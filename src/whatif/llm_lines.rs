@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
-use super::rebuild::{
+use super::event_lines::{
     CallMeta, Events, RunLine, event_line, recorded, resolved_signals, str_field,
 };
 use crate::audit::{AuditEvent, EventKind};

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::WhatIfFilter;
-use super::rebuild::{Events, RunHead, RunSource};
+use super::event_lines::Events;
+use super::rebuild::{RunHead, RunSource};
 use crate::audit::AuditEvent;
 use crate::audit::store::{DEFAULT_PAGE, EventQuery, EventStore, StoreError};
 

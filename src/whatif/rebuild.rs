@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
+use super::event_lines::{Events, RunLine};
+use super::llm_lines::RunLines;
 use super::{Recorded, SkippedRun, WhatIfFilter};
 use crate::audit::{AuditEvent, EventKind};
-use crate::engine::{Enduser, RunContext, SubjectRef};
-use crate::trace::{TraceLine, TraceTool};
+use crate::trace::TraceLine;
 
 /// A run as the first pass over the trail found it.
 #[derive(Debug, Clone)]
@@ -20,9 +20,6 @@ pub(super) struct RunHead {
     /// Its seq-0 event (the first one read): kind and time.
     pub(super) first: Option<(EventKind, DateTime<Utc>)>,
 }
-
-/// An event's boxed stream.
-pub(super) type Events = Box<dyn Iterator<Item = AuditEvent> + Send>;
 
 /// Where the runs' events are read from.
 pub(super) trait RunSource {
@@ -188,10 +185,7 @@ impl<S: RunSource> Merge<S> {
                 .get(src)
                 .map(|h| h.run_id.clone())
                 .unwrap_or_default();
-            let mut lines: Lines = Box::new(super::llm_lines::RunLines::new(
-                run_id,
-                self.source.open(src),
-            ));
+            let mut lines: Lines = Box::new(RunLines::new(run_id, self.source.open(src)));
             if let Some(item) = lines.next() {
                 self.heap.push(std::cmp::Reverse(Head(item.0, i, item)));
                 self.open.insert(i, lines);
@@ -243,15 +237,6 @@ impl<S: RunSource> Iterator for Merge<S> {
     }
 }
 
-pub(super) type RunLine = (DateTime<Utc>, TraceLine, Option<CallMeta>);
-
-/// What goes with a rebuilt `tool.call` (or `llm.call`): the recorded decision and the
-/// signals it saw.
-pub(super) struct CallMeta {
-    pub(super) recorded: Recorded,
-    pub(super) signals: BTreeMap<String, (Option<Value>, Option<String>)>,
-}
-
 /// A run's next line in the merge: ordered by time, then by run.
 struct Head(DateTime<Utc>, usize, RunLine);
 
@@ -272,10 +257,6 @@ impl Ord for Head {
     }
 }
 
-pub(super) fn str_field(v: Option<&Value>) -> Option<String> {
-    v.and_then(Value::as_str).map(str::to_owned)
-}
-
 fn not_recorded(key: &str) -> TraceLine {
     TraceLine::Signal {
         key: key.to_string(),
@@ -283,150 +264,5 @@ fn not_recorded(key: &str) -> TraceLine {
         error: Some("not called by the recorded decision".to_string()),
         delay_ms: None,
         at: None,
-    }
-}
-
-/// The trace line (with the recorded before-phase decision) of one of a run's events, if it
-/// makes one.
-pub(super) fn event_line(run_id: &str, e: &AuditEvent) -> Option<RunLine> {
-    let run = Some(run_id.to_string());
-    {
-        let b = e.body();
-        let at = e.ts();
-        match e.kind() {
-            EventKind::RunStarted => {
-                let ctx: Option<RunContext> = b
-                    .get("runContext")
-                    .and_then(|c| serde_json::from_value(c.clone()).ok());
-                let enduser: Option<Enduser> = ctx.as_ref().and_then(|c| c.enduser.clone());
-                let enduser = enduser.or_else(|| {
-                    e.enduser_id().map(|id| Enduser {
-                        id: id.to_string(),
-                        tags: BTreeMap::new(),
-                    })
-                });
-                Some((
-                    at,
-                    TraceLine::RunStart {
-                        run_id: run_id.to_string(),
-                        agent_id: e.agent_id().to_string(),
-                        agent_tags: ctx
-                            .as_ref()
-                            .map(|c| c.agent_tags.clone())
-                            .unwrap_or_default(),
-                        session_id: ctx.and_then(|c| c.session_id),
-                        enduser,
-                        at: Some(at),
-                    },
-                    None,
-                ))
-            }
-            EventKind::ToolDecision
-                if b.get("phase").and_then(Value::as_str) == Some("tool.before") =>
-            {
-                let call_id = str_field(b.get("callId"))?;
-                let tool: TraceTool = match b.get("tool").map(|t| serde_json::from_value(t.clone()))
-                {
-                    Some(Ok(t)) => t,
-                    _ => return None,
-                };
-                let decision = b.get("decision");
-                let resolved = resolved_signals(decision);
-                let subjects: Vec<SubjectRef> = b
-                    .get("subjects")
-                    .and_then(|s| serde_json::from_value(s.clone()).ok())
-                    .unwrap_or_default();
-                let recorded = recorded(e.agent_id(), &tool.name, at, decision);
-                Some((
-                    at,
-                    TraceLine::ToolCall {
-                        run_id: run.clone(),
-                        id: call_id,
-                        tool,
-                        args: b.get("args").cloned().unwrap_or(Value::Null),
-                        subjects,
-                        at: Some(at),
-                    },
-                    Some(CallMeta {
-                        recorded,
-                        signals: resolved,
-                    }),
-                ))
-            }
-            EventKind::ToolResult => {
-                let call_id = str_field(b.get("callId"))?;
-                Some((
-                    at,
-                    TraceLine::ToolResult {
-                        run_id: run.clone(),
-                        id: call_id,
-                        output: b.get("output").cloned(),
-                        duration_ms: b.get("durationMs").and_then(Value::as_f64),
-                        error: str_field(b.get("error")),
-                        at: Some(at),
-                    },
-                    None,
-                ))
-            }
-            EventKind::RunEnded => Some((
-                at,
-                TraceLine::RunEnd {
-                    run_id: run.clone(),
-                    status: str_field(b.get("status")),
-                    final_response: str_field(b.get("finalResponse")),
-                    at: Some(at),
-                },
-                None,
-            )),
-            _ => None,
-        }
-    }
-}
-
-/// The signal values a recorded decision saw.
-pub(super) fn resolved_signals(
-    decision: Option<&Value>,
-) -> BTreeMap<String, (Option<Value>, Option<String>)> {
-    let mut resolved = BTreeMap::new();
-    for s in decision
-        .and_then(|d| d.get("signals"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(key) = str_field(s.get("key")) else {
-            continue;
-        };
-        let value = s.get("value").cloned();
-        let error = match &value {
-            Some(_) => None,
-            None => {
-                Some(str_field(s.get("error")).unwrap_or_else(|| "no value recorded".to_string()))
-            }
-        };
-        resolved.insert(key, (value, error));
-    }
-    resolved
-}
-
-/// What was recorded for a call of `tool` (a tool, or a model) at `at`.
-pub(super) fn recorded(
-    agent_id: &str,
-    tool: &str,
-    at: DateTime<Utc>,
-    decision: Option<&Value>,
-) -> Recorded {
-    Recorded {
-        agent_id: agent_id.to_string(),
-        tool: tool.to_string(),
-        at,
-        effect: decision
-            .and_then(|d| str_field(d.get("effect")))
-            .unwrap_or_default(),
-        rule_id: decision.and_then(|d| str_field(d.get("ruleId"))),
-        code: decision
-            .and_then(|d| str_field(d.get("code")))
-            .unwrap_or_default(),
-        usage_only: false,
     }
 }

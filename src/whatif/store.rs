@@ -10,7 +10,8 @@ use std::sync::Arc;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::WhatIfFilter;
-use super::rebuild::{Events, RunHead, RunSource};
+use super::event_lines::Events;
+use super::rebuild::{RunHead, RunSource};
 use crate::audit::AuditEvent;
 use crate::audit::store::{EventStore, RunHeadQuery, StoreError};
 

@@ -19,7 +19,7 @@ use crate::engine::audit::body::RunEndedBody;
 use crate::engine::decide::call::RunContext;
 use crate::engine::decide::call::SubjectRef;
 use crate::engine::decide::decision::{
-    Decision, DecisionCode, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
+    Decision, DecisionCode, Evaluated, EvaluatedRule, HitlInfo, ReviewStatus, SignalRecord,
 };
 use crate::policy::{EffectType, InbuiltMetric, Phase};
 
@@ -57,7 +57,7 @@ fn decisions() -> Vec<Decision> {
     );
     block.rule_id = Some(Arc::from("refund-cap"));
     block.policy_id = Some(Arc::from("p-1"));
-    block.evaluated = vec![
+    block.evaluated = Evaluated::from(vec![
         EvaluatedRule {
             rule_id: Arc::from("refund-cap"),
             triggered: true,
@@ -84,7 +84,7 @@ fn decisions() -> Vec<Decision> {
             detected: None,
             detected_more: 0,
         },
-    ];
+    ]);
     block.signals = vec![SignalRecord {
         key: Arc::from("risk"),
         args: tricky_args(7),

@@ -94,6 +94,99 @@ pub struct EvaluatedRule {
     pub detected_more: u32,
 }
 
+/// The rules in play of a decision and how each came out, in evaluation order: a slice of
+/// [`EvaluatedRule`] (it derefs to one; `iter`, `len`, indexing).
+///
+/// A decision whose rules all came out plainly (no missing data, detection or error) shares a
+/// list kept with the tool's profile for that outcome, so deciding allocates nothing for it;
+/// otherwise the list is the decision's own.
+#[derive(Clone, Default)]
+pub struct Evaluated(EvaluatedRepr);
+
+#[derive(Clone, Default)]
+enum EvaluatedRepr {
+    #[default]
+    Empty,
+    Owned(Vec<EvaluatedRule>),
+    Shared(Arc<[EvaluatedRule]>),
+}
+
+impl Evaluated {
+    /// A list shared with others (see the type's documentation).
+    pub(crate) fn shared(list: Arc<[EvaluatedRule]>) -> Evaluated {
+        Evaluated(EvaluatedRepr::Shared(list))
+    }
+
+    /// The rules as a slice.
+    #[inline]
+    pub fn as_slice(&self) -> &[EvaluatedRule] {
+        match &self.0 {
+            EvaluatedRepr::Empty => &[],
+            EvaluatedRepr::Owned(v) => v,
+            EvaluatedRepr::Shared(a) => a,
+        }
+    }
+
+    /// The rules as a vector of their own.
+    pub fn into_vec(self) -> Vec<EvaluatedRule> {
+        match self.0 {
+            EvaluatedRepr::Empty => Vec::new(),
+            EvaluatedRepr::Owned(v) => v,
+            EvaluatedRepr::Shared(a) => a.to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for Evaluated {
+    type Target = [EvaluatedRule];
+    #[inline]
+    fn deref(&self) -> &[EvaluatedRule] {
+        self.as_slice()
+    }
+}
+
+impl From<Vec<EvaluatedRule>> for Evaluated {
+    fn from(v: Vec<EvaluatedRule>) -> Evaluated {
+        if v.is_empty() {
+            Evaluated(EvaluatedRepr::Empty)
+        } else {
+            Evaluated(EvaluatedRepr::Owned(v))
+        }
+    }
+}
+
+impl FromIterator<EvaluatedRule> for Evaluated {
+    fn from_iter<I: IntoIterator<Item = EvaluatedRule>>(iter: I) -> Evaluated {
+        Vec::from_iter(iter).into()
+    }
+}
+
+impl<'a> IntoIterator for &'a Evaluated {
+    type Item = &'a EvaluatedRule;
+    type IntoIter = std::slice::Iter<'a, EvaluatedRule>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl fmt::Debug for Evaluated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl PartialEq for Evaluated {
+    fn eq(&self, other: &Evaluated) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Serialize for Evaluated {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -228,7 +321,7 @@ pub struct Decision {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_id: Option<Arc<str>>,
     /// Every rule in play, in evaluation order.
-    pub evaluated: Vec<EvaluatedRule>,
+    pub evaluated: Evaluated,
     /// Signals asked for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<SignalRecord>,
@@ -270,7 +363,7 @@ impl Decision {
             reason,
             rule_id: None,
             policy_id: None,
-            evaluated: Vec::new(),
+            evaluated: Evaluated::default(),
             signals: Vec::new(),
             hitl: None,
             shadow: false,

@@ -166,7 +166,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::decide::decision::{DecisionCode, ReviewStatus, SignalRecord};
+    use crate::engine::decide::decision::{DecisionCode, Evaluated, ReviewStatus, SignalRecord};
     use crate::policy::{EffectType, Phase};
 
     fn generic(d: &Decision) -> String {
@@ -199,7 +199,7 @@ mod tests {
         );
         d.rule_id = Some(Arc::from("r-1"));
         d.policy_id = Some(Arc::from("pol"));
-        d.evaluated = vec![EvaluatedRule {
+        d.evaluated = Evaluated::from(vec![EvaluatedRule {
             rule_id: Arc::from("r-1"),
             triggered: true,
             effect: EffectType::Hitl,
@@ -208,7 +208,7 @@ mod tests {
             detected: None,
             detected_more: 0,
             error: Some("bad".into()),
-        }];
+        }]);
         d.signals = vec![SignalRecord {
             key: Arc::from("risk"),
             args: json!({"b": 1, "a": [1.5, null]}),

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::call::SubjectRef;
 use super::conditions::{Tri, eval_async, eval_sync};
-use super::decision::{Decision, DecisionCode, EvaluatedRule, SignalRecord};
+use super::decision::{Decision, DecisionCode, Evaluated, EvaluatedRule, SignalRecord};
 use super::env::{DecideEnv, RunFacts};
 use super::profile::ToolProfile;
 use super::subjects::SubjectInput;
@@ -40,8 +40,10 @@ pub(crate) struct DecisionCtx<'a> {
     /// What the policies say about the tool (rules in play, counters it takes).
     pub(crate) profile: &'a ToolProfile,
     pub(crate) call: CallView<'a>,
-    pub(crate) now: DateTime<Utc>,
-    pub(crate) now_ms: i64,
+    /// The decision's time: read from `clock` when first asked (see [`DecisionCtx::now`]).
+    now: std::cell::Cell<Option<DateTime<Utc>>>,
+    /// Where `now` is read from when not given (`None`: it always is).
+    clock: Option<&'a dyn crate::engine::Clock>,
     pub(crate) subjects: Vec<SubjectRef>,
     pub(crate) permits: SmallVec<[(u32, StateKey, Permit); 4]>,
     pub(crate) signals: Vec<SignalRecord>,
@@ -69,14 +71,31 @@ impl<'a> DecisionCtx<'a> {
         now: DateTime<Utc>,
         subjects: Vec<SubjectRef>,
     ) -> Self {
+        let ctx = Self::new_at(engine, policies, run, profile, call, None, subjects);
+        ctx.now.set(Some(now));
+        ctx
+    }
+
+    /// [`new`](Self::new), the time read from `clock` only if the decision needs it (see
+    /// [`set_now`](Self::set_now) when the caller has it already): a decision whose rules read
+    /// no time and that raises no review never reads the clock.
+    pub(crate) fn new_at(
+        engine: &'a DecideEnv,
+        policies: &'a CompiledPolicies,
+        run: &'a RunFacts,
+        profile: &'a ToolProfile,
+        call: CallView<'a>,
+        clock: Option<&'a dyn crate::engine::Clock>,
+        subjects: Vec<SubjectRef>,
+    ) -> Self {
         DecisionCtx {
             engine,
             policies,
             run,
             profile,
             call,
-            now,
-            now_ms: now.timestamp_millis(),
+            now: std::cell::Cell::new(None),
+            clock,
             subjects,
             permits: SmallVec::new(),
             signals: Vec::new(),
@@ -90,6 +109,39 @@ impl<'a> DecisionCtx<'a> {
 }
 
 impl DecisionCtx<'_> {
+    /// The decision's time (read from the clock once, when first asked).
+    #[inline]
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        match self.now.get() {
+            Some(t) => t,
+            None => self.read_clock(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_clock(&self) -> DateTime<Utc> {
+        let t = self.clock.map_or_else(Utc::now, |c| c.now());
+        self.now.set(Some(t));
+        t
+    }
+
+    /// Sets the decision's time (known to the caller).
+    pub(crate) fn set_now(&mut self, now: DateTime<Utc>) {
+        self.now.set(Some(now));
+    }
+
+    /// [`now`](Self::now) in milliseconds since the epoch.
+    #[inline]
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.now().timestamp_millis()
+    }
+
+    /// The decision's time, if something read it.
+    pub(crate) fn now_if_read(&self) -> Option<DateTime<Utc>> {
+        self.now.get()
+    }
+
     pub(crate) fn note_missing(&mut self, what: String) {
         self.missing.push(what);
     }
@@ -293,7 +345,7 @@ pub(crate) struct RuleVerdict {
     pub(crate) effect: EffectType,
     pub(crate) rule: Option<usize>,
     pub(crate) shadow_effect: Option<EffectType>,
-    pub(crate) evaluated: Vec<EvaluatedRule>,
+    pub(crate) evaluated: Evaluated,
 }
 
 /// Rules in play for a call in a phase, in evaluation order, worked out from the indexes
@@ -364,24 +416,76 @@ pub(crate) async fn extract_subjects(ctx: &mut DecisionCtx<'_>, rules: &[u32]) {
 }
 
 /// Combines the rules' results as they are evaluated, in priority order.
-struct Combiner {
+///
+/// While every rule comes out plainly (true or false, no missing data, no detection, no
+/// effect forced by `onMissing`), each rule's entry in the decision's `evaluated` list follows
+/// from the rule and one bit (triggered): the bits are kept instead of the list, and the list
+/// for those bits is shared from the tool's profile (see `EvaluatedCache`). The first rule
+/// that does not come out plainly turns the bits into a list of the decision's own.
+struct Combiner<'r> {
+    /// The rules evaluated, in order.
+    rules: &'r [u32],
     /// Per policy: the outcome of the enforced rules (first half) and of all rules (second half).
     outcomes: SmallVec<[Option<Outcome>; 8]>,
     n_policies: usize,
     any_shadow: bool,
+    /// Every rule so far came out plainly: `triggered` stands for `evaluated`.
+    plain: bool,
+    /// Bit `k`: the `k`-th rule evaluated triggered (while `plain`).
+    triggered: u64,
+    /// Rules evaluated so far.
+    count: usize,
     evaluated: Vec<EvaluatedRule>,
     extraction_missing: Vec<String>,
 }
 
-impl Combiner {
+/// Rules a decision's bits stand for at most (beyond: the list of its own).
+const PLAIN_MAX: usize = 64;
+
+/// The `evaluated` entry of a rule that came out plainly.
+fn plain_entry(rule: &crate::policy::CompiledRule, triggered: bool) -> EvaluatedRule {
+    EvaluatedRule {
+        rule_id: rule.id.clone(),
+        triggered,
+        effect: rule.effect,
+        shadow: rule.shadow,
+        missing: Vec::new(),
+        error: None,
+        detected: None,
+        detected_more: 0,
+    }
+}
+
+/// The `evaluated` entries of plainly evaluated `rules` whose triggered ones are the bits of
+/// `triggered`.
+pub(crate) fn plain_entries<'p>(
+    policies: &'p CompiledPolicies,
+    rules: &'p [u32],
+    triggered: u64,
+) -> impl Iterator<Item = EvaluatedRule> + 'p {
+    rules
+        .iter()
+        .enumerate()
+        .map(move |(k, &i)| plain_entry(&policies.rules[i as usize], (triggered >> k) & 1 == 1))
+}
+
+impl<'r> Combiner<'r> {
     #[inline(always)]
-    fn new(ctx: &mut DecisionCtx<'_>, rules: usize) -> Combiner {
+    fn new(ctx: &mut DecisionCtx<'_>, rules: &'r [u32]) -> Combiner<'r> {
         let n_policies = ctx.policies.policies.len();
         Combiner {
+            rules,
             outcomes: smallvec::smallvec![None; 2 * n_policies],
             n_policies,
             any_shadow: false,
-            evaluated: Vec::with_capacity(rules),
+            plain: rules.len() <= PLAIN_MAX,
+            triggered: 0,
+            count: 0,
+            evaluated: if rules.len() <= PLAIN_MAX {
+                Vec::new()
+            } else {
+                Vec::with_capacity(rules.len())
+            },
             extraction_missing: std::mem::take(&mut ctx.missing),
         }
     }
@@ -421,6 +525,20 @@ impl Combiner {
                 fold(&mut enforced[p], combine, effect, i as u32);
             }
         }
+        let plain = t != Tri::Unknown
+            && ctx.effect_override.is_none()
+            && ctx.missing.is_empty()
+            && ctx.detections.is_none()
+            && ctx.detected_more == 0;
+        if self.plain {
+            if plain {
+                self.triggered |= u64::from(triggered) << self.count;
+                self.count += 1;
+                return;
+            }
+            self.own_list(policies);
+        }
+        self.count += 1;
         self.evaluated.push(EvaluatedRule {
             rule_id: rule.id.clone(),
             triggered,
@@ -433,9 +551,23 @@ impl Combiner {
         });
     }
 
+    /// Turns the bits of the rules evaluated so far into a list of the decision's own.
+    #[cold]
+    #[inline(never)]
+    fn own_list(&mut self, policies: &CompiledPolicies) {
+        self.plain = false;
+        let mut list = Vec::with_capacity(self.rules.len());
+        list.extend(plain_entries(
+            policies,
+            &self.rules[..self.count],
+            self.triggered,
+        ));
+        self.evaluated = list;
+    }
+
     #[inline(always)]
     /// The verdict (by reference: moving the combiner in would copy it).
-    fn finish(&mut self) -> RuleVerdict {
+    fn finish(&mut self, ctx: &DecisionCtx<'_>) -> RuleVerdict {
         let (enforced, full) = self.outcomes.split_at(self.n_policies);
         let decided = overall(enforced);
         let shadow_effect = if self.any_shadow {
@@ -443,11 +575,19 @@ impl Combiner {
         } else {
             None
         };
+        let evaluated = if !self.plain {
+            Evaluated::from(std::mem::take(&mut self.evaluated))
+        } else if self.count == 0 {
+            Evaluated::default()
+        } else {
+            ctx.profile
+                .evaluated_list(ctx.policies, &self.rules[..self.count], self.triggered)
+        };
         RuleVerdict {
             effect: decided.map_or(EffectType::Allow, |o| o.effect),
             rule: decided.map(|o| o.rule as usize),
             shadow_effect,
-            evaluated: std::mem::take(&mut self.evaluated),
+            evaluated,
         }
     }
 }
@@ -463,7 +603,7 @@ pub(crate) async fn evaluate_rules(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> 
 
 /// [`evaluate_rules`] over rules already filtered by their policies' `agentSelector`.
 async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
-    let mut c = Combiner::new(ctx, rules.len());
+    let mut c = Combiner::new(ctx, rules);
     for &i in rules {
         let i = i as usize;
         c.start(ctx, i);
@@ -475,7 +615,7 @@ async fn evaluate_selected(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerd
         };
         c.push(ctx, i, t);
     }
-    c.finish()
+    c.finish(ctx)
 }
 
 /// Evaluates rules none of which asks a signal provider, without a runtime.
@@ -497,14 +637,14 @@ fn evaluate_gated_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict 
 
 #[inline(always)]
 fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
-    let mut c = Combiner::new(ctx, rules.len());
+    let mut c = Combiner::new(ctx, rules);
     for &i in rules {
         let i = i as usize;
         c.start(ctx, i);
         let t = eval_sync(&ctx.policies.rules[i].condition, ctx);
         c.push(ctx, i, t);
     }
-    c.finish()
+    c.finish(ctx)
 }
 
 /// Builds the decision from a verdict (hitl handled by the caller).

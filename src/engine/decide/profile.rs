@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use super::evaluate::rules_in_play_uncached;
+use super::decision::{Evaluated, EvaluatedRule};
+use super::evaluate::{plain_entries, rules_in_play_uncached};
 use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
 
 /// Distinct tools whose profile is cached per policy set.
@@ -48,7 +49,19 @@ pub(crate) struct ToolProfile {
     pub(crate) needs_subjects: [bool; 2],
     /// Per phase, the state the rules in play read (worked out for a shared store only).
     pub(crate) state_plan: std::sync::OnceLock<[super::remote::StatePlan; 2]>,
+    /// Per phase (`rules`), the `evaluated` lists of decisions whose rules came out plainly.
+    evaluated: [EvaluatedCache; 2],
 }
+
+/// Outcomes a tool's [`EvaluatedCache`] keeps per phase: a tool's calls mostly come out one of
+/// a few ways.
+const EVALUATED_OUTCOMES: usize = 4;
+
+/// The `evaluated` lists of the first few plain outcomes seen (see `Combiner` in
+/// `evaluate.rs`), by the bits of the rules that triggered: a decision shares one instead of
+/// building its own. Set once each, read without a lock.
+#[derive(Debug, Default)]
+struct EvaluatedCache([std::sync::OnceLock<(u64, Arc<[EvaluatedRule]>)>; EVALUATED_OUTCOMES]);
 
 impl ToolProfile {
     /// The profile of a model (for `llm.before` decisions): slot 0 of `rules` holds the
@@ -84,6 +97,7 @@ impl ToolProfile {
             has_signal: [has_signal, false],
             needs_subjects: [false, false],
             state_plan: std::sync::OnceLock::new(),
+            evaluated: Default::default(),
         }
     }
 
@@ -125,6 +139,7 @@ impl ToolProfile {
             has_signal,
             needs_subjects,
             state_plan: std::sync::OnceLock::new(),
+            evaluated: Default::default(),
         }
     }
 
@@ -146,6 +161,40 @@ impl ToolProfile {
             .load()
             .iter()
             .any(|e| e.glob.is_match(&*self.name_lc))
+    }
+
+    /// The `evaluated` list of a decision that evaluated `rules` (in play in one phase, every
+    /// one of them plainly) and whose triggered rules are the bits of `triggered`: shared from
+    /// the profile's cache, or made (and kept while the cache has room).
+    pub(crate) fn evaluated_list(
+        &self,
+        policies: &CompiledPolicies,
+        rules: &[u32],
+        triggered: u64,
+    ) -> Evaluated {
+        let make =
+            || -> Arc<[EvaluatedRule]> { plain_entries(policies, rules, triggered).collect() };
+        let Some(cache) = self
+            .rules
+            .iter()
+            .position(|r| std::ptr::eq(&**r, rules))
+            .and_then(|p| self.evaluated.get(p))
+        else {
+            return Evaluated::from(plain_entries(policies, rules, triggered).collect::<Vec<_>>());
+        };
+        for slot in &cache.0 {
+            match slot.get() {
+                Some((t, list)) if *t == triggered => return Evaluated::shared(list.clone()),
+                Some(_) => {}
+                None => {
+                    let list = make();
+                    // Another decision may fill the slot first: this one keeps its own list.
+                    let _ = slot.set((triggered, list.clone()));
+                    return Evaluated::shared(list);
+                }
+            }
+        }
+        Evaluated::shared(make())
     }
 
     /// Whether maxCalls counter `counter` counts calls of this tool.
@@ -240,6 +289,8 @@ fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
     match n {
         8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
         4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        // First, middle and last byte: every byte of up to 3.
+        1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
         _ => a == b,
     }
 }
@@ -443,8 +494,14 @@ mod tests {
         let words = [
             "",
             "a",
+            "b",
             "ab",
+            "ba",
+            "aa",
             "abc",
+            "aXc",
+            "Xbc",
+            "abX",
             "abcd",
             "abcde",
             "abcdefg",

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::closed::closed_decision;
-use super::handle::{CallRecord, Run, RunShared, ToolCall, ToolOutcome, obj};
+use super::handle::{PendingCall, Run, RunShared, ToolCall, ToolOutcome, obj};
 use crate::audit::EventKind;
 use crate::engine::EngineInner;
 use crate::engine::audit::body::{Body, CallMetrics};
@@ -125,7 +125,7 @@ impl Run {
     async fn after_allowed(
         &self,
         call_id: &str,
-        pending: Arc<CallRecord>,
+        pending: PendingCall,
         outcome: ToolOutcome,
         now: DateTime<Utc>,
         looked_up: Option<LookedUp>,
@@ -313,7 +313,7 @@ impl Run {
                 crate::engine::decide::conditions::redact_strings(out, &r.detectors);
             }
             let body = Body::ToolResult {
-                call: pending,
+                call: pending.into_shared(),
                 duration_ms,
                 metrics,
                 outcome: match error {

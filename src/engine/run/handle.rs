@@ -33,7 +33,7 @@ use crate::state::StateKey;
 
 pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
 
-pub(crate) use super::pending::{CallRecord, PendingCalls};
+pub(crate) use super::pending::{CallRecord, PendingCall, PendingCalls};
 pub(crate) use crate::engine::audit::body::obj;
 
 #[derive(Debug, Default)]
@@ -213,18 +213,21 @@ impl Run {
             return closed_decision(Phase::Before, why);
         }
         let started = Instant::now();
-        let now = self.engine.clock.now();
-        if let Some(d) = self.refuse_too_deep(&call, now) {
+        let mut now = self.audited_now();
+        if let Some(at) = now
+            && let Some(d) = self.refuse_too_deep(&call, at)
+        {
             return d;
         }
         let mut decision = blank_decision();
-        let proceeds = match self.before_sync(&call, now, &mut decision) {
+        let proceeds = match self.before_sync(&call, &mut now, &mut decision) {
             Ok(p) => p,
             Err(plan) => {
-                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                let at = *now.get_or_insert_with(|| self.engine.clock.now());
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, at, plan));
                 let (d, p) = match futures::FutureExt::catch_unwind(fut).await {
                     Ok(d) => d,
-                    Err(_) => self.before_failure(&call, now),
+                    Err(_) => self.before_failure(&call, at),
                 };
                 decision = d;
                 p
@@ -246,24 +249,34 @@ impl Run {
             return closed_decision(Phase::Before, why);
         }
         let started = Instant::now();
-        let now = self.engine.clock.now();
-        if let Some(d) = self.refuse_too_deep(&call, now) {
+        let mut now = self.audited_now();
+        if let Some(at) = now
+            && let Some(d) = self.refuse_too_deep(&call, at)
+        {
             return d;
         }
         let mut decision = blank_decision();
-        let proceeds = match self.before_sync(&call, now, &mut decision) {
+        let proceeds = match self.before_sync(&call, &mut now, &mut decision) {
             Ok(p) => p,
             Err(plan) => {
-                let fut = AssertUnwindSafe(self.decide_before_async(&call, now, plan));
+                let at = *now.get_or_insert_with(|| self.engine.clock.now());
+                let fut = AssertUnwindSafe(self.decide_before_async(&call, at, plan));
                 let (d, p) = match block_on(futures::FutureExt::catch_unwind(fut)) {
                     Some(Ok(d)) => d,
-                    _ => self.before_failure(&call, now),
+                    _ => self.before_failure(&call, at),
                 };
                 decision = d;
                 p
             }
         };
         self.finish_before(call, decision, proceeds, started, now)
+    }
+
+    /// The time of a before decision when the audit trail records it; otherwise `None`: the
+    /// decision reads the clock only if a condition or a review needs the time.
+    #[inline]
+    fn audited_now(&self) -> Option<DateTime<Utc>> {
+        self.engine.audit_enabled().then(|| self.engine.clock.now())
     }
 
     fn before_failure(&self, call: &ToolCall, now: DateTime<Utc>) -> (Decision, bool) {
@@ -279,10 +292,11 @@ impl Run {
     /// Whether the call proceeds, the decision written to `out` (fresh from
     /// [`blank_decision`]), when nothing needs awaiting; else the plan for the async path.
     /// (Written in place: a decision is large, and moving it costs a copy each time.)
+    /// `now`: the decision's time, if known; set when the decision read the clock.
     fn before_sync(
         &self,
         call: &ToolCall,
-        now: DateTime<Utc>,
+        now: &mut Option<DateTime<Utc>>,
         out: &mut Decision,
     ) -> Result<bool, AsyncPlan> {
         let shared_store = self.engine.shared.is_some();
@@ -305,22 +319,30 @@ impl Run {
         }
         let decide = AssertUnwindSafe(|| {
             let view = call_view(call, &profile, None);
-            let mut ctx = DecisionCtx::new(
+            let mut ctx = DecisionCtx::new_at(
                 &self.engine.decide,
                 &policies,
                 &self.shared.facts,
                 &profile,
                 view,
-                now,
+                Some(&*self.engine.clock),
                 clone_subjects(&call.subjects),
             );
+            if let Some(at) = *now {
+                ctx.set_now(at);
+            }
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
-            self.conclude_before_into(call, now, &mut ctx, verdict, out)
+            let proceeds = self.conclude_before_into(call, &mut ctx, verdict, out);
+            (proceeds, ctx.now_if_read())
         });
         match std::panic::catch_unwind(decide) {
-            Ok(proceeds) => Ok(proceeds),
+            Ok((proceeds, read)) => {
+                *now = read;
+                Ok(proceeds)
+            }
             Err(_) => {
-                let (d, proceeds) = self.before_failure(call, now);
+                let at = *now.get_or_insert_with(|| self.engine.clock.now());
+                let (d, proceeds) = self.before_failure(call, at);
                 *out = d;
                 Ok(proceeds)
             }
@@ -367,8 +389,9 @@ impl Run {
         ctx: &mut DecisionCtx<'_>,
         verdict: RuleVerdict,
     ) -> (Decision, bool) {
+        debug_assert_eq!(ctx.now(), now);
         let mut d = blank_decision();
-        let proceeds = self.conclude_before_into(call, now, ctx, verdict, &mut d);
+        let proceeds = self.conclude_before_into(call, ctx, verdict, &mut d);
         (d, proceeds)
     }
 
@@ -377,7 +400,6 @@ impl Run {
     pub(crate) fn conclude_before_into(
         &self,
         call: &ToolCall,
-        now: DateTime<Utc>,
         ctx: &mut DecisionCtx<'_>,
         verdict: RuleVerdict,
         d: &mut Decision,
@@ -385,7 +407,7 @@ impl Run {
         base_decision_into(d, Phase::Before, &verdict, ctx.policies);
         d.evaluated = verdict.evaluated;
         if d.effect == EffectType::Hitl {
-            self.resolve_hitl(d, call, now);
+            self.resolve_hitl(d, call, ctx.now());
         }
         d.signals = std::mem::take(&mut ctx.signals);
         let proceeds = d.effect == EffectType::Allow;
@@ -408,7 +430,7 @@ impl Run {
         mut decision: Decision,
         proceeds: bool,
         started: Instant,
-        now: DateTime<Utc>,
+        now: Option<DateTime<Utc>>,
     ) -> Decision {
         // The run may have ended while this call was decided: then it is refused, unwritten.
         // The gate orders this decision against `run.ended` for the trail and the observers;
@@ -446,23 +468,33 @@ impl Run {
         } else {
             None
         };
-        let call = Arc::new(CallRecord {
+        let record = CallRecord {
             id,
             name,
             tags,
             args,
             redaction,
-        });
-        if proceeds {
-            self.shared.pending.lock().insert(call.clone());
+        };
+        if !self.engine.audit_enabled() {
+            // Nothing shares the call: the run keeps it (no allocation).
+            self.shared.pending.lock().insert(PendingCall::Own(record));
+            return decision;
         }
-        if self.engine.audit_enabled() {
+        let call = Arc::new(record);
+        if proceeds {
+            self.shared
+                .pending
+                .lock()
+                .insert(PendingCall::Shared(call.clone()));
+        }
+        {
             // Captured as is (the decision cloned); the sealer writes the JSON.
             let body = Body::BeforeDecision {
                 call,
                 subjects,
                 decision: decision.clone(),
             };
+            let now = now.unwrap_or_else(|| self.engine.clock.now());
             self.engine
                 .emit_body(&self.shared, EventKind::ToolDecision, body, now);
         }
@@ -555,7 +587,7 @@ pub(crate) fn count_allowed(
             engine.decide.state.add(
                 &ctx.run.state_key(spec.slot, spec.scope),
                 spec.window_seconds,
-                ctx.now_ms,
+                ctx.now_ms(),
             );
         }
     }

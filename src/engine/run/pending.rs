@@ -1,6 +1,8 @@
 //! Calls allowed by a before decision and waiting for their result: kept once, shared (by
 //! `Arc`) between the run's pending set and the audit event that records the decision, so
-//! neither copies the call's arguments.
+//! neither copies the call's arguments. Without an audit trail nothing shares them: the run
+//! keeps the call itself, and the first few calls waiting sit in the run's own slots (a
+//! decision allowing a call then allocates nothing).
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
@@ -8,9 +10,38 @@ use std::sync::Arc;
 
 pub(crate) use crate::engine::audit::body::CallRecord;
 
-/// An entry of [`PendingCalls`], found by the call's id.
+/// A call waiting for its result: shared with the audit event of its decision, or the run's
+/// own.
 #[derive(Debug)]
-struct Entry(Arc<CallRecord>);
+pub(crate) enum PendingCall {
+    Shared(Arc<CallRecord>),
+    Own(CallRecord),
+}
+
+impl std::ops::Deref for PendingCall {
+    type Target = CallRecord;
+    #[inline]
+    fn deref(&self) -> &CallRecord {
+        match self {
+            PendingCall::Shared(c) => c,
+            PendingCall::Own(c) => c,
+        }
+    }
+}
+
+impl PendingCall {
+    /// The call to share (with an audit event).
+    pub(crate) fn into_shared(self) -> Arc<CallRecord> {
+        match self {
+            PendingCall::Shared(c) => c,
+            PendingCall::Own(c) => Arc::new(c),
+        }
+    }
+}
+
+/// An entry of [`PendingCalls`]' set, found by the call's id.
+#[derive(Debug)]
+struct Entry(PendingCall);
 
 impl Borrow<str> for Entry {
     fn borrow(&self) -> &str {
@@ -34,30 +65,53 @@ impl PartialEq for Entry {
 
 impl Eq for Entry {}
 
-/// The run's allowed calls waiting for `after_tool`, by call id (no copy of the id as a key).
+/// Calls kept in the run's own slots before the set is used.
+const FEW: usize = 4;
+
+/// The run's allowed calls waiting for `after_tool`, by call id (no copy of the id as a key):
+/// the first [`FEW`] in slots of the run's own (searched in turn), the others in a set.
 #[derive(Debug, Default)]
-pub(crate) struct PendingCalls(std::collections::HashSet<Entry, foldhash::fast::RandomState>);
+pub(crate) struct PendingCalls {
+    few: smallvec::SmallVec<[PendingCall; FEW]>,
+    many: std::collections::HashSet<Entry, foldhash::fast::RandomState>,
+}
 
 impl PendingCalls {
     /// Adds `call`, replacing a pending call with the same id.
-    pub(crate) fn insert(&mut self, call: Arc<CallRecord>) {
-        self.0.replace(Entry(call));
+    pub(crate) fn insert(&mut self, call: PendingCall) {
+        if let Some(slot) = self.few.iter_mut().find(|c| c.id == call.id) {
+            *slot = call;
+        } else if self.few.len() < FEW
+            && (self.many.is_empty() || !self.many.contains(call.id.as_str()))
+        {
+            self.few.push(call);
+        } else {
+            self.many.replace(Entry(call));
+        }
     }
 
     /// The pending call `id`, if any.
-    pub(crate) fn get(&self, id: &str) -> Option<&Arc<CallRecord>> {
-        self.0.get(id).map(|e| &e.0)
+    pub(crate) fn get(&self, id: &str) -> Option<&PendingCall> {
+        match self.few.iter().find(|c| c.id == id) {
+            Some(c) => Some(c),
+            None if self.many.is_empty() => None,
+            None => self.many.get(id).map(|e| &e.0),
+        }
     }
 
     /// Takes the pending call `id` out.
-    pub(crate) fn remove(&mut self, id: &str) -> Option<Arc<CallRecord>> {
-        self.0.take(id).map(|e| e.0)
+    pub(crate) fn remove(&mut self, id: &str) -> Option<PendingCall> {
+        match self.few.iter().position(|c| c.id == id) {
+            Some(i) => Some(self.few.swap_remove(i)),
+            None if self.many.is_empty() => None,
+            None => self.many.take(id).map(|e| e.0),
+        }
     }
 
     /// How many calls wait.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.few.len() + self.many.len()
     }
 }
 
@@ -66,14 +120,19 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    fn call(id: &str, n: u64) -> Arc<CallRecord> {
-        Arc::new(CallRecord {
+    fn call(id: &str, n: u64) -> PendingCall {
+        let c = CallRecord {
             id: id.into(),
             name: "t".into(),
             tags: vec![],
             args: Value::from(n),
             redaction: None,
-        })
+        };
+        if n.is_multiple_of(2) {
+            PendingCall::Own(c)
+        } else {
+            PendingCall::Shared(Arc::new(c))
+        }
     }
 
     #[test]
@@ -87,5 +146,31 @@ mod tests {
         assert_eq!(p.remove("b").map(|c| c.args.clone()), Some(Value::from(2)));
         assert!(p.remove("b").is_none());
         assert!(p.get("zz").is_none());
+    }
+
+    #[test]
+    fn past_the_few_slots_calls_wait_in_the_set() {
+        let mut p = PendingCalls::default();
+        for i in 0..20u64 {
+            p.insert(call(&format!("c{i}"), i));
+        }
+        assert_eq!(p.len(), 20);
+        p.insert(call("c3", 100));
+        p.insert(call("c17", 101));
+        assert_eq!(p.len(), 20, "replaced, wherever they wait");
+        assert_eq!(p.get("c3").map(|c| c.args.clone()), Some(Value::from(100)));
+        assert_eq!(p.get("c17").map(|c| c.args.clone()), Some(Value::from(101)));
+        for i in (0..20u64).rev() {
+            assert!(p.remove(&format!("c{i}")).is_some(), "c{i}");
+        }
+        assert_eq!(p.len(), 0);
+        // A freed slot takes a new call; an id waiting in the set is replaced there.
+        for i in 0..6u64 {
+            p.insert(call(&format!("d{i}"), i));
+        }
+        assert!(p.remove("d1").is_some());
+        p.insert(call("d5", 7));
+        assert_eq!(p.len(), 5);
+        assert_eq!(p.get("d5").map(|c| c.args.clone()), Some(Value::from(7)));
     }
 }

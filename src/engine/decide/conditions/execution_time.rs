@@ -6,7 +6,7 @@ use crate::policy::{CmpOp, TimeScope};
 pub(crate) fn eval(scope: TimeScope, op: CmpOp, ms: f64, ctx: &mut DecisionCtx<'_>) -> Tri {
     let measured = match scope {
         TimeScope::Tool => ctx.call.duration_ms,
-        TimeScope::Total => Some((ctx.now_ms - ctx.run.started_ms) as f64),
+        TimeScope::Total => Some((ctx.now_ms() - ctx.run.started_ms) as f64),
     };
     match measured {
         Some(d) => op.apply(d, ms).into(),

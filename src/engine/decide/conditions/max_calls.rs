@@ -32,14 +32,14 @@ pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
         return (ctx
             .engine
             .state
-            .count(&key, spec.window_seconds, ctx.now_ms)
+            .count(&key, spec.window_seconds, ctx.now_ms())
             >= max)
             .into();
     }
     match ctx
         .engine
         .state
-        .try_acquire(&key, max, spec.window_seconds, ctx.now_ms)
+        .try_acquire(&key, max, spec.window_seconds, ctx.now_ms())
     {
         Some(permit) => {
             ctx.permits.push((counter, key, permit));

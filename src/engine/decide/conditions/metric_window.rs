@@ -19,7 +19,7 @@ pub(crate) fn eval(
             let key = ctx.run.state_key(spec.slot, spec.scope);
             ctx.engine
                 .state
-                .window(&key, spec.window_seconds, ctx.now_ms)
+                .window(&key, spec.window_seconds, ctx.now_ms())
         }
     };
     let agg = match aggregate {

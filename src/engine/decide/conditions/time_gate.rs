@@ -21,7 +21,8 @@ pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCt
         ctx.note_missing("timeGate: no valid timezone for the end user".to_string());
         return Tri::Unknown;
     };
-    let (day, minute) = ctx.run.local_day_minute(tz, &ctx.now, ctx.now_ms);
+    let now = ctx.now();
+    let (day, minute) = ctx.run.local_day_minute(tz, &now, now.timestamp_millis());
     windows.iter().any(|w| in_window(w, day, minute)).into()
 }
 
