@@ -300,7 +300,7 @@ impl EngineBuilder {
                 (None, Some(path)) => Some(Arc::new(RunSigner::from_file(path)?)),
                 (None, None) => None,
             };
-            Some(AuditState::new(
+            Some(Arc::new(AuditState::new(
                 // The sinks' tasks run on the bus's own thread: the sealer (and a caller
                 // sealing past the queue's limit) can wait for room without stalling them.
                 AuditBus::new(
@@ -320,7 +320,9 @@ impl EngineBuilder {
                     caller_batch: self.audit_caller_batch,
                 },
                 signer,
-            ))
+                self.clock.clone(),
+                self.shared.clone(),
+            )))
         } else {
             None
         };

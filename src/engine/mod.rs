@@ -87,8 +87,8 @@ use crate::audit::{
 use crate::eval::{EvalError, EvaluationRunConfig};
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
 use crate::state::{MemoryStateStore, SharedStateStore, StateStore};
-use audit::audit_hook::AuditState;
 use audit::evaluations::{EngineEvals, EvalSet};
+use audit::state::AuditState;
 use decide::signals::SignalRegistry;
 use decide::subjects::RegisteredExtractor;
 
@@ -144,7 +144,8 @@ pub(crate) struct EngineInner {
     /// The key of the hitl fingerprint's keyed part (see `hitl::reviews::keyed_fingerprint`).
     pub(crate) fingerprint_key: Box<[u8]>,
     pub(crate) register_lock: parking_lot::Mutex<()>,
-    pub(crate) audit: Option<AuditState>,
+    /// The engine's side of the audit trail (see `audit/`), when one is configured.
+    pub(crate) audit: Option<Arc<AuditState>>,
     pub(crate) evals: EngineEvals,
     pub(crate) observers: run::observe::Observers,
     /// Webhooks told of reviews raised and decided (see `hitl/notify.rs`).
@@ -285,6 +286,10 @@ impl GovernanceEngine {
         self.inner
             .shut_down
             .store(true, std::sync::atomic::Ordering::Release);
+        if let Some(a) = &self.inner.audit {
+            a.shut_down
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         let audit = match &self.inner.audit {
             Some(a) => a.drained_bus().shutdown(a.flush_timeout).await,
             None => Ok(()),

@@ -7,74 +7,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::evaluations::{EvalSet, run_to_json};
-use super::sealer::{Body, Sealer, SealerConfig};
-use crate::audit::{AuditBus, EventKind, Redactor, RunChain, RunSigner};
-use crate::engine::EngineInner;
-use crate::engine::decide::call::{RunContext, ToolOutcome};
-use crate::engine::run::handle::RunShared;
-use crate::eval::EvaluationInput;
-use crate::state::ChainClaim;
-
-/// Audit settings of an engine.
-pub(crate) struct AuditState {
-    /// Seals queued events in batches and hands them to the bus.
-    pub(crate) sealer: Sealer,
-    pub(crate) flush_timeout: Duration,
-    /// Signs every run's chain, when set.
-    pub(crate) signer: Option<Arc<RunSigner>>,
-    /// Chain heads of runs left open, without a shared store (see `chain_head.rs`).
-    pub(crate) heads: super::chain_head::MemoryHeads,
-    /// The redaction rules (also applied to the arguments a review shows).
-    pub(crate) redactor: Redactor,
-    /// Runs held under a lease on the shared store (see `lease.rs`).
-    pub(crate) leases: super::lease::Leases,
-}
-
-impl AuditState {
-    pub(crate) fn new(
-        bus: AuditBus,
-        redactor: Redactor,
-        flush_timeout: Duration,
-        sealers: SealerConfig,
-        signer: Option<Arc<RunSigner>>,
-    ) -> AuditState {
-        AuditState {
-            redactor: redactor.clone(),
-            sealer: Sealer::start(bus, redactor, flush_timeout, sealers),
-            flush_timeout,
-            signer,
-            heads: super::chain_head::MemoryHeads::default(),
-            leases: super::lease::Leases::default(),
-        }
-    }
-
-    /// The bus, after everything queued was sealed and handed to it.
-    pub(crate) fn drained_bus(&self) -> &AuditBus {
-        self.sealer.drain();
-        self.sealer.bus()
-    }
-}
-
-/// Slow evaluators and the input they are to run on, after the event is sealed.
-pub(crate) type SlowEvaluation = (Arc<crate::eval::EvaluationRunner>, EvaluationInput);
-
-/// Per-run audit state: the run's hash chain and its background evaluations.
-pub(crate) struct RunAudit {
-    pub(super) chain: Option<Arc<Mutex<RunChain>>>,
-    /// The sealer shard the run's events go to.
-    pub(super) shard: usize,
-    background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    /// This handle's claim on the run's chain head (unique per run handle).
-    pub(crate) owner: Box<str>,
-    /// The run is held under a lease on the shared store (renewed with each reservation).
-    pub(crate) leased: bool,
-    /// The lease was lost (taken over), or never had (held elsewhere, or the run had ended):
-    /// this handle appends nothing to the run's chain (its events go to a side chain).
-    pub(crate) lost: std::sync::atomic::AtomicBool,
-}
+use super::evaluations::{SlowEvaluation, run_to_json};
+use super::run_audit::RunAudit;
+use super::sealer::Body;
+use super::state::{AuditState, side_run_id};
+use crate::audit::{EventKind, RunChain};
+use crate::engine::decide::call::RunContext;
+use crate::state::{ChainClaim, SharedStateStore};
 
 /// What starting a run's chain found wrong, for `error` events after its first event.
 pub(crate) type ChainProblems = Vec<String>;
@@ -102,36 +43,20 @@ fn claim_deadline(lease: std::time::Duration) -> std::time::Instant {
     std::time::Instant::now() + lease + Duration::from_secs(1)
 }
 
-impl EngineInner {
-    #[inline]
-    pub(crate) fn audit_enabled(&self) -> bool {
-        self.audit.is_some()
-    }
-
+impl AuditState {
     /// The run's audit state: its chain starts where a holder that left the run left it (on
     /// the shared store, or in this engine), else at `seq` 0. What went wrong (the store
     /// failed, another holder has not left the run: a fork) is returned for `error` events.
     pub(crate) fn audit_for_run(
         &self,
-        ctx: &RunContext,
+        ctx: &Arc<RunContext>,
         run_key: &Arc<str>,
     ) -> (RunAudit, ChainProblems, ChainStart) {
         let mut problems = ChainProblems::new();
-        let Some(a) = self.audit.as_ref() else {
-            let audit = RunAudit {
-                shard: 0,
-                chain: None,
-                background: Mutex::new(Vec::new()),
-                owner: Box::from(""),
-                leased: false,
-                lost: Default::default(),
-            };
-            return (audit, problems, ChainStart::Started);
-        };
         let owner = uuid::Uuid::now_v7().simple().to_string();
         let claim = match &self.shared {
             Some(store) => self.claim_shared(&**store, ctx, &owner, &mut problems),
-            None => a.heads.claim(run_key, &owner),
+            None => self.heads.claim(run_key, &owner),
         };
         if claim.held_elsewhere && self.shared.is_none() {
             problems.push(format!(
@@ -174,7 +99,7 @@ impl EngineInner {
             } else {
                 "held-elsewhere"
             };
-            super::lease::side_run_id(&ctx.run_id, &owner, why)
+            side_run_id(&ctx.run_id, &owner, why)
         } else {
             ctx.run_id.clone()
         };
@@ -183,17 +108,21 @@ impl EngineInner {
             ctx.agent_id.clone(),
             ctx.enduser.as_ref().map(|u| u.id.clone()),
         )
-        .with_signer(a.signer.clone());
+        .with_signer(self.signer.clone());
         if let (Some(h), false) = (&claim.head, refused) {
             chain = chain.continue_at(h.next_seq, &h.last_hash);
         }
         let audit = RunAudit {
-            shard: a.sealer.assign_shard(),
+            context: ctx.clone(),
+            run_key: run_key.clone(),
+            shard: self.sealer.assign_shard(),
             chain: Some(Arc::new(Mutex::new(chain))),
             background: Mutex::new(Vec::new()),
             owner: owner.into(),
             leased: claim.leased && !refused,
             lost: std::sync::atomic::AtomicBool::new(refused),
+            ended: Default::default(),
+            tool_calls: Mutex::new(Vec::new()),
         };
         (audit, problems, start)
     }
@@ -202,7 +131,7 @@ impl EngineInner {
     /// holder has it: it lets go (a hand-over) or its lease lapses (a takeover).
     fn claim_shared(
         &self,
-        store: &dyn crate::state::SharedStateStore,
+        store: &dyn SharedStateStore,
         ctx: &RunContext,
         owner: &str,
         problems: &mut ChainProblems,
@@ -255,12 +184,12 @@ impl EngineInner {
     }
 }
 
-impl EngineInner {
+impl AuditState {
     /// Queues an event of the run for sealing (redaction, hash, chain) off the caller's
     /// thread; returns its id.
     pub(crate) fn emit(
         &self,
-        run: &RunShared,
+        run: &RunAudit,
         kind: EventKind,
         body: Map<String, Value>,
         at: DateTime<Utc>,
@@ -271,22 +200,25 @@ impl EngineInner {
     /// [`emit`](Self::emit) with a typed body, turned into JSON by the sealer.
     pub(crate) fn emit_body(
         &self,
-        run: &RunShared,
+        run: &RunAudit,
         kind: EventKind,
         body: Body,
         at: DateTime<Utc>,
     ) -> Option<uuid::Uuid> {
-        let audit = self.audit.as_ref()?;
-        let chain = run.audit.chain.as_ref()?;
-        Some(audit.sealer.push(run.audit.shard, chain, kind, at, body))
+        let chain = run.chain.as_ref()?;
+        Some(self.sealer.push(run.shard, chain, kind, at, body))
     }
 
     /// Emits a `tool.result` or `run.ended` event (the fast evaluators' result attached to
     /// `body` already), then starts the slow evaluators, which emit a linked
-    /// `evaluation.result` event (naming `call_id`, when given).
-    pub(crate) fn emit_with_evaluation(
+    /// `evaluation.result` event (naming `call_id`, when given). The slow evaluators keep
+    /// `handle` (the run's own) until their event is queued: a run dropped meanwhile ends
+    /// after it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn emit_with_evaluation<H: Send + Sync + 'static>(
         self: &Arc<Self>,
-        run: &Arc<RunShared>,
+        run: &Arc<RunAudit>,
+        handle: &Arc<H>,
         kind: EventKind,
         body: Body,
         at: DateTime<Utc>,
@@ -299,6 +231,7 @@ impl EngineInner {
         if let Some((runner, input)) = slow {
             let engine = self.clone();
             let run2 = run.clone();
+            let held = handle.clone();
             let call_id = call_id.map(str::to_string);
             let handle = tokio::spawn(async move {
                 let result = run_to_json(&runner, input).await;
@@ -314,112 +247,40 @@ impl EngineInner {
                 body.insert("evaluation".into(), result);
                 let now = engine.clock.now();
                 engine.emit(&run2, EventKind::EvaluationResult, body, now);
+                drop(held);
             });
-            run.audit.background.lock().push(handle);
+            run.background.lock().push(handle);
         }
     }
 
     /// With a signing key, seals a `checkpoint` that signs the events written after the
     /// run's `run.ended` (slow run evaluations).
-    pub(crate) fn emit_closing_checkpoint(&self, run: &RunShared) {
-        if self.audit.as_ref().is_some_and(|a| a.signer.is_some()) {
+    pub(crate) fn emit_closing_checkpoint(&self, run: &RunAudit) {
+        if self.signer.is_some() {
             let now = self.clock.now();
             self.emit(run, EventKind::Checkpoint, Map::new(), now);
         }
     }
 
     /// Waits (bounded by the flush timeout) for the run's background evaluations.
-    pub(crate) async fn await_background(&self, run: &RunShared) {
-        let handles: Vec<_> = std::mem::take(&mut *run.audit.background.lock());
+    pub(crate) async fn await_background(&self, run: &RunAudit) {
+        let handles: Vec<_> = std::mem::take(&mut *run.background.lock());
         if handles.is_empty() {
             return;
         }
-        let timeout = self
-            .audit
-            .as_ref()
-            .map_or(Duration::from_secs(5), |a| a.flush_timeout);
+        let timeout = self.flush_timeout;
         let all = futures::future::join_all(handles);
         if tokio::time::timeout(timeout, all).await.is_err() {
-            tracing::warn!(run_id = %run.facts.context.run_id, "background evaluations did not finish within {timeout:?}");
+            tracing::warn!(run_id = %run.context.run_id, "background evaluations did not finish within {timeout:?}");
         }
     }
 
     /// Seals what the run queued (its shard's queue, on this thread) and flushes the sinks:
     /// on `Run::end`, which need not seal the other runs' events.
-    pub(crate) async fn flush_run_audit(&self, run: &RunShared) {
-        if let Some(a) = &self.audit {
-            a.sealer.drain_shard(run.audit.shard);
-            if let Err(e) = a.sealer.bus().flush(a.flush_timeout).await {
-                tracing::warn!("audit flush: {e}");
-            }
+    pub(crate) async fn flush_run_audit(&self, run: &RunAudit) {
+        self.sealer.drain_shard(run.shard);
+        if let Err(e) = self.sealer.bus().flush(self.flush_timeout).await {
+            tracing::warn!("audit flush: {e}");
         }
-    }
-
-    /// Runs the evaluators configured for this tool over its output.
-    pub(crate) async fn evaluate_tool_output(
-        &self,
-        run: &RunShared,
-        tool: &str,
-        args: &Value,
-        outcome: &ToolOutcome,
-    ) -> (Option<Value>, Option<SlowEvaluation>) {
-        if self.evals.per_tool.is_empty() {
-            return (None, None);
-        }
-        let tool_lc = tool.to_lowercase();
-        let Some((_, set)) = self
-            .evals
-            .per_tool
-            .iter()
-            .find(|(g, _)| g.is_match(&tool_lc))
-        else {
-            return (None, None);
-        };
-        let response = outcome.output.clone().unwrap_or(Value::Null);
-        let context = json!({
-            "toolName": tool,
-            "args": args,
-            "error": outcome.error,
-            "durationMs": outcome.duration.as_secs_f64() * 1000.0,
-            "runId": run.facts.context.run_id,
-        });
-        self.run_eval_set(set, run, response, context).await
-    }
-
-    /// Runs the run-level evaluators over the final response.
-    pub(crate) async fn evaluate_run(
-        &self,
-        run: &RunShared,
-        final_response: Option<&str>,
-        status: &str,
-    ) -> (Option<Value>, Option<SlowEvaluation>) {
-        let Some(set) = &self.evals.per_run else {
-            return (None, None);
-        };
-        let response = final_response.map_or(Value::Null, |r| Value::String(r.to_string()));
-        let context = json!({"runId": run.facts.context.run_id, "status": status});
-        self.run_eval_set(set, run, response, context).await
-    }
-
-    /// Builds the input (the run's agent, session and real tool calls), runs the fast
-    /// evaluators now and hands back the slow ones with their input.
-    async fn run_eval_set(
-        &self,
-        set: &EvalSet,
-        run: &RunShared,
-        response: Value,
-        context: Value,
-    ) -> (Option<Value>, Option<SlowEvaluation>) {
-        let mut input = EvaluationInput::new(response);
-        input.agent_id = Some(run.facts.context.agent_id.clone());
-        input.session_id = run.facts.context.session_id.clone();
-        input.context = Some(context);
-        input.tool_calls = Some(run.tool_calls.lock().clone());
-        input.timestamp = Some(self.clock.now().timestamp_millis());
-        let fast = match &set.fast {
-            Some(r) => Some(run_to_json(r, input.clone()).await),
-            None => None,
-        };
-        (fast, set.slow.clone().map(|r| (r, input)))
     }
 }

@@ -1,8 +1,8 @@
 //! A run's audit chain across processes (design §8): the chain head (next `seq`, last hash)
 //! a run handle claims when the run starts (see `audit_hook.rs`) and writes back when it lets
-//! go of the run ([`Run::leave`], a drop) or forgets when the run ends. On a shared store the
-//! head lives there; without one, in the engine ([`MemoryHeads`]). A claim or a release that
-//! finds another holder is a fork, written as an `error` event.
+//! go of the run (`Run::leave`, a drop) or forgets when the run ends. On a shared store the
+//! head lives there; without one, in the engine (`MemoryHeads`, in `state.rs`). A claim or a
+//! release that finds another holder is a fork, written as an `error` event.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,99 +10,37 @@ use std::sync::atomic::Ordering;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
+use super::run_audit::RunAudit;
 use super::sealer::Body;
+use super::state::{AuditState, head_of};
 use crate::audit::{EventKind, RunChain};
-use crate::engine::EngineInner;
 use crate::engine::decide::call::RunContext;
-use crate::engine::run::handle::RunShared;
-use crate::state::{ChainClaim, ChainHead};
+use crate::state::ChainHead;
 
-/// The chain heads of an engine without a shared state store: a run left open
-/// ([`Run::leave`]) and started again in the same engine continues its chain, as it does across processes on
-/// a shared store (design §8). Keyed by the run's scope string.
-#[derive(Default)]
-pub(crate) struct MemoryHeads(dashmap::DashMap<Arc<str>, MemoryHead>);
-
-#[derive(Default)]
-pub(crate) struct MemoryHead {
-    head: Option<ChainHead>,
-    owner: Option<Box<str>>,
-}
-
-impl MemoryHeads {
-    pub(super) fn claim(&self, run_key: &Arc<str>, owner: &str) -> ChainClaim {
-        let mut e = self.0.entry(run_key.clone()).or_default();
-        let held_elsewhere = e.owner.as_deref().is_some_and(|o| o != owner);
-        e.owner = Some(owner.into());
-        ChainClaim {
-            head: e.head.clone(),
-            held_elsewhere,
-            ..ChainClaim::default()
-        }
-    }
-
-    /// Lets go of the chain: `Some(head)` written for the next holder, `None` forgotten (the
-    /// run ended). `false`: another owner claimed it meanwhile (a fork).
-    pub(super) fn leave(&self, run_key: &str, owner: &str, head: Option<ChainHead>) -> bool {
-        let Some(mut e) = self.0.get_mut(run_key) else {
-            return true;
-        };
-        if e.owner.as_deref().is_some_and(|o| o != owner) {
-            return false;
-        }
-        match head {
-            Some(h) => {
-                e.head = Some(h);
-                e.owner = None;
-            }
-            None => {
-                drop(e);
-                self.0.remove(run_key);
-            }
-        }
-        true
-    }
-}
-
-/// Where a chain stands (`None` before its first event).
-pub(super) fn head_of(chain: &RunChain) -> Option<ChainHead> {
-    Some(ChainHead {
-        next_seq: chain.next_seq(),
-        last_hash: chain.last_hash()?.to_string(),
-    })
-}
-
-impl EngineInner {
+impl AuditState {
     /// Seals what the run queued and answers where its chain stands.
-    fn sealed_head(&self, run: &RunShared) -> Option<ChainHead> {
-        let a = self.audit.as_ref()?;
-        a.sealer.drain_shard(run.audit.shard);
-        let chain = run.audit.chain.as_ref()?.lock();
+    fn sealed_head(&self, run: &RunAudit) -> Option<ChainHead> {
+        self.sealer.drain_shard(run.shard);
+        let chain = run.chain.as_ref()?.lock();
         head_of(&chain)
     }
 
     /// Leaves the run's chain (after sealing its queued events): writes its head for the next
     /// holder, or forgets it when `ended`. A fork (another holder claimed the run meanwhile)
     /// or a store failure is an `error` event.
-    pub(crate) async fn leave_chain(&self, run: &RunShared, ended: bool) {
-        if run.audit.lost.load(Ordering::Acquire) {
+    pub(crate) async fn leave_chain(&self, run: &RunAudit, ended: bool) {
+        if run.lost.load(Ordering::Acquire) {
             // Taken over (or never held): the run's chain is another holder's now.
             return;
         }
         let Some(head) = self.sealed_head(run) else {
             return;
         };
-        let ctx = &run.facts.context;
+        let ctx = &run.context;
         let outcome = match &self.shared {
             Some(store) => {
                 let left = store
-                    .leave_chain(
-                        &ctx.agent_id,
-                        &ctx.run_id,
-                        &run.audit.owner,
-                        Some(&head),
-                        ended,
-                    )
+                    .leave_chain(&ctx.agent_id, &ctx.run_id, &run.owner, Some(&head), ended)
                     .await
                     .map_err(|e| e.to_string());
                 if left == Ok(false) {
@@ -121,31 +59,28 @@ impl EngineInner {
     /// its state (as at `end`; keeping it would keep every dropped run's head for ever); on
     /// a shared store, where the run's state stays, a thread of its own seals the run's events
     /// and writes the head for the next holder.
-    pub(crate) fn leave_chain_on_drop(self: &Arc<Self>, run: &RunShared) {
-        let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.clone()) else {
+    pub(crate) fn leave_chain_on_drop(self: &Arc<Self>, run: &RunAudit) {
+        let Some(chain) = run.chain.clone() else {
             return;
         };
-        if run.audit.lost.load(Ordering::Acquire) {
+        if run.lost.load(Ordering::Acquire) {
             return;
         }
-        let shard = run.audit.shard;
+        let shard = run.shard;
         let Some(store) = self.shared.clone() else {
-            let ok = a.heads.leave(&run.facts.run_key, &run.audit.owner, None);
+            let ok = self.heads.leave(&run.run_key, &run.owner, None);
             if !ok {
-                self.report_leave_on(shard, &chain, &run.facts.context, Ok(false));
+                self.report_leave_on(shard, &chain, &run.context, Ok(false));
             }
             return;
         };
         let engine = self.clone();
-        let owner = run.audit.owner.clone();
-        let ctx = run.facts.context.clone();
+        let owner = run.owner.clone();
+        let ctx = run.context.clone();
         let spawned = std::thread::Builder::new()
             .name("toolgate-leave-run".into())
             .spawn(move || {
-                let Some(a) = engine.audit.as_ref() else {
-                    return;
-                };
-                a.sealer.drain_shard(shard);
+                engine.sealer.drain_shard(shard);
                 let Some(head) = head_of(&chain.lock()) else {
                     return;
                 };
@@ -161,19 +96,17 @@ impl EngineInner {
                 engine.report_leave_on(shard, &chain, &ctx, left);
             });
         if let Err(e) = spawned {
-            tracing::warn!(run_id = %run.facts.context.run_id, "cannot hand the run's audit chain on: {e}");
+            tracing::warn!(run_id = %run.context.run_id, "cannot hand the run's audit chain on: {e}");
         }
     }
 
-    fn leave_memory_chain(&self, run: &RunShared, head: Option<ChainHead>) -> bool {
-        self.audit
-            .as_ref()
-            .is_none_or(|a| a.heads.leave(&run.facts.run_key, &run.audit.owner, head))
+    fn leave_memory_chain(&self, run: &RunAudit, head: Option<ChainHead>) -> bool {
+        self.heads.leave(&run.run_key, &run.owner, head)
     }
 
-    fn report_leave(&self, run: &RunShared, outcome: Result<bool, String>) {
-        if let Some(chain) = &run.audit.chain {
-            self.report_leave_on(run.audit.shard, chain, &run.facts.context, outcome);
+    fn report_leave(&self, run: &RunAudit, outcome: Result<bool, String>) {
+        if let Some(chain) = &run.chain {
+            self.report_leave_on(run.shard, chain, &run.context, outcome);
         }
     }
 
@@ -195,18 +128,15 @@ impl EngineInner {
             ),
             Err(e) => format!("state store: writing the run's audit chain head failed: {e}"),
         };
-        let Some(a) = &self.audit else {
-            return;
-        };
         let mut body = Map::new();
         body.insert("message".into(), Value::String(message));
-        a.sealer.push(
+        self.sealer.push(
             shard,
             chain,
             EventKind::Error,
             self.clock.now(),
             Body::Json(body),
         );
-        a.sealer.drain_shard(shard);
+        self.sealer.drain_shard(shard);
     }
 }

@@ -13,57 +13,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
-use super::chain_head::head_of;
+use super::run_audit::RunAudit;
 use super::sealer::Body;
+use super::state::{AuditState, head_of, side_run_id};
 use crate::audit::{EventKind, RunChain};
-use crate::engine::EngineInner;
-use crate::engine::run::handle::RunShared;
 use crate::state::{LeaseHold, LeaseRenewal};
 
-/// The runs an engine holds under a lease, for the renewal timer.
-#[derive(Default)]
-pub(crate) struct Leases {
-    runs: Mutex<Vec<Weak<RunShared>>>,
-    started: std::sync::OnceLock<()>,
-}
-
-impl Leases {
-    /// Adds a held run; starts the timer thread on first use.
-    pub(crate) fn hold(&self, engine: &Arc<EngineInner>, run: &Arc<RunShared>, every: Duration) {
-        {
-            let mut runs = self.runs.lock();
-            runs.retain(|w| w.strong_count() > 0);
-            runs.push(Arc::downgrade(run));
-        }
-        self.started.get_or_init(|| {
-            let weak = Arc::downgrade(engine);
-            let spawned = std::thread::Builder::new()
-                .name("toolgate-leases".into())
-                .spawn(move || renew_loop(&weak, every));
-            if let Err(e) = spawned {
-                tracing::warn!(
-                    "cannot start the lease timer: {e}; leases are renewed by decisions only"
-                );
-            }
-        });
-    }
-
-    fn held(&self) -> Vec<Arc<RunShared>> {
-        let mut runs = self.runs.lock();
-        runs.retain(|w| {
-            w.upgrade().is_some_and(|r| {
-                r.audit.leased && !r.audit.lost.load(Ordering::Acquire) && !r.let_go()
-            })
-        });
-        runs.iter().filter_map(Weak::upgrade).collect()
-    }
-}
-
 /// Every `every`: renews the leases of the engine's held runs, until the engine is gone.
-fn renew_loop(engine: &Weak<EngineInner>, every: Duration) {
+fn renew_loop(engine: &Weak<AuditState>, every: Duration) {
     loop {
         std::thread::sleep(every);
         let Some(engine) = engine.upgrade() else {
@@ -76,27 +35,39 @@ fn renew_loop(engine: &Weak<EngineInner>, every: Duration) {
     }
 }
 
-impl RunShared {
-    /// The run has let go of its chain (ended, left, or dropped).
-    pub(crate) fn let_go(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+impl AuditState {
+    /// Holds `run` under its lease: adds it to the held runs; starts the timer thread on
+    /// first use.
+    pub(crate) fn hold_lease(self: &Arc<Self>, run: &Arc<RunAudit>, every: Duration) {
+        {
+            let mut runs = self.leases.runs.lock();
+            runs.retain(|w| w.strong_count() > 0);
+            runs.push(Arc::downgrade(run));
+        }
+        self.leases.started.get_or_init(|| {
+            let weak = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new()
+                .name("toolgate-leases".into())
+                .spawn(move || renew_loop(&weak, every));
+            if let Err(e) = spawned {
+                tracing::warn!(
+                    "cannot start the lease timer: {e}; leases are renewed by decisions only"
+                );
+            }
+        });
     }
-}
 
-impl EngineInner {
     /// The lease to renew with a reservation of `run` (`None`: the run is not held under one).
-    pub(crate) fn lease_hold(&self, run: &RunShared) -> Option<LeaseHold> {
-        if !run.audit.leased || run.audit.lost.load(Ordering::Acquire) {
+    pub(crate) fn lease_hold(&self, run: &RunAudit) -> Option<LeaseHold> {
+        if !run.leased || run.lost.load(Ordering::Acquire) {
             return None;
         }
         // What the run queued is sealed first (on this thread: work the sealer would do
         // anyway), so the head stored lags by this decision's own events at most.
-        if let Some(a) = &self.audit {
-            a.sealer.drain_shard(run.audit.shard);
-        }
-        let head = run.audit.chain.as_ref().and_then(|c| head_of(&c.lock()));
+        self.sealer.drain_shard(run.shard);
+        let head = run.chain.as_ref().and_then(|c| head_of(&c.lock()));
         Some(LeaseHold {
-            owner: run.audit.owner.to_string(),
+            owner: run.owner.to_string(),
             head,
         })
     }
@@ -104,10 +75,10 @@ impl EngineInner {
     /// One timer round: renews every held run's lease in one round trip; a run found taken
     /// over is let go.
     fn renew_leases(self: &Arc<Self>) {
-        let (Some(store), Some(a)) = (self.shared.clone(), self.audit.as_ref()) else {
+        let Some(store) = self.shared.clone() else {
             return;
         };
-        let runs = a.leases.held();
+        let runs = self.leases.held();
         if runs.is_empty() {
             return;
         }
@@ -115,8 +86,8 @@ impl EngineInner {
             .iter()
             .filter_map(|r| {
                 Some(LeaseRenewal {
-                    agent: r.facts.context.agent_id.clone(),
-                    run_id: r.facts.context.run_id.clone(),
+                    agent: r.context.agent_id.clone(),
+                    run_id: r.context.run_id.clone(),
                     hold: self.lease_hold(r)?,
                 })
             })
@@ -137,22 +108,22 @@ impl EngineInner {
     /// The run's lease was taken over (by `holder`, when known): seals what it queued into its
     /// chain, then moves the handle to a side chain of its own with an `error` event saying
     /// so. Nothing more of this handle reaches the run's chain. Once per run.
-    pub(crate) fn lose_lease(&self, run: &RunShared, holder: Option<&str>) {
-        if run.audit.lost.swap(true, Ordering::AcqRel) {
+    pub(crate) fn lose_lease(&self, run: &RunAudit, holder: Option<&str>) {
+        if run.lost.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (Some(a), Some(chain)) = (self.audit.as_ref(), run.audit.chain.as_ref()) else {
+        let Some(chain) = run.chain.as_ref() else {
             return;
         };
-        a.sealer.drain_shard(run.audit.shard);
-        let ctx = &run.facts.context;
-        let side = side_run_id(&ctx.run_id, &run.audit.owner, "lease-lost");
+        self.sealer.drain_shard(run.shard);
+        let ctx = &run.context;
+        let side = side_run_id(&ctx.run_id, &run.owner, "lease-lost");
         *chain.lock() = RunChain::new(
             side,
             ctx.agent_id.clone(),
             ctx.enduser.as_ref().map(|u| u.id.clone()),
         )
-        .with_signer(a.signer.clone());
+        .with_signer(self.signer.clone());
         let by = holder
             .filter(|h| !h.is_empty())
             .map_or_else(|| "another holder".to_string(), |h| format!("holder {h}"));
@@ -161,23 +132,18 @@ impl EngineInner {
              was away longer than its lease (frozen, or cut off from the state store); this \
              handle appends nothing more to the run's chain: its late calls are decided by the \
              failure mode and written here",
-            ctx.run_id, ctx.agent_id, run.audit.owner
+            ctx.run_id, ctx.agent_id, run.owner
         );
         tracing::warn!("{message}");
         let mut body = Map::new();
         body.insert("message".into(), Value::String(message));
         body.insert("leaseLost".into(), Value::Bool(true));
-        a.sealer.push(
-            run.audit.shard,
+        self.sealer.push(
+            run.shard,
             chain,
             EventKind::Error,
             self.clock.now(),
             Body::Json(body),
         );
     }
-}
-
-/// The run id of a side chain of run `run_id` written by holder `owner`.
-pub(crate) fn side_run_id(run_id: &str, owner: &str, why: &str) -> String {
-    format!("{run_id}#{why}-{owner}")
 }

@@ -270,6 +270,7 @@ impl Run {
         let evaluators = &self.engine.evals;
         if audit && (!evaluators.per_tool.is_empty() || evaluators.per_run.is_some()) {
             self.shared
+                .audit
                 .tool_calls
                 .lock()
                 .push(crate::eval::ToolCallRecord {

@@ -76,7 +76,7 @@ impl Drop for RunShared {
     /// A run dropped without [`Run::end`] releases its run-scoped state and, with the audit
     /// trail on, ends its chain with a `run.ended` event of status `dropped`.
     fn drop(&mut self) {
-        if self.ended.swap(true, Ordering::AcqRel) {
+        if self.audit.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         self.engine.decide.state.forget_scope(&self.facts.run_key);
@@ -106,7 +106,7 @@ impl Run {
         // one sees the run ended.
         let was_ended = {
             let _closing = self.shared.gate.write();
-            self.shared.ended.swap(true, Ordering::AcqRel)
+            self.shared.audit.ended.swap(true, Ordering::AcqRel)
         };
         if was_ended {
             return;
@@ -153,7 +153,7 @@ impl Run {
     /// engine has shut down. Its `before_tool` / `after_tool` then refuse every call (block,
     /// `BLOCKED_FAILURE`, the reason as `error`) and write nothing.
     pub fn closed(&self) -> Option<RunClosed> {
-        if self.shared.ended.load(Ordering::Acquire) {
+        if self.shared.audit.ended.load(Ordering::Acquire) {
             Some(RunClosed::Ended)
         } else if self.engine.shut_down.load(Ordering::Acquire) {
             Some(RunClosed::EngineShutDown)
@@ -189,7 +189,7 @@ impl Run {
     async fn leave_flushing(&self, flush: bool) {
         let was_ended = {
             let _closing = self.shared.gate.write();
-            self.shared.ended.swap(true, Ordering::AcqRel)
+            self.shared.audit.ended.swap(true, Ordering::AcqRel)
         };
         if was_ended {
             return;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use super::closed::closed_decision;
 use crate::audit::EventKind;
 use crate::engine::audit::audit_hook::ChainStart;
+use crate::engine::audit::run_audit::RunAudit;
 use crate::engine::audit::sealer::Body;
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};
@@ -54,18 +55,18 @@ pub(crate) struct RunShared {
     /// What decisions read of the run: its context, start, history, state keys.
     pub(crate) facts: RunFacts,
     pub(crate) aborted: AtomicBool,
-    pub(crate) ended: AtomicBool,
     /// Held (shared) while a decision is written, taken (exclusive) when the run ends: a
     /// decision either lands before `run.ended` or sees the run ended (see `closed.rs`).
     pub(crate) gate: parking_lot::RwLock<()>,
     pub(crate) pending: Mutex<PendingCalls>,
-    pub(crate) tool_calls: Mutex<Vec<crate::eval::ToolCallRecord>>,
     pub(crate) totals: Totals,
     /// On a shared store: the run was resumed; the next read clears its abort flag.
     pub(crate) resume_pending: AtomicBool,
     /// On a shared store: metric events not written yet (see `shared_state.rs`).
     pub(crate) buffered: Mutex<Vec<crate::state::shared::MetricEvent>>,
-    pub(crate) audit: crate::engine::audit::audit_hook::RunAudit,
+    /// What the audit trail keeps of the run: its chain, its lease, whether the run has let
+    /// go of it (`audit.ended`: ended, left or dropped), the tool calls evaluators read.
+    pub(crate) audit: Arc<RunAudit>,
 }
 
 /// A live agent run. Cheap to clone; use it from as many tasks as you like.
@@ -96,17 +97,17 @@ impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
         let facts = RunFacts::new(context, now.timestamp_millis());
-        let (audit, chain_problems, start) = engine.audit_for_run(&facts.context, &facts.run_key);
+        let (mut audit, chain_problems, start) =
+            engine.audit_for_run(&facts.context, &facts.run_key);
+        // A run of a shut-down engine is over before it starts: it writes nothing.
+        audit.ended = AtomicBool::new(engine.shut_down.load(Ordering::Acquire));
         let shared = Arc::new(RunShared {
             engine: engine.clone(),
             facts,
-            audit,
+            audit: Arc::new(audit),
             aborted: AtomicBool::new(false),
-            // A run of a shut-down engine is over before it starts: it writes nothing.
-            ended: AtomicBool::new(engine.shut_down.load(Ordering::Acquire)),
             gate: parking_lot::RwLock::new(()),
             pending: Mutex::new(PendingCalls::default()),
-            tool_calls: Mutex::new(Vec::new()),
             totals: Totals::default(),
             resume_pending: AtomicBool::new(false),
             buffered: Mutex::new(Vec::new()),
@@ -115,20 +116,20 @@ impl Run {
         super::observe::each(&run.engine.observers, |o| {
             o.on_run_start(&run.shared.facts.context)
         });
-        if run.engine.audit_enabled() && !run.shared.ended.load(Ordering::Acquire) {
+        if run.engine.audit_enabled() && !run.shared.audit.ended.load(Ordering::Acquire) {
             run.emit_start(&start, now);
             for message in chain_problems {
                 run.emit(EventKind::Error, obj(json!({ "message": message })), now);
             }
             if start == (ChainStart::Refused { ended: true }) {
                 // An ended run's id is not started again: this handle decides nothing.
-                run.shared.ended.store(true, Ordering::Release);
+                run.shared.audit.ended.store(true, Ordering::Release);
             }
             if run.shared.audit.leased
                 && let (Some(a), Some(store)) = (&run.engine.audit, &run.engine.shared)
             {
                 let every = store.lease_duration().unwrap_or_default() / 3;
-                a.leases.hold(&run.engine, &run.shared, every);
+                a.hold_lease(&run.shared.audit, every);
             }
         }
         run

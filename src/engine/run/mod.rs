@@ -8,6 +8,7 @@
 //! records what happened.
 
 pub(super) mod after;
+mod audit_calls;
 pub(super) mod closed;
 pub(super) mod edge;
 pub(super) mod guard;
