@@ -21,13 +21,13 @@ mod shared;
 mod store;
 mod url;
 
+pub use crate::engine::redis_reviews::{
+    DECIDED_RETENTION_SECS, PAGE as REVIEW_PAGE, PENDING_TTL_SECS, RedisReviewStore, ReviewPage,
+};
 pub use config::{RedisConfig, RedisStateError};
 pub use keys::{Keys, RunKeys};
 pub use requests::{
     Commit, CounterSpec, LeaseSpec, RedisPermit, Reservation, ReserveRequest, RunFlag, WindowSpec,
-};
-pub use crate::engine::redis_reviews::{
-    DECIDED_RETENTION_SECS, PAGE as REVIEW_PAGE, PENDING_TTL_SECS, RedisReviewStore, ReviewPage,
 };
 pub use shared::LazyRedisStore;
 pub use store::RedisStateStore;
