@@ -412,3 +412,12 @@ impl EngineBuilder {
         self
     }
 }
+
+impl EngineBuilder {
+    /// Registers an observer of decisions, results and run ends. Observers are called in
+    /// registration order.
+    pub fn observer(mut self, observer: Arc<dyn DecisionObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+}

@@ -74,6 +74,8 @@ pub use llm::{LlmCall, LlmUsage, MAX_PRICES, ModelPrice, Prices, STATUS_BUDGET_E
 pub use run::closed::RunClosed;
 pub use run::guard::{Guarded, Refusal};
 pub use run::handle::Run;
+pub(crate) use run::inner::EngineInner;
+pub use run::inner::FailureMode;
 pub use run::observe::DecisionObserver;
 
 pub use decide::custom::{CustomCondition, CustomContext};
@@ -91,16 +93,6 @@ use audit::evaluations::{EngineEvals, EvalSet};
 use audit::state::AuditState;
 use decide::signals::SignalRegistry;
 use decide::subjects::RegisteredExtractor;
-
-/// What the engine decides when it fails internally.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FailureMode {
-    /// Allow the call.
-    Open,
-    /// Block the call (the default).
-    #[default]
-    Closed,
-}
 
 /// Errors of building or reloading an engine.
 #[derive(Debug, thiserror::Error)]
@@ -127,59 +119,6 @@ pub enum EngineError {
         /// Why.
         message: String,
     },
-}
-
-pub(crate) struct EngineInner {
-    pub(crate) policies: ArcSwap<CompiledPolicies>,
-    pub(crate) clock: Arc<dyn Clock>,
-    /// What decisions read of the engine: registries, the state store, time zones, timeouts.
-    pub(crate) decide: decide::env::DecideEnv,
-    pub(crate) failure_mode: FailureMode,
-    pub(crate) review_ttl: Option<Duration>,
-    /// A store shared by processes: when set, decisions read and write state there instead.
-    pub(crate) shared: Option<Arc<dyn SharedStateStore>>,
-    pub(crate) reviews: Arc<dyn ReviewStore>,
-    /// Hitl fingerprints of the calls seen (see `hitl/fp_cache.rs`).
-    pub(crate) fingerprints: hitl::fp_cache::FingerprintCache,
-    /// The key of the hitl fingerprint's keyed part (see `hitl::reviews::keyed_fingerprint`).
-    pub(crate) fingerprint_key: Box<[u8]>,
-    pub(crate) register_lock: parking_lot::Mutex<()>,
-    /// The engine's side of the audit trail (see `audit/`), when one is configured.
-    pub(crate) audit: Option<Arc<AuditState>>,
-    pub(crate) evals: EngineEvals,
-    pub(crate) observers: run::observe::Observers,
-    /// Webhooks told of reviews raised and decided (see `hitl/notify.rs`).
-    pub(crate) notifier: Option<Arc<Notifier>>,
-    /// [`GovernanceEngine::shutdown`] was called: runs decide nothing more.
-    pub(crate) shut_down: std::sync::atomic::AtomicBool,
-    /// The model's side: prices, whether messages are recorded.
-    pub(crate) llm: llm::LlmOptions,
-}
-
-impl EngineInner {
-    /// Tells the audit trail which detectors' findings to redact from every event: those of
-    /// `compiled`'s redacting `sensitiveData` conditions.
-    pub(crate) fn set_redacting(&self, compiled: &CompiledPolicies) {
-        if let Some(a) = &self.audit {
-            a.redactor.set_detectors(compiled.redacting.clone());
-        }
-    }
-}
-
-impl EngineInner {
-    /// Tells the webhooks a review was raised (never waits).
-    pub(crate) fn notify_created(&self, review: &Review) {
-        if let Some(n) = &self.notifier {
-            n.send(NotifyKind::Created, review);
-        }
-    }
-
-    /// Tells the webhooks a review was decided (never waits).
-    pub(crate) fn notify_decided(&self, review: &Review) {
-        if let Some(n) = &self.notifier {
-            n.send(NotifyKind::Decided, review);
-        }
-    }
 }
 
 /// The engine. Cheap to clone (an `Arc`); share it between tasks.

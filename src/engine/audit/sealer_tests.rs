@@ -448,7 +448,7 @@ proptest! {
             agent_tags: agent_id.chars().take(3).map(|c| format!("t{c}\"")).collect(),
             agent_id,
             session_id,
-            enduser: enduser.map(|(id, tags)| crate::engine::Enduser { id, tags }),
+            enduser: enduser.map(|(id, tags)| crate::engine::decide::call::Enduser { id, tags }),
         };
         let mut typed = String::new();
         super::super::body::write_run_context(&ctx, &mut typed);

@@ -43,7 +43,7 @@ pub(crate) struct DecisionCtx<'a> {
     /// The decision's time: read from `clock` when first asked (see [`DecisionCtx::now`]).
     now: std::cell::Cell<Option<DateTime<Utc>>>,
     /// Where `now` is read from when not given (`None`: it always is).
-    clock: Option<&'a dyn crate::engine::Clock>,
+    clock: Option<&'a dyn crate::engine::clock::Clock>,
     pub(crate) subjects: Vec<SubjectRef>,
     pub(crate) permits: SmallVec<[(u32, StateKey, Permit); 4]>,
     pub(crate) signals: Vec<SignalRecord>,
@@ -85,7 +85,7 @@ impl<'a> DecisionCtx<'a> {
         run: &'a RunFacts,
         profile: &'a ToolProfile,
         call: CallView<'a>,
-        clock: Option<&'a dyn crate::engine::Clock>,
+        clock: Option<&'a dyn crate::engine::clock::Clock>,
         subjects: Vec<SubjectRef>,
     ) -> Self {
         DecisionCtx {

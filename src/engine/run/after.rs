@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 use super::closed::closed_decision;
 use super::handle::{PendingCall, Run, RunShared, ToolCall, ToolOutcome, obj};
 use crate::audit::EventKind;
-use crate::engine::EngineInner;
 use crate::engine::audit::body::{Body, CallMetrics};
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::Decision;
@@ -20,6 +19,7 @@ use crate::engine::decide::evaluate::{
     CallView, DecisionCtx, base_decision, evaluate_rules, extract_subjects,
 };
 use crate::engine::decide::profile::ToolProfile;
+use crate::engine::run::inner::EngineInner;
 use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase};
 
 /// The policies a decision is made under and the called tool's profile in them.
@@ -355,7 +355,7 @@ impl Run {
     /// id.
     pub fn record_llm(&self, tokens_in: u64, tokens_out: u64, cost_usd: f64) {
         self.record_llm_usage(
-            crate::engine::LlmUsage::new(tokens_in, tokens_out).with_cost_usd(cost_usd),
+            crate::engine::llm::LlmUsage::new(tokens_in, tokens_out).with_cost_usd(cost_usd),
         );
     }
 }

@@ -10,12 +10,12 @@ use serde_json::{Map, Value};
 
 use super::handle::{RunShared, ToolOutcome};
 use crate::audit::EventKind;
-use crate::engine::EngineInner;
 use crate::engine::audit::audit_hook::{ChainProblems, ChainStart};
 use crate::engine::audit::evaluations::SlowEvaluation;
 use crate::engine::audit::run_audit::RunAudit;
 use crate::engine::audit::sealer::Body;
 use crate::engine::decide::call::RunContext;
+use crate::engine::run::inner::EngineInner;
 use crate::state::LeaseHold;
 
 impl EngineInner {

@@ -27,7 +27,7 @@ use crate::engine::decide::evaluate::{
     extract_subjects,
 };
 use crate::engine::decide::profile::ToolProfile;
-use crate::engine::{EngineInner, FailureMode};
+use crate::engine::run::inner::{EngineInner, FailureMode};
 use crate::policy::{CompiledPolicies, EffectType, Phase};
 use crate::state::StateKey;
 

@@ -13,6 +13,7 @@ pub(super) mod closed;
 pub(super) mod edge;
 pub(super) mod guard;
 pub(super) mod handle;
+pub(super) mod inner;
 pub(super) mod llm;
 pub(super) mod observe;
 pub(super) mod pending;

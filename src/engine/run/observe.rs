@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Decision, EngineBuilder, RunContext, ToolCall, ToolOutcome};
+use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
+use crate::engine::decide::decision::Decision;
 
 /// Told of what the engine decides. Every method has an empty default.
 ///
@@ -66,14 +67,5 @@ pub(crate) fn each(observers: &Observers, f: impl Fn(&dyn DecisionObserver)) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(o.as_ref()))).is_err() {
             tracing::error!("a decision observer panicked; the decision stands");
         }
-    }
-}
-
-impl EngineBuilder {
-    /// Registers an observer of decisions, results and run ends. Observers are called in
-    /// registration order.
-    pub fn observer(mut self, observer: Arc<dyn DecisionObserver>) -> Self {
-        self.observers.push(observer);
-        self
     }
 }

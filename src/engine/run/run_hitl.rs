@@ -48,7 +48,12 @@ impl Run {
         // A pending review past its expiry with an `onExpire` is decided by it, as a reviewer
         // would decide it (recorded by `toolgate:expiry`, with a `review.decided` event).
         if let Some(h) = &head
-            && let Some(v) = crate::engine::expiry_verdict(h.status, h.expires_at, h.on_expire, now)
+            && let Some(v) = crate::engine::hitl::reviews::expiry_verdict(
+                h.status,
+                h.expires_at,
+                h.on_expire,
+                now,
+            )
         {
             match store.decide_with(&h.id, &v) {
                 Ok(r) => {

@@ -33,7 +33,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::{Review, ReviewError, ReviewStore, ReviewVerdict};
-use crate::engine::ReviewStatus;
+use crate::engine::decide::decision::ReviewStatus;
 use crate::state::redis::RedisConfig;
 use crate::state::redis::{redact_url, scrub_url as scrub};
 
