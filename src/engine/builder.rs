@@ -349,7 +349,9 @@ impl EngineBuilder {
         }
         Ok(GovernanceEngine {
             inner: Arc::new(EngineInner {
-                policies: ArcSwap::from_pointee(compiled),
+                policies: ArcSwap::from_pointee(decide::profile::PolicySet::new(Arc::new(
+                    compiled,
+                ))),
                 clock: self.clock,
                 decide: decide::env::DecideEnv {
                     org_timezone: self.org_timezone,

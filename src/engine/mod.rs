@@ -79,7 +79,6 @@ pub use run::inner::FailureMode;
 pub use run::observe::DecisionObserver;
 
 pub use decide::custom::{CustomCondition, CustomContext};
-pub(crate) use decide::profile::ToolCache;
 pub use decide::signals::SignalProvider;
 pub use decide::subjects::{SubjectExtractor, SubjectInput};
 
@@ -201,7 +200,11 @@ impl GovernanceEngine {
     pub fn reload(&self, policies: Vec<Policy>) -> Result<(), EngineError> {
         let compiled = CompiledPolicies::compile(policies, &[])?;
         self.inner.set_redacting(&compiled);
-        self.inner.policies.store(Arc::new(compiled));
+        self.inner
+            .policies
+            .store(Arc::new(decide::profile::PolicySet::new(Arc::new(
+                compiled,
+            ))));
         Ok(())
     }
 
@@ -209,7 +212,11 @@ impl GovernanceEngine {
     pub fn reload_paths(&self, paths: &[PathBuf]) -> Result<(), EngineError> {
         let compiled = load_policies(paths)?;
         self.inner.set_redacting(&compiled);
-        self.inner.policies.store(Arc::new(compiled));
+        self.inner
+            .policies
+            .store(Arc::new(decide::profile::PolicySet::new(Arc::new(
+                compiled,
+            ))));
         Ok(())
     }
 
@@ -268,7 +275,7 @@ impl GovernanceEngine {
 
     /// The current compiled policies.
     pub fn policies(&self) -> Arc<CompiledPolicies> {
-        self.inner.policies.load_full()
+        Arc::clone(&self.inner.policies.load().compiled)
     }
 }
 

@@ -12,7 +12,6 @@ use chrono_tz::Tz;
 use parking_lot::Mutex;
 
 use super::call::RunContext;
-use super::conditions::ScanMode;
 use super::custom::CustomRegistry;
 use super::history::History;
 use super::profile::MapSnapshot;
@@ -87,4 +86,15 @@ impl RunFacts {
             },
         }
     }
+}
+
+/// How strings are read: the scan limit, and whether stand-ins are honoured (what-if).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScanMode {
+    /// Bytes scanned of each string; past them the detectors' answer is missing data.
+    pub(crate) limit: usize,
+    /// The trail's stand-ins (`[redacted:<detector>]`) stand for what their detector found:
+    /// only a what-if replay of a recorded trail honours them. Live calls are scanned whatever
+    /// they contain.
+    pub(crate) stand_ins: bool,
 }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::profile::ToolProfile;
-use crate::policy::CompiledPolicies;
 
 /// A completed, allowed call in the run's history.
 #[derive(Debug, Clone)]
@@ -40,7 +39,7 @@ impl History {
 
     /// The sequence entries of `policies` that some history entry satisfies, recomputed from
     /// the entries when the policies were reloaded since.
-    pub(crate) fn seen(&mut self, policies: &CompiledPolicies) -> &[u64] {
+    pub(crate) fn seen(&mut self, policies: &super::profile::PolicySet) -> &[u64] {
         let generation = policies.tools.generation();
         if self.seen_generation != generation {
             self.seen.clear();

@@ -14,12 +14,14 @@
 
 pub(super) mod call;
 pub(crate) mod conditions;
+pub(super) mod ctx;
 pub(super) mod custom;
 pub(super) mod decision;
 mod decision_json;
 pub(super) mod env;
 pub(super) mod evaluate;
 pub(super) mod history;
+pub(super) mod in_play;
 pub(super) mod profile;
 pub(super) mod remote;
 pub(super) mod signals;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 
 use super::decision::{Evaluated, EvaluatedRule};
-use super::evaluate::{plain_entries, rules_in_play_uncached};
+use super::in_play::{plain_entries, rules_in_play_uncached};
 use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
 
 /// Distinct tools whose profile is cached per policy set.
@@ -249,6 +249,38 @@ impl Hasher for PreHashed {
 
 type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHashed>>;
 
+/// A compiled policy set with what the engine learns of it while deciding: the profiles of
+/// the tools and models it has seen. A reload makes a new set (fresh caches); reads go through
+/// to the compiled policies (`Deref`).
+#[derive(Debug)]
+pub(crate) struct PolicySet {
+    /// The compiled policies.
+    pub(crate) compiled: Arc<CompiledPolicies>,
+    /// What the engine learned about each tool seen (rules in play, counters, sequence bits).
+    pub(crate) tools: ToolCache,
+    /// What the engine learned about each model seen (`llm.before` rules and counters).
+    pub(crate) models: ToolCache,
+}
+
+impl PolicySet {
+    /// `compiled`, with empty caches.
+    pub(crate) fn new(compiled: Arc<CompiledPolicies>) -> PolicySet {
+        PolicySet {
+            compiled,
+            tools: ToolCache::default(),
+            models: ToolCache::for_models(),
+        }
+    }
+}
+
+impl std::ops::Deref for PolicySet {
+    type Target = CompiledPolicies;
+    #[inline]
+    fn deref(&self) -> &CompiledPolicies {
+        &self.compiled
+    }
+}
+
 /// Profiles of the tools seen under one compiled policy set.
 #[derive(Debug)]
 pub(crate) struct ToolCache {
@@ -421,7 +453,7 @@ mod tests {
     use super::*;
     use crate::policy::parse_policy;
 
-    fn compiled() -> CompiledPolicies {
+    fn compiled() -> PolicySet {
         let p = parse_policy(
             r#"[
             {"id": "seq", "name": "seq", "priority": 3, "enabled": true,
@@ -440,7 +472,9 @@ mod tests {
             None,
         )
         .expect("parses");
-        CompiledPolicies::compile(vec![p], &[]).expect("compiles")
+        PolicySet::new(Arc::new(
+            CompiledPolicies::compile(vec![p], &[]).expect("compiles"),
+        ))
     }
 
     #[test]

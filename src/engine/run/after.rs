@@ -23,7 +23,10 @@ use crate::engine::run::inner::EngineInner;
 use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase};
 
 /// The policies a decision is made under and the called tool's profile in them.
-type LookedUp = (Arc<CompiledPolicies>, Arc<ToolProfile>);
+type LookedUp = (
+    Arc<crate::engine::decide::profile::PolicySet>,
+    Arc<ToolProfile>,
+);
 
 impl Run {
     /// Records the outcome of an allowed call and decides the after-phase rules

@@ -28,7 +28,7 @@ use crate::engine::decide::evaluate::{
 };
 use crate::engine::decide::profile::ToolProfile;
 use crate::engine::run::inner::{EngineInner, FailureMode};
-use crate::policy::{CompiledPolicies, EffectType, Phase};
+use crate::policy::{EffectType, Phase};
 use crate::state::StateKey;
 
 pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
@@ -89,7 +89,7 @@ impl std::fmt::Debug for Run {
 
 /// A before decision that awaits something (a signal provider or subject extractor).
 struct AsyncPlan {
-    policies: Arc<CompiledPolicies>,
+    policies: Arc<crate::engine::decide::profile::PolicySet>,
     profile: Arc<ToolProfile>,
 }
 

@@ -30,7 +30,7 @@ pub enum FailureMode {
 }
 
 pub(crate) struct EngineInner {
-    pub(crate) policies: ArcSwap<CompiledPolicies>,
+    pub(crate) policies: ArcSwap<crate::engine::decide::profile::PolicySet>,
     pub(crate) clock: Arc<dyn Clock>,
     /// What decisions read of the engine: registries, the state store, time zones, timeouts.
     pub(crate) decide: decide::env::DecideEnv,

@@ -26,7 +26,7 @@ use crate::engine::decide::evaluate::{
 use crate::engine::decide::profile::ToolProfile;
 use crate::engine::llm::{LlmCall, LlmUsage};
 use crate::json::{MAX_VALUE_DEPTH, deeper_than};
-use crate::policy::{CompiledPolicies, EffectType, InbuiltMetric, Phase};
+use crate::policy::{EffectType, InbuiltMetric, Phase};
 
 /// Bytes of one message's content kept in an `llm.messages` event; past it the content is cut
 /// (at a character boundary) and the entry says `truncated: true`.
@@ -41,7 +41,7 @@ enum Step {
     Done(Decision),
     /// The rules in play need deciding.
     Decide {
-        policies: Arc<CompiledPolicies>,
+        policies: Arc<crate::engine::decide::profile::PolicySet>,
         profile: Arc<ToolProfile>,
         id: String,
     },
@@ -183,7 +183,7 @@ impl Run {
         call: &LlmCall,
         id: &str,
         now: DateTime<Utc>,
-        policies: &CompiledPolicies,
+        policies: &crate::engine::decide::profile::PolicySet,
         profile: &ToolProfile,
     ) -> (Decision, bool) {
         let decide = AssertUnwindSafe(|| {
@@ -210,7 +210,7 @@ impl Run {
         call: &LlmCall,
         id: &str,
         now: DateTime<Utc>,
-        policies: &Arc<CompiledPolicies>,
+        policies: &Arc<crate::engine::decide::profile::PolicySet>,
         profile: &Arc<ToolProfile>,
     ) -> (Decision, bool) {
         if let Some(store) = self.engine.shared.clone() {

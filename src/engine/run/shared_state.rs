@@ -80,7 +80,7 @@ fn ops(
 
 /// The view of a snapshot, with the run's metric events not written yet.
 fn view(
-    policies: &CompiledPolicies,
+    policies: &crate::engine::decide::profile::PolicySet,
     run: &RunShared,
     plan: &StatePlan,
     snap: &StateSnapshot,
@@ -220,7 +220,7 @@ impl Run {
         store: &dyn SharedStateStore,
         call: &ToolCall,
         now: DateTime<Utc>,
-        policies: Arc<CompiledPolicies>,
+        policies: Arc<crate::engine::decide::profile::PolicySet>,
         profile: Arc<ToolProfile>,
     ) -> (Decision, bool) {
         if let Some(e) = self.lease_lost_error() {
@@ -298,7 +298,7 @@ impl Run {
     pub(crate) async fn read_after_shared(
         &self,
         store: &dyn SharedStateStore,
-        policies: &CompiledPolicies,
+        policies: &crate::engine::decide::profile::PolicySet,
         profile: &ToolProfile,
         now: DateTime<Utc>,
     ) -> Result<Option<RemoteView>, SharedStateError> {

@@ -31,10 +31,6 @@ pub struct CompiledPolicies {
     pub(crate) counters: CounterIndex,
     /// Every distinct `sequence` entry; conditions refer to them by index.
     pub(crate) seq_entries: Vec<CSeqEntry>,
-    /// What the engine learned about each tool seen (rules in play, counters, sequence bits).
-    pub(crate) tools: crate::engine::ToolCache,
-    /// What the engine learned about each model seen (`llm.before` rules and counters).
-    pub(crate) models: crate::engine::ToolCache,
     pub(crate) trackers: Vec<TrackerSpec>,
     /// Trackers by metric key.
     pub(crate) trackers_by_metric: HashMap<String, Vec<usize>>,
@@ -335,8 +331,6 @@ impl CompiledPolicies {
                 llm_glob_counter: cb.llm_glob_counter,
             },
             seq_entries: c.seq_entries,
-            tools: crate::engine::ToolCache::default(),
-            models: crate::engine::ToolCache::for_models(),
             trackers: c.trackers,
             trackers_by_metric: c.trackers_by_metric,
             org_timezone,

@@ -1,6 +1,6 @@
 //! `enduserTag`: tests a tag of the end user. No end user or no tag: false.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::EnduserTagOp;
 
 pub(crate) fn eval(op: &EnduserTagOp, ctx: &mut DecisionCtx<'_>) -> Tri {

@@ -1,6 +1,6 @@
 //! `executionTime`: this call's duration (after phase) or the run's elapsed time.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::{CmpOp, TimeScope};
 
 pub(crate) fn eval(scope: TimeScope, op: CmpOp, ms: f64, ctx: &mut DecisionCtx<'_>) -> Tri {

@@ -4,7 +4,7 @@
 //! A call that the counter's selector does not select takes no slot: the condition is then
 //! just `count ≥ max` (the rule may cap other tools once the counted ones used the budget).
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 
 pub(crate) fn eval(counter: u32, max: u64, ctx: &mut DecisionCtx<'_>) -> Tri {
     let idx = &ctx.policies.counters;

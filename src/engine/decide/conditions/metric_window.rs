@@ -1,6 +1,6 @@
 //! `metricWindow`: an aggregate of a metric over the last `windowSeconds`.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::{Aggregate, CmpOp};
 
 pub(crate) fn eval(

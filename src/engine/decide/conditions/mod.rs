@@ -21,22 +21,10 @@ pub(crate) use sensitive_data::{
     redaction,
 };
 
-use super::evaluate::DecisionCtx;
+use super::ctx::DecisionCtx;
 use crate::policy::{CCond, EffectType};
 
-/// A three-valued truth: a condition may be unknown for lack of data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tri {
-    True,
-    False,
-    Unknown,
-}
-
-impl From<bool> for Tri {
-    fn from(b: bool) -> Tri {
-        if b { Tri::True } else { Tri::False }
-    }
-}
+pub(crate) use super::ctx::Tri;
 
 /// Resolves an unknown leaf by its own `onMissing`: allow → false; block/hitl → true, and the
 /// rule takes that effect if it triggers.

@@ -1,6 +1,6 @@
 //! `requireSubject`: true when an extracted subject matches.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::SubjectTest;
 
 pub(crate) fn eval(t: &SubjectTest, ctx: &mut DecisionCtx<'_>) -> Tri {

@@ -4,7 +4,7 @@
 //! result was recorded (the tool's profile holds the bits); the run keeps the union, so a
 //! condition is a few bit tests whatever the length of the history.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::engine::decide::history::bit;
 
 pub(crate) fn eval(must: &[u32], must_not: &[u32], ctx: &mut DecisionCtx<'_>) -> Tri {

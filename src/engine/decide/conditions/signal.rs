@@ -2,7 +2,7 @@
 use serde_json::{Map, Value};
 
 use super::{Tri, json_path};
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::{CBinding, SignalOp, SignalValue, SubjectField};
 
 pub(crate) async fn eval(

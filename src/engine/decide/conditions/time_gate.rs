@@ -2,7 +2,7 @@
 use chrono_tz::Tz;
 
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::{CTzSource, TimeWindow};
 
 pub(crate) fn eval(src: &CTzSource, windows: &[TimeWindow], ctx: &mut DecisionCtx<'_>) -> Tri {

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Tri, json_path};
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::CArgTest;
 
 /// Deepest nesting scan mode looks into.

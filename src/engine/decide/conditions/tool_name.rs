@@ -1,6 +1,6 @@
 //! `toolName`: tests the tool's name, case-insensitively.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::StrTest;
 
 pub(crate) fn eval(test: &StrTest, ctx: &mut DecisionCtx<'_>) -> Tri {

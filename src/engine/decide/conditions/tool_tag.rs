@@ -1,6 +1,6 @@
 //! `toolTag`: tests the tool's tags, case-insensitively.
 use super::Tri;
-use crate::engine::decide::evaluate::DecisionCtx;
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::TagOp;
 
 pub(crate) fn eval(op: &TagOp, ctx: &mut DecisionCtx<'_>) -> Tri {

@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 use super::{CSensitive, Target, detect_bytes, first_pass, scan, shared_bit};
 use crate::engine::decide::conditions::{Tri, json_path, resolve_missing};
+use crate::engine::decide::ctx::DecisionCtx;
 use crate::engine::decide::decision::{ArgPathSeg, Detection};
-use crate::engine::decide::evaluate::DecisionCtx;
 use crate::json::MAX_VALUE_DEPTH;
 use crate::policy::Detector;
 
@@ -24,18 +24,9 @@ pub(crate) const CUT_NOTE: &str = "sensitiveData: scan limit";
 /// The prefix of the `missing` note for a stand-in a detector would have to see through.
 pub(crate) const UNDECIDABLE_NOTE: &str = "undecidable from the trail";
 
-type Segs<'a> = SmallVec<[ArgPathSeg<'a>; 8]>;
+pub(crate) use crate::engine::decide::env::ScanMode;
 
-/// How strings are read: the scan limit, and whether stand-ins are honoured (what-if).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ScanMode {
-    /// Bytes scanned of each string; past them the detectors' answer is missing data.
-    pub(crate) limit: usize,
-    /// The trail's stand-ins (`[redacted:<detector>]`) stand for what their detector found:
-    /// only a what-if replay of a recorded trail honours them. Live calls are scanned whatever
-    /// they contain.
-    pub(crate) stand_ins: bool,
-}
+type Segs<'a> = SmallVec<[ArgPathSeg<'a>; 8]>;
 
 struct Scan<'c> {
     cond: &'c CSensitive,
