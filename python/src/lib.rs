@@ -205,5 +205,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<run::PyRun>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    rt::cache_pid(m)?;
     Ok(())
 }

@@ -33,18 +33,33 @@ static CURRENT: AtomicPtr<ProcessRt> = AtomicPtr::new(std::ptr::null_mut());
 /// a VM cost more than the rest of the crossing. 0: not known (a fork clears it).
 static PID: AtomicU32 = AtomicU32::new(0);
 
-/// Registers the fork handler, once.
-static CACHING: std::sync::Once = std::sync::Once::new();
+/// Set once `os.register_at_fork` took [`forked_child`] (at import): only then is the id
+/// cached; otherwise [`pid`] asks the system every time.
+static CACHING: AtomicBool = AtomicBool::new(false);
 
-/// The fork handler could not be registered: [`pid`] asks the system every time.
-static NO_CACHE: AtomicBool = AtomicBool::new(false);
-
-/// In a child just forked (any `fork()` through the C library: `os.fork`, multiprocessing,
-/// C extensions): the cached id is the parent's.
-#[cfg(unix)]
-extern "C" fn forked_child() {
-    // An atomic store: async-signal-safe, as a fork handler must be.
+/// Python's `after_in_child` fork hook (`os.fork`, multiprocessing's fork start method): in a
+/// child just forked the cached id is the parent's.
+#[pyo3::pyfunction]
+pub(crate) fn forked_child() {
     PID.store(0, Ordering::Relaxed);
+}
+
+/// Registers [`forked_child`] with `os.register_at_fork` (called once, at import). Without it
+/// (a Python without the hook) the id is never cached.
+pub(crate) fn cache_pid(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    use pyo3::prelude::*;
+    let py = m.py();
+    let hook = pyo3::wrap_pyfunction!(forked_child, m)?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("after_in_child", hook)?;
+    if let Ok(register) = py
+        .import("os")
+        .and_then(|os| os.getattr("register_at_fork"))
+    {
+        register.call((), Some(&kwargs))?;
+        CACHING.store(true, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// This process's id (see [`PID`]).
@@ -53,20 +68,8 @@ pub(crate) fn pid() -> u32 {
     if p != 0 {
         return p;
     }
-    CACHING.call_once(|| {
-        // SAFETY: registers a handler that only stores to an atomic; it never fails but for
-        // lack of memory (then the id is simply never cached).
-        #[cfg(unix)]
-        let ok = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } == 0;
-        // No fork there: the id never changes.
-        #[cfg(not(unix))]
-        let ok = true;
-        if !ok {
-            NO_CACHE.store(true, Ordering::Relaxed);
-        }
-    });
     let p = std::process::id();
-    if !NO_CACHE.load(Ordering::Relaxed) {
+    if CACHING.load(Ordering::Relaxed) {
         PID.store(p, Ordering::Relaxed);
     }
     p
