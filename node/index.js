@@ -4,7 +4,7 @@
 // from ./src); this file is its JavaScript face (see README.md). Values cross into the addon
 // as JSON text; every rule is decided in Rust.
 //
-// The package's parts live in lib/: the addon (native.js), values handed to it (values.js),
+// The package's parts live in lib/: the addon (addon.js), values handed to it (values.js),
 // callbacks (callbacks.js), the clock (clock.js), decisions and their crossing (decision.js),
 // runs (run.js, guard.js), reviews (reviews.js), the engine (engine.js) and the error classes
 // (errors.js); this file is the package's face.
@@ -17,7 +17,7 @@ const {
   LlmBlockedError,
   refusalText,
 } = require('./lib/errors.js')
-const { native } = require('./lib/native.js')
+const { native } = require('./lib/addon.js')
 const { jsonable } = require('./lib/values.js')
 const { ManualClock } = require('./lib/clock.js')
 const { Decision } = require('./lib/decision.js')

@@ -1,7 +1,7 @@
 'use strict'
 // ManualClock: the engine's time, moved by hand.
 
-const { native, guarded } = require('./native.js')
+const { native, guarded } = require('./addon.js')
 const { kNative } = require('./symbols.js')
 const { epochMs } = require('./values.js')
 

@@ -3,7 +3,7 @@
 
 const { randomUUID } = require('node:crypto')
 const { translate } = require('./errors.js')
-const { native, guarded } = require('./native.js')
+const { native, guarded } = require('./addon.js')
 const { kNative, kCrossing } = require('./symbols.js')
 const { pathOf, tagsOf, json, policyInputs, auditInput } = require('./values.js')
 const { wrapCallback } = require('./callbacks.js')

@@ -2,7 +2,7 @@
 // Run: one agent run (beforeTool / afterTool / end, the model's side, guard).
 
 const { translate, errorText } = require('./errors.js')
-const { native, guarded } = require('./native.js')
+const { native, guarded } = require('./addon.js')
 const { kNative, kCrossing } = require('./symbols.js')
 const { tagsOf, json, jsonable } = require('./values.js')
 const { decisionOf } = require('./decision.js')
