@@ -390,7 +390,10 @@ async fn sessions_per_token_are_capped() {
     assert_eq!(modern.request("tools/list", Value::Null).await.status, 429);
     let t = Instant::now();
     gw.stop();
-    assert!(t.elapsed() <= Duration::from_secs(5), "{:?}", t.elapsed());
+    // Bounded, not timed: requests in flight get 2 s, then the upstreams and the audit trail
+    // are closed; a stop that hangs on a held session would take minutes. (5 s was seen
+    // exceeded by 13 ms on a loaded 2-core machine.)
+    assert!(t.elapsed() <= Duration::from_secs(15), "{:?}", t.elapsed());
 }
 
 /// Point 8: `server/discover` carries `ttlMs` and `cacheScope`; `id: null`, object and array
