@@ -8,7 +8,7 @@ mod mcp_http_client;
 use std::time::{Duration, Instant};
 
 use mcp_client::{Setup, fixture};
-use mcp_http_client::{Client, Gateway, text, token_file};
+use mcp_http_client::{Client, Events, Gateway, text, token_file};
 use serde_json::{Value, json};
 
 fn redis_url() -> Option<String> {
@@ -313,48 +313,46 @@ async fn a_cancellation_names_the_clients_own_request_id() {
     let gw = start(&setup, &[]);
     let mut c = Client::new(&gw.url, "tok-alice", false);
     c.initialize(false).await;
-    let c = std::sync::Arc::new(c);
-    let body = json!({"jsonrpc": "2.0", "id": "call-A", "method": "tools/call",
-        "params": {"name": "slow", "arguments": {"ms": 4000}}});
-    let a = {
-        let c = c.clone();
-        tokio::spawn(async move { c.post(&body.to_string(), &[]).await })
+    // Both calls are started with a progress token; the first progress of each (half way)
+    // proves the gateway forwarded it, so the cancellations below race nothing.
+    let call = |id: &str, ms: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"ms": ms}, "_meta": {"progressToken": id}}})
+        .to_string()
     };
-    let body_b = json!({"jsonrpc": "2.0", "id": "call-B", "method": "tools/call",
-        "params": {"name": "slow", "arguments": {"ms": 1500}}});
-    let b = {
-        let c = c.clone();
-        tokio::spawn(async move { c.post(&body_b.to_string(), &[]).await })
-    };
+    let (a, b) = (call("call-A", 4000), call("call-B", 3000));
+    let (a, b) = tokio::join!(c.send(&a, &[]), c.send(&b, &[]));
+    let (mut a, mut b) = (Events::of(a), Events::of(b));
+    for (events, name) in [(&mut a, "call-A"), (&mut b, "call-B")] {
+        let first = events.next().await.expect("a first message");
+        assert_eq!(first["method"], "notifications/progress", "{name}: {first}");
+    }
     // An unused id (the gateway's number of a request in flight, on the old code) cancels
     // nothing; the client's own id cancels its request.
-    for rid in [json!(3), json!(2), json!("call-A")] {
+    for rid in [json!(3), json!(2), json!(1), json!("call-A")] {
         let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": rid, "reason": "test"}});
         assert_eq!(c.post(&note.to_string(), &[]).await.status, 202);
     }
-    let t = Instant::now();
-    let b = tokio::time::timeout(Duration::from_secs(20), b)
+    let mut b_msgs = Vec::new();
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(20), b.next())
         .await
         .expect("call-B was never answered (a cancellation meant for another id reached it)")
-        .unwrap();
-    assert_eq!(b.status, 200);
-    assert_eq!(b.answer()["id"], "call-B");
-    assert!(
-        b.answer().get("result").is_some(),
-        "B answered: {:?}",
-        b.answer()
-    );
-    let a = tokio::time::timeout(Duration::from_secs(3), a).await;
-    eprintln!("B answered after {:?}", t.elapsed());
-    // A cancelled: its stream ends without the 4 s result (or with an error).
-    if let Ok(Ok(a)) = a {
-        assert!(
-            a.msgs.iter().all(|m| m.get("result").is_none()),
-            "call-A was not cancelled: {:?}",
-            a.msgs
-        );
+    {
+        b_msgs.push(m);
     }
+    let answer = b_msgs.last().expect("call-B's answer");
+    assert_eq!(answer["id"], "call-B", "{b_msgs:?}");
+    assert!(answer.get("result").is_some(), "B answered: {b_msgs:?}");
+    // A cancelled: its stream ends without the 4 s result (or with an error).
+    let mut a_msgs = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), a.next()).await {
+        a_msgs.push(m);
+    }
+    assert!(
+        a_msgs.iter().all(|m| m.get("result").is_none()),
+        "call-A was not cancelled: {a_msgs:?}"
+    );
     gw.stop();
 }
 

@@ -333,6 +333,41 @@ fn a_cancelled_call_is_recorded_as_cancelled() {
     assert_eq!(slow["error"], "cancelled");
 }
 
+/// Calls cancelled and then left at once (stdin closed right after the cancellations): each
+/// still has its outcome in the trail. A call still being decided when the client left used to
+/// be stopped mid-way, its "cancelled" outcome lost.
+#[test]
+fn calls_cancelled_just_before_the_client_leaves_are_all_recorded() {
+    const CALLS: usize = 40;
+    let s = Setup::new();
+    let mut p = s.start();
+    p.initialize("2025-11-25", false);
+    for _ in 0..CALLS {
+        let id = p.send_request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"ms": 60000}}),
+        );
+        p.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": id, "reason": "user gave up"}}),
+        );
+    }
+    p.finish();
+    let events = s.audit_events();
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.result" && e["tool"]["name"] == "slow")
+        .collect();
+    let kinds: Vec<&Value> = events.iter().map(|e| &e["kind"]).collect();
+    assert_eq!(results.len(), CALLS, "{kinds:?}");
+    assert!(
+        results.iter().all(|e| e["error"] == "cancelled"),
+        "{results:?}"
+    );
+    let (ok, out) = s.toolgate(&["verify", s.path("audit").to_str().unwrap()]);
+    assert!(ok, "{out}");
+}
+
 #[test]
 fn an_upstream_crash_fails_pending_calls_and_exits_1() {
     let s = Setup::new();

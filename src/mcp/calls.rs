@@ -138,7 +138,7 @@ impl Gateway {
             started,
         };
         if !self.forward(msg, Some(req), what, Some(cancel)).await {
-            run.after_tool(&call_id, ToolOutcome::err("cancelled", started.elapsed()))
+            run.after_tool(&call_id, ToolOutcome::err(cancel.why(), started.elapsed()))
                 .await;
         }
     }

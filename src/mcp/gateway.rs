@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 use super::ProxyConfig;
 use super::frame::Frame;
@@ -63,11 +63,31 @@ pub(crate) enum PendingWhat {
     Other,
 }
 
+/// How long a client that left waits for its calls still being decided to record how they
+/// ended ("client gone"); a decision task still running then is stopped.
+const DECIDING_GRACE: Duration = Duration::from_secs(2);
+
 /// The cancellation of a `tools/call` waiting on its decision.
 #[derive(Debug, Default)]
 pub(crate) struct Cancel {
     pub(crate) cancelled: AtomicBool,
     pub(crate) notify: tokio::sync::Notify,
+    /// Why, once cancelled: recorded as the call's error outcome.
+    why: std::sync::OnceLock<&'static str>,
+}
+
+impl Cancel {
+    /// Cancels (the first reason given stands) and wakes the task waiting on it.
+    pub(crate) fn cancel(&self, why: &'static str) {
+        let _ = self.why.set(why);
+        self.cancelled.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// The reason given to [`cancel`](Self::cancel) ("cancelled" if none was).
+    pub(crate) fn why(&self) -> &'static str {
+        self.why.get().copied().unwrap_or("cancelled")
+    }
 }
 
 /// Where a client request in flight is.
@@ -76,7 +96,7 @@ pub(crate) enum InFlight {
     Deciding {
         /// The client's id (JSON text).
         id: Box<str>,
-        task: AbortHandle,
+        task: JoinHandle<()>,
         cancel: Arc<Cancel>,
     },
     /// Forwarded upstream under this gateway id.
@@ -406,14 +426,20 @@ impl Gateway {
         (id, rx)
     }
 
-    /// The client is gone: calls in flight are recorded as error outcomes "client gone".
-    /// Returns whether any request was in flight.
+    /// The client is gone: calls in flight are recorded as error outcomes "client gone" (a
+    /// call still being decided is cancelled and given [`DECIDING_GRACE`] to record that
+    /// itself, then stopped). Returns whether any request was in flight.
     pub(crate) async fn client_gone(&self) -> bool {
+        const GONE: &str = "client gone";
         let inflight: Vec<InFlight> = self.inflight.lock().drain().map(|(_, v)| v).collect();
         let any = !inflight.is_empty();
+        let mut deciding = Vec::new();
         for f in inflight {
             match f {
-                InFlight::Deciding { task, .. } => task.abort(),
+                InFlight::Deciding { task, cancel, .. } => {
+                    cancel.cancel(GONE);
+                    deciding.push(task);
+                }
                 InFlight::Forwarded(up) => {
                     let p = self.pending.lock().remove(&up);
                     if let Some(Pending {
@@ -423,13 +449,17 @@ impl Gateway {
                     {
                         self.run(None)
                             .await
-                            .after_tool(
-                                &call_id,
-                                ToolOutcome::err("client gone", started.elapsed()),
-                            )
+                            .after_tool(&call_id, ToolOutcome::err(GONE, started.elapsed()))
                             .await;
                     }
                 }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + DECIDING_GRACE;
+        for mut task in deciding {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                tracing::warn!("client gone: a call still being decided was stopped");
+                task.abort();
             }
         }
         any

@@ -197,32 +197,47 @@ where
             gw.on_upstream(m.value).await;
         }
     };
+    tokio::pin!(from_client, from_upstream);
     let exit = tokio::select! {
-        _ = from_client => ProxyExit::ClientClosed,
-        _ = from_upstream => ProxyExit::UpstreamExited,
+        _ = &mut from_client => ProxyExit::ClientClosed,
+        _ = &mut from_upstream => ProxyExit::UpstreamExited,
         n = signal() => ProxyExit::Signal(n),
     };
     client_reader.abort();
-    match exit {
-        ProxyExit::UpstreamExited => {
-            tracing::error!("the upstream server exited");
-            gw.upstream_gone().await;
-            gw.end_run("upstream_exited").await;
+    // While the calls in flight are wound up, the upstream's answers are still read (a call
+    // being decided may wait on the tool list), unless the upstream is what ended.
+    let upstream_open = !matches!(exit, ProxyExit::UpstreamExited);
+    let wind_up = async {
+        match exit {
+            ProxyExit::UpstreamExited => {
+                tracing::error!("the upstream server exited");
+                gw.upstream_gone().await;
+                gw.end_run("upstream_exited").await;
+            }
+            ProxyExit::ClientClosed => {
+                let status = if gw.client_gone().await {
+                    tracing::warn!("the client left with requests in flight");
+                    "incomplete"
+                } else {
+                    "success"
+                };
+                gw.end_run(status).await;
+            }
+            ProxyExit::Signal(n) => {
+                tracing::warn!("signal {n}: ending the session");
+                gw.client_gone().await;
+                gw.end_run("interrupted").await;
+            }
         }
-        ProxyExit::ClientClosed => {
-            let status = if gw.client_gone().await {
-                tracing::warn!("the client left with requests in flight");
-                "incomplete"
-            } else {
-                "success"
-            };
-            gw.end_run(status).await;
+    };
+    tokio::pin!(wind_up);
+    if upstream_open {
+        tokio::select! {
+            _ = &mut wind_up => {}
+            _ = &mut from_upstream => wind_up.await,
         }
-        ProxyExit::Signal(n) => {
-            tracing::warn!("signal {n}: ending the session");
-            gw.client_gone().await;
-            gw.end_run("interrupted").await;
-        }
+    } else {
+        wind_up.await;
     }
     // Close the upstream's input and let the child exit on its own for a moment before
     // killing it.

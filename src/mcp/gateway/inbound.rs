@@ -190,7 +190,7 @@ impl Gateway {
             key,
             InFlight::Deciding {
                 id: id_text,
-                task: task.abort_handle(),
+                task,
                 cancel,
             },
         );
@@ -208,8 +208,7 @@ impl Gateway {
             let mut inflight = self.inflight.lock();
             match inflight.get(&key) {
                 Some(InFlight::Deciding { cancel, .. }) => {
-                    cancel.cancelled.store(true, Ordering::Release);
-                    cancel.notify.notify_one();
+                    cancel.cancel("cancelled");
                     None
                 }
                 Some(InFlight::Forwarded(up)) => {
