@@ -431,15 +431,24 @@ impl Gateway {
     /// itself, then stopped). Returns whether any request was in flight.
     pub(crate) async fn client_gone(&self) -> bool {
         const GONE: &str = "client gone";
-        let inflight: Vec<InFlight> = self.inflight.lock().drain().map(|(_, v)| v).collect();
+        // Calls being decided are cancelled while the map is held: `forward` checks the
+        // cancellation under the same lock, so none can be forwarded after this drain and be
+        // missed by it (its allowed decision left without an outcome).
+        let inflight: Vec<InFlight> = {
+            let mut map = self.inflight.lock();
+            let drained: Vec<InFlight> = map.drain().map(|(_, v)| v).collect();
+            for f in &drained {
+                if let InFlight::Deciding { cancel, .. } = f {
+                    cancel.cancel(GONE);
+                }
+            }
+            drained
+        };
         let any = !inflight.is_empty();
         let mut deciding = Vec::new();
         for f in inflight {
             match f {
-                InFlight::Deciding { task, cancel, .. } => {
-                    cancel.cancel(GONE);
-                    deciding.push(task);
-                }
+                InFlight::Deciding { task, .. } => deciding.push(task),
                 InFlight::Forwarded(up) => {
                     let p = self.pending.lock().remove(&up);
                     if let Some(Pending {
