@@ -23,6 +23,10 @@ pub struct PyEngine {
     pub(crate) engine: GovernanceEngine,
     /// The process it was built in (a forked child cannot use it: see `rt.rs`).
     pub(crate) pid: u32,
+    /// Whether its reviews are read from a file or Redis (`reviews=`, `state=`): a hitl
+    /// decision then reads and writes that store on the caller's thread, so its decisions
+    /// are never made holding the GIL (see `rt::decide`).
+    pub(crate) stored_reviews: bool,
 }
 
 impl PyEngine {
@@ -221,6 +225,7 @@ impl PyEngine {
             let path: String = py.import("os")?.getattr("fspath")?.call1((r,))?.extract()?;
             builder = builder.review_store(Arc::new(FileReviewStore::new(path)));
         }
+        let stored_reviews = reviews.is_some() || state.is_some();
         let engine = py
             .detach(|| {
                 let _rt = runtime().enter();
@@ -230,6 +235,7 @@ impl PyEngine {
         Ok(PyEngine {
             engine,
             pid: crate::rt::pid(),
+            stored_reviews,
         })
     }
 

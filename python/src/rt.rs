@@ -114,12 +114,23 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 /// condition in play, no shared store: the common case) finishes there, in less time than
 /// releasing and taking back the GIL would cost. One that awaits something releases the GIL and
 /// runs to completion on this thread, the runtime's workers driving its I/O and timers.
-pub(crate) fn decide<T: Send>(py: pyo3::Python<'_>, fut: impl Future<Output = T> + Send) -> T {
+///
+/// `at_once` false: the GIL is released from the start. So it is for an engine whose reviews
+/// are in a file or Redis: a hitl decision reads (and may write) that store without awaiting,
+/// which would otherwise freeze every other Python thread for as long as the file takes to
+/// read and parse (seconds for a large review file, unbounded on a stuck filesystem).
+pub(crate) fn decide<T: Send>(
+    py: pyo3::Python<'_>,
+    at_once: bool,
+    fut: impl Future<Output = T> + Send,
+) -> T {
     let rt = runtime();
     let mut fut = pin!(fut);
-    let first = {
+    let first = if at_once {
         let _rt = rt.enter();
         fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    } else {
+        Poll::Pending
     };
     match first {
         Poll::Ready(v) => v,

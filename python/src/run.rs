@@ -32,6 +32,9 @@ pub struct PyRun {
     llm_calls: AtomicU64,
     /// The process the run was started in (a forked child cannot use it: see `rt.rs`).
     pid: u32,
+    /// Whether a decision may be made holding the GIL: not when the engine's reviews are in a
+    /// file or Redis (a hitl decision reads them on this thread; see `rt::decide`).
+    at_once: bool,
 }
 
 fn enduser(e: &Bound<'_, PyAny>) -> PyResult<Enduser> {
@@ -232,6 +235,7 @@ impl PyRun {
             calls: AtomicU64::new(0),
             llm_calls: AtomicU64::new(0),
             pid: crate::rt::pid(),
+            at_once: !engine.stored_reviews,
         })
     }
 
@@ -270,7 +274,7 @@ impl PyRun {
         let id = call.id.clone();
         // In this process's runtime: what the decision awaits runs there (not on a runtime a
         // fork left without threads).
-        let d = decide(py, self.run.before_tool(call));
+        let d = decide(py, self.at_once, self.run.before_tool(call));
         refused(py, &d)?;
         Ok(PyDecision::new(id, d))
     }
@@ -317,7 +321,7 @@ impl PyRun {
         let outcome = outcome(output, duration_ms, error)?;
         let run = &self.run;
         let id = call_id.as_str();
-        let d = decide(py, async move {
+        let d = decide(py, self.at_once, async move {
             let awaited = run.awaits_result(id);
             run.after_tool(id, outcome)
                 .await
@@ -424,7 +428,7 @@ impl PyRun {
         // Without llm.before rules (nor recorded messages) the messages are not converted.
         let messages = messages.filter(|_| self.run.gates_llm());
         let call = self.llm_call(model, messages, call_id)?;
-        let d = decide(py, self.run.before_llm(&call));
+        let d = decide(py, self.at_once, self.run.before_llm(&call));
         refused(py, &d)?;
         Ok(PyDecision::new(call.id.unwrap_or_default(), d))
     }

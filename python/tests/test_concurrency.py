@@ -120,3 +120,52 @@ async def test_sync_api_inside_a_running_loop_with_an_async_signal_does_not_dead
     # Called from a coroutine: the caller's loop is blocked, so the coroutine runs on the
     # package's background loop.
     assert engine.start_run("bot").before_tool("close_account", {"user": 1}).effect == "block"
+
+
+_READ_WHILE_DECIDING = r"""
+import json, os, stat, sys, threading, time
+import toolgate
+
+reviews = sys.argv[1]
+os.mkfifo(reviews)
+engine = toolgate.Engine(
+    {"policy": {"name": "p"}, "rules": [{"id": "h", "name": "h", "priority": 1, "enabled": True,
+      "selector": {"phase": "tool.before", "tool": {"name": "publish"}},
+      "condition": {"kind": "toolName", "op": "glob", "value": "*"},
+      "effect": {"type": "hitl", "reason": "needs approval"}}]},
+    reviews=reviews,
+)
+out = {}
+decider = threading.Thread(
+    target=lambda: out.update(code=engine.start_run("bot").before_tool("publish", {}).code))
+decider.start()
+# The decision reads the review file (a FIFO: each read waits for a writer): this thread must
+# run meanwhile to write it, for as long as the decision reads it (until the store's own write
+# replaces the FIFO with a file).
+while decider.is_alive() and stat.S_ISFIFO(os.stat(reviews).st_mode):
+    try:
+        fd = os.open(reviews, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no reader yet
+        time.sleep(0.01)
+        continue
+    os.write(fd, b"[]")
+    os.close(fd)
+decider.join()
+print(json.dumps(out))
+"""
+
+
+def test_a_hitl_decision_reading_the_review_file_lets_other_threads_run(tmp_path: Any) -> None:
+    # The review file is read without holding the GIL: another thread runs while it is read.
+    # (Held, the reader waited for a writer that could never run: the process hung. Measured
+    # with a real file: 100k reviews froze every other thread for 51-79 s per decision.)
+    import json
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", _READ_WHILE_DECIDING, str(tmp_path / "reviews.json")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["code"] == "BLOCKED_HITL_REQUESTED", child.stdout
