@@ -431,3 +431,87 @@ async fn what_the_gateway_answers_conforms() {
     assert_eq!(r.status().as_u16(), 415);
     gw.stop();
 }
+
+/// An upstream that answers `initialize` (other requests: an error) but never `tools/list`: each
+/// `tools/list` it gets is a line in the file named by its first argument.
+const NEVER_LISTS: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("method") == "initialize":
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "mute", "version": "1"}}}) + "\n")
+        sys.stdout.flush()
+    elif m.get("method") == "tools/list":
+        with open(sys.argv[1], "a") as f:
+            f.write("list\n")
+    elif m.get("method") and "id" in m:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "error": {
+            "code": -32601, "message": "Method not found"}}) + "\n")
+        sys.stdout.flush()
+"#;
+
+/// SIGTERM with many sessions whose calls are still being decided (waiting on a tool list the
+/// upstream never sends) is bounded: each session gives its calls the same 2 s grace, at once.
+/// The sessions were closed one after another, each waiting its 2 s (12 sessions: about 24 s;
+/// 20 sessions measured 45.9 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_many_sessions_still_deciding_is_bounded() {
+    const SESSIONS: usize = 12;
+    let setup = Setup::new();
+    let script = setup.path("mute.py");
+    std::fs::write(&script, NEVER_LISTS).unwrap();
+    let lists = setup.path("lists.txt");
+    let args: Vec<String> = vec![
+        "--policy".into(),
+        setup.path("policy.json").display().to_string(),
+        "--token-file".into(),
+        token_file(setup.dir.path()).display().to_string(),
+        "--audit".into(),
+        setup.path("audit").display().to_string(),
+    ];
+    let gw = Gateway::start(
+        &args,
+        &[
+            "python3".into(),
+            script.display().to_string(),
+            lists.display().to_string(),
+        ],
+        &[],
+    );
+    let mut calls = Vec::new();
+    for _ in 0..SESSIONS {
+        let mut c = Client::new(&gw.url, "tok-alice", false);
+        c.initialize(false).await;
+        calls.push(tokio::spawn(async move {
+            c.request("tools/call", json!({"name": "echo", "arguments": {}}))
+                .await
+        }));
+    }
+    // Every session's call is being decided: its gateway asked the upstream for the tools.
+    let listed = || {
+        std::fs::read_to_string(&lists)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    mcp_http_client::until(
+        "every call waits on the tool list",
+        Duration::from_secs(30),
+        || listed() >= SESSIONS,
+    )
+    .await;
+    let t = Instant::now();
+    gw.stop();
+    let took = t.elapsed();
+    eprintln!("SIGTERM with {SESSIONS} sessions deciding -> stopped in {took:?}");
+    assert!(took <= Duration::from_secs(15), "{took:?}");
+    for c in calls {
+        c.abort();
+    }
+    let ended = mcp_client::read_events(&setup.path("audit"))
+        .iter()
+        .filter(|e| e["kind"] == "run.ended")
+        .count();
+    assert_eq!(ended, SESSIONS);
+}

@@ -201,14 +201,18 @@ pub async fn serve(
         v
     };
     let shared = server.book.shared();
-    for s in all {
-        if exit == ProxyExit::UpstreamExited {
+    let upstream_gone = exit == ProxyExit::UpstreamExited;
+    // All at once: a session gives its calls still being decided up to DECIDING_GRACE to
+    // record how they ended; one after another, a stop with N such sessions took N times that.
+    futures::future::join_all(all.iter().map(|s| async move {
+        if upstream_gone {
             s.gw.upstream_gone().await;
         }
         // A run shared with the other replicas goes on without this one: left, not ended.
         let leave = shared && s.current.is_some();
         s.close_as((!leave).then_some(status)).await;
-    }
+    }))
+    .await;
     server.ups.stop_all().await;
     drop(link.tx);
     if let Some(mut child) = link.child.take()
