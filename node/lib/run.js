@@ -15,6 +15,25 @@ const kHeld = Symbol('toolgate.held')
 /** Review ids a run remembers (to know whether its stop may be lifted): its most recent ones. */
 const REVIEW_IDS_KEPT = 1024
 
+/**
+ * A call's args (JSON text, or undefined), name and tags as one string for the addon,
+ * `args NUL name (NUL tag)*` (src/run.rs, `runBeforeToolPacked`): Node-API converts one string
+ * instead of two and an array of strings. JSON text never holds a NUL; a name or a tag that
+ * does is not packed (undefined: the call goes through `runBeforeTool` as it is).
+ */
+function pack(text, name, tags) {
+  if (typeof name !== 'string' || name.includes('\0')) return undefined
+  let s = text === undefined ? '\0' + name : text + '\0' + name
+  if (tags !== undefined) {
+    for (let i = 0; i < tags.length; i++) {
+      const t = tags[i]
+      if (t.includes('\0')) return undefined
+      s += '\0' + t
+    }
+  }
+  return s
+}
+
 /** One agent run: `beforeTool` / `afterTool` / `end`, `guard`. */
 class Run {
   constructor(n, engine) {
@@ -72,7 +91,12 @@ class Run {
         tags = tagsOf(call.tags, 'tags')
         callId = call.callId == null ? undefined : String(call.callId)
       }
-      r = native.runBeforeTool(this[kNo], name, json(a, 'args'), tags, callId, crossing.out)
+      const text = json(a, 'args')
+      const packed = pack(text, name, tags)
+      r =
+        packed === undefined
+          ? native.runBeforeTool(this[kNo], name, text, tags, callId, crossing.out)
+          : native.runBeforeToolPacked(this[kNo], packed, callId, crossing.out)
     } catch (e) {
       return Promise.reject(translate(e))
     }

@@ -8,7 +8,7 @@
 //! table's bound) crosses as JSON text instead, as an awaited decision always does.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::*;
 use toolgate::engine::Decision;
@@ -54,7 +54,78 @@ pub(crate) const MAX_STRINGS: usize = 4096;
 /// `i` is the `i`-th one ever sent), the addon the index.
 #[derive(Default)]
 pub(crate) struct Strings {
-    index: Mutex<HashMap<Box<str>, u32>>,
+    table: Mutex<Table>,
+}
+
+/// Slots of [`Table::seen`] (a power of two).
+const SEEN: usize = 64;
+
+/// The index of strings by text, and a small cache of the same numbers by address: a
+/// decision's phase, effect and code are `&'static str`s and its reason and rule id the
+/// compiled rule's `Arc<str>`s, the same allocation call after call, so most strings are
+/// found by comparing two pointers instead of hashing their text.
+struct Table {
+    index: HashMap<Box<str>, u32>,
+    seen: [Option<(Seen, u32)>; SEEN],
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            index: HashMap::new(),
+            seen: std::array::from_fn(|_| None),
+        }
+    }
+}
+
+/// A string as the cache knows it: its address stays its own while the cache holds it (a
+/// static string's for ever; a shared one's while the cache keeps a reference to it), so
+/// the same address and length mean the same text.
+enum Seen {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+/// A decision's string, by reference.
+#[derive(Clone, Copy)]
+enum Text<'a> {
+    Static(&'static str),
+    Shared(&'a Arc<str>),
+}
+
+impl<'a> Text<'a> {
+    fn as_str(self) -> &'a str {
+        match self {
+            Text::Static(s) => s,
+            Text::Shared(s) => s,
+        }
+    }
+}
+
+impl Table {
+    fn slot(s: &str) -> usize {
+        let at = s.as_ptr() as usize;
+        ((at >> 3) ^ (at >> 11) ^ s.len()) & (SEEN - 1)
+    }
+
+    /// The number of `s` if the cache has it.
+    fn cached(&self, s: Text<'_>) -> Option<u32> {
+        let (seen, n) = self.seen[Self::slot(s.as_str())].as_ref()?;
+        let same = match (seen, s) {
+            (Seen::Static(a), Text::Static(b)) => a.as_ptr() == b.as_ptr() && a.len() == b.len(),
+            (Seen::Shared(a), Text::Shared(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same.then_some(*n)
+    }
+
+    fn remember(&mut self, s: Text<'_>, n: u32) {
+        let seen = match s {
+            Text::Static(s) => Seen::Static(s),
+            Text::Shared(s) => Seen::Shared(s.clone()),
+        };
+        self.seen[Self::slot(s.as_str())] = Some((seen, n));
+    }
 }
 
 /// The outcome of [`fill`].
@@ -71,40 +142,60 @@ impl Strings {
         if d.hitl.is_some() || d.error.is_some() || out.len() < slot::LEN {
             return Filled::Text;
         }
-        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
-        let first = index.len();
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let first = table.index.len();
         let strings = [
-            (slot::PHASE, Some(d.phase.as_str())),
-            (slot::EFFECT, Some(d.effect.as_str())),
-            (slot::CODE, Some(d.code.as_str())),
-            (slot::REASON, d.reason.as_deref()),
-            (slot::RULE_ID, d.rule_id.as_deref()),
-            (slot::SHADOW_EFFECT, d.shadow_effect.map(|e| e.as_str())),
+            Some(Text::Static(d.phase.as_str())),
+            Some(Text::Static(d.effect.as_str())),
+            Some(Text::Static(d.code.as_str())),
+            d.reason.as_ref().map(Text::Shared),
+            d.rule_id.as_ref().map(Text::Shared),
+            d.shadow_effect.map(|e| Text::Static(e.as_str())),
         ];
+        let mut numbers = [-1.0; 6];
+        // Found by text: cached once the decision is sure to cross in the buffer.
+        let mut found: [Option<(Text<'_>, u32)>; 6] = [None; 6];
         // Strings new to JavaScript, in the order of their numbers (first, first + 1, …).
         let mut added: Vec<&str> = Vec::new();
-        let mut numbers = [-1.0; 6];
-        for (k, (_, s)) in strings.iter().enumerate() {
+        for (k, s) in strings.iter().enumerate() {
             let Some(s) = *s else { continue };
-            if let Some(&i) = index.get(s) {
-                numbers[k] = f64::from(i);
+            if let Some(n) = table.cached(s) {
+                numbers[k] = f64::from(n);
                 continue;
             }
-            if index.len() >= MAX_STRINGS {
-                // Not numbered after all: JavaScript never receives these.
-                for s in &added {
-                    index.remove(*s);
+            let n = match table.index.get(s.as_str()) {
+                Some(&n) => n,
+                None => {
+                    if table.index.len() >= MAX_STRINGS {
+                        // Not numbered after all: JavaScript never receives these.
+                        for s in &added {
+                            table.index.remove(*s);
+                        }
+                        return Filled::Text;
+                    }
+                    let n = table.index.len() as u32;
+                    table.index.insert(s.as_str().into(), n);
+                    added.push(s.as_str());
+                    n
                 }
-                return Filled::Text;
-            }
-            let n = index.len() as u32;
-            index.insert(s.into(), n);
-            added.push(s);
+            };
+            found[k] = Some((s, n));
             numbers[k] = f64::from(n);
         }
-        drop(index);
-        for ((at, _), n) in strings.iter().zip(numbers) {
-            out[*at] = n;
+        for (s, n) in found.into_iter().flatten() {
+            table.remember(s, n);
+        }
+        drop(table);
+        const AT: [usize; 6] = [
+            slot::PHASE,
+            slot::EFFECT,
+            slot::CODE,
+            slot::REASON,
+            slot::RULE_ID,
+            slot::SHADOW_EFFECT,
+        ];
+        for (at, n) in AT.into_iter().zip(numbers) {
+            out[at] = n;
         }
         out[slot::FORM] = 1.0;
         out[slot::LATENCY] = d.latency_ns as f64;

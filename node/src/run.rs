@@ -106,8 +106,8 @@ impl RunState {
         &self,
         env: &'env Env,
         name: String,
-        args_json: Option<String>,
-        tags: Option<Vec<String>>,
+        args_json: Option<&str>,
+        tags: Vec<String>,
         call_id: Option<String>,
         out: OutBuffer<'_>,
     ) -> Result<Decided<'env>> {
@@ -121,7 +121,10 @@ impl RunState {
                 (format!("call-{n}"), n)
             }
         };
-        let call = ToolCall::new(id.clone(), name, args).with_tags(tags.unwrap_or_default());
+        // A numbered call's id is made again on the rare paths that need it.
+        let given = (call_no == 0).then(|| id.clone());
+        let id_of = move || given.unwrap_or_else(|| format!("call-{call_no}"));
+        let call = ToolCall::new(id, name, args).with_tags(tags);
         let run = self.run.clone();
         match now_or_later(async move { run.before_tool(call).await }) {
             NowOrLater::Now(d) => match self.strings.fill(&d, call_no, out) {
@@ -130,12 +133,12 @@ impl RunState {
                     Ok(Either::A(new))
                 }
                 Filled::Text => Ok(Either::A(Some(
-                    NativeDecision::new(id, d, &self.recent).to_json_text(),
+                    NativeDecision::new(id_of(), d, &self.recent).to_json_text(),
                 ))),
             },
             NowOrLater::Later(fut) => env
                 .spawn_future(async move {
-                    NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())
+                    NativeDecision::awaited(id_of(), fut.await).map(|d| d.to_json_text())
                 })
                 .map(Either::B),
         }
@@ -191,12 +194,11 @@ impl RunState {
     }
 }
 
-/// Decides a tool call of run `no` (`NativeRun.no`; phase `tool.before`; a function, not a method, for
-/// the reason [`RUNS`] gives). A decision made at
-/// once is written to `out` (a `Float64Array`, see `fast::slot`) when it fits there, the
-/// return value then being the strings new to JavaScript (a JSON array) or `null`; otherwise
-/// it is the decision as JSON text (`out[0]` is 0), or a promise of that when something had to
-/// be awaited.
+/// Decides a tool call of run `no` (`NativeRun.no`; phase `tool.before`; a function, not a
+/// method, for the reason [`RUNS`] gives). A decision made at once is written to `out` (a
+/// `Float64Array`, see `fast::slot`) when it fits there, the return value then being the
+/// strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as JSON
+/// text (`out[0]` is 0), or a promise of that when something had to be awaited.
 #[napi]
 pub fn run_before_tool<'env>(
     env: &'env Env,
@@ -207,7 +209,37 @@ pub fn run_before_tool<'env>(
     call_id: Option<String>,
     out: OutBuffer<'_>,
 ) -> Result<Decided<'env>> {
-    state_of(no)?.before_tool(env, name, args_json, tags, call_id, out)
+    state_of(no)?.before_tool(
+        env,
+        name,
+        args_json.as_deref(),
+        tags.unwrap_or_default(),
+        call_id,
+        out,
+    )
+}
+
+/// [`run_before_tool`] with the args, the name and the tags in one string, `args NUL name
+/// (NUL tag)*` (`args` empty: none; JSON text never holds a NUL, and `index.js` packs only a
+/// name and tags without one): one string for Node-API to convert instead of two strings and
+/// an array of strings, which was the larger part of the crossing (docs/performance.md).
+#[napi]
+pub fn run_before_tool_packed<'env>(
+    env: &'env Env,
+    no: u32,
+    packed: String,
+    call_id: Option<String>,
+    out: OutBuffer<'_>,
+) -> Result<Decided<'env>> {
+    let state = state_of(no)?;
+    let Some((args, rest)) = packed.split_once('\0') else {
+        return Err(invalid("packed call: expected `args NUL name (NUL tag)*`"));
+    };
+    let mut parts = rest.split('\0');
+    let name = parts.next().unwrap_or_default().to_string();
+    let tags = parts.map(str::to_string).collect();
+    let args = (!args.is_empty()).then_some(args);
+    state.before_tool(env, name, args, tags, call_id, out)
 }
 
 /// Records the outcome of an allowed call of run `no` (`NativeRun.no`) and decides the
@@ -268,10 +300,10 @@ pub(crate) fn enduser(text: &str) -> Result<Enduser> {
     Ok(Enduser { id, tags })
 }
 
-fn json_arg(what: &str, text: Option<String>) -> Result<Value> {
+fn json_arg(what: &str, text: Option<&str>) -> Result<Value> {
     match text {
         None => Ok(Value::Object(Default::default())),
-        Some(t) => json_value(what, &t),
+        Some(t) => json_value(what, t),
     }
 }
 

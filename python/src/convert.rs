@@ -12,7 +12,46 @@ const MAX_DEPTH: usize = toolgate::json::MAX_VALUE_DEPTH;
 /// A Python value as JSON: `None`, `bool`, `int`, `float` (finite), `str`, `dict` with `str`
 /// keys, `list` and `tuple`. Anything else is a `TypeError` naming where it sits.
 pub fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
-    to_json_at(obj, 0, &mut String::from("$"))
+    // The common case (a value that converts) keeps no path; a value that does not is
+    // converted again, tracking where it is, for the error to name the place.
+    match plain(obj, 0) {
+        Some(v) => Ok(v),
+        None => to_json_at(obj, 0, &mut String::from("$")),
+    }
+}
+
+/// [`to_json_at`] without the path: `None` where that fails (same checks, same values).
+fn plain(obj: &Bound<'_, PyAny>, depth: usize) -> Option<Value> {
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        return Some(Value::String(s.to_cow().ok()?.into_owned()));
+    }
+    if let Ok(d) = obj.cast_exact::<PyDict>() {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let mut map = Map::new();
+        for (k, v) in d.iter() {
+            let key = k.cast::<PyString>().ok()?.to_cow().ok()?.into_owned();
+            let value = plain(&v, depth + 1)?;
+            map.insert(key, value);
+        }
+        return Some(Value::Object(map));
+    }
+    if obj.is_none() {
+        return Some(Value::Null);
+    }
+    if let Ok(l) = obj.cast_exact::<PyList>() {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let mut out = Vec::with_capacity(l.len());
+        for v in l.iter() {
+            out.push(plain(&v, depth + 1)?);
+        }
+        return Some(Value::Array(out));
+    }
+    // Anything else (numbers, bools, tuples, subclasses): as `to_json_at` does it.
+    to_json_at(obj, depth, &mut String::new()).ok()
 }
 
 fn to_json_at(obj: &Bound<'_, PyAny>, depth: usize, at: &mut String) -> PyResult<Value> {

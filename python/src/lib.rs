@@ -38,16 +38,43 @@ pub(crate) fn error(
     made.unwrap_or_else(|e| e)
 }
 
+/// The id of a decided call: as the caller gave it, or `call-<n>` as the run numbered it
+/// (made into text when read: most decisions' ids are never read).
+pub(crate) enum CallId {
+    /// Given by the caller.
+    Given(String),
+    /// `call-<n>`.
+    Numbered(u64),
+}
+
+impl From<String> for CallId {
+    fn from(id: String) -> Self {
+        CallId::Given(id)
+    }
+}
+
+impl CallId {
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            CallId::Given(id) => id.as_str().into(),
+            CallId::Numbered(n) => format!("call-{n}").into(),
+        }
+    }
+}
+
 /// One decision of the engine.
 #[pyclass(frozen, module = "toolgate._native", name = "Decision")]
 pub struct PyDecision {
-    call_id: String,
+    call_id: CallId,
     d: toolgate::engine::Decision,
 }
 
 impl PyDecision {
-    pub(crate) fn new(call_id: String, d: toolgate::engine::Decision) -> Self {
-        PyDecision { call_id, d }
+    pub(crate) fn new(call_id: impl Into<CallId>, d: toolgate::engine::Decision) -> Self {
+        PyDecision {
+            call_id: call_id.into(),
+            d,
+        }
     }
 }
 
@@ -55,8 +82,8 @@ impl PyDecision {
 impl PyDecision {
     /// The id of the call decided.
     #[getter]
-    fn call_id(&self) -> &str {
-        &self.call_id
+    fn call_id(&self) -> std::borrow::Cow<'_, str> {
+        self.call_id.text()
     }
     /// `"tool.before"` or `"tool.after"`.
     #[getter]
@@ -122,7 +149,7 @@ impl PyDecision {
     fn __repr__(&self) -> String {
         format!(
             "Decision(call_id={:?}, effect={:?}, code={:?}, rule_id={}, reason={})",
-            self.call_id,
+            self.call_id.text(),
             self.d.effect.as_str(),
             self.d.code.as_str(),
             opt(self.d.rule_id.as_deref()),

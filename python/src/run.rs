@@ -21,7 +21,7 @@ use crate::callbacks::CALLER_LOOP;
 use crate::convert::to_json;
 use crate::engine::PyEngine;
 use crate::rt::{decide, future_into_py};
-use crate::{PyDecision, error, json_text, runtime};
+use crate::{CallId, PyDecision, error, json_text, runtime};
 
 /// A run of an agent (subclassed by `toolgate.Run`).
 #[pyclass(subclass, frozen, module = "toolgate._native", name = "Run")]
@@ -60,6 +60,13 @@ fn enduser(e: &Bound<'_, PyAny>) -> PyResult<Enduser> {
 }
 
 fn tags_of(tags: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    // A list or a tuple is read as it is (no iterator object made for it).
+    if let Ok(l) = tags.cast_exact::<pyo3::types::PyList>() {
+        return l.iter().map(|t| t.extract::<String>()).collect();
+    }
+    if let Ok(t) = tags.cast_exact::<pyo3::types::PyTuple>() {
+        return t.iter().map(|t| t.extract::<String>()).collect();
+    }
     if tags.is_instance_of::<pyo3::types::PyString>() {
         return Ok(vec![tags.extract()?]);
     }
@@ -117,20 +124,27 @@ impl PyRun {
         }
     }
 
+    /// The call, and its id for its decision.
     fn call(
         &self,
         name: String,
         args: Option<&Bound<'_, PyAny>>,
         tags: &Bound<'_, PyAny>,
         call_id: Option<String>,
-    ) -> PyResult<ToolCall> {
+    ) -> PyResult<(ToolCall, CallId)> {
         let args = match args {
             None => Value::Object(Default::default()),
             Some(a) => to_json(a)?,
         };
-        let id = call_id
-            .unwrap_or_else(|| format!("call-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1));
-        Ok(ToolCall::new(id, name, args).with_tags(tags_of(tags)?))
+        let tags = tags_of(tags)?;
+        let (id, of) = match call_id {
+            Some(id) => (id.clone(), CallId::Given(id)),
+            None => {
+                let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                (format!("call-{n}"), CallId::Numbered(n))
+            }
+        };
+        Ok((ToolCall::new(id, name, args).with_tags(tags), of))
     }
 }
 
@@ -270,8 +284,7 @@ impl PyRun {
     ) -> PyResult<PyDecision> {
         self.open(py)?;
         let empty = pyo3::types::PyTuple::empty(py);
-        let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
-        let id = call.id.clone();
+        let (call, id) = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
         // In this process's runtime: what the decision awaits runs there (not on a runtime a
         // fork left without threads).
         let d = decide(py, self.at_once, self.run.before_tool(call));
@@ -291,13 +304,12 @@ impl PyRun {
     ) -> PyResult<Bound<'py, PyAny>> {
         self.open(py)?;
         let empty = pyo3::types::PyTuple::empty(py);
-        let call = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
+        let (call, id) = self.call(name, args, tags.unwrap_or(empty.as_any()), call_id)?;
         let run = self.run.clone();
         let locals = caller_loop(py)?;
         future_into_py(
             py,
             CALLER_LOOP.scope(locals, async move {
-                let id = call.id.clone();
                 let d = run.before_tool(call).await;
                 Python::attach(|py| refused(py, &d))?;
                 Ok(PyDecision::new(id, d))
