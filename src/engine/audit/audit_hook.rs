@@ -186,19 +186,28 @@ impl AuditState {
 
 impl AuditState {
     /// Queues an event of the run for sealing (redaction, hash, chain) off the caller's
-    /// thread; returns its id.
+    /// thread.
     pub(crate) fn emit(
         &self,
         run: &RunAudit,
         kind: EventKind,
         body: Map<String, Value>,
         at: DateTime<Utc>,
-    ) -> Option<uuid::Uuid> {
-        self.emit_body(run, kind, Body::Json(body), at)
+    ) {
+        self.emit_body(run, kind, Body::Json(body), at);
     }
 
-    /// [`emit`](Self::emit) with a typed body, turned into JSON by the sealer.
-    pub(crate) fn emit_body(
+    /// [`emit`](Self::emit) with a typed body, turned into JSON by the sealer. The event's
+    /// id is picked by the sealer too (nobody here needs it).
+    #[inline]
+    pub(crate) fn emit_body(&self, run: &RunAudit, kind: EventKind, body: Body, at: DateTime<Utc>) {
+        if let Some(chain) = run.chain.as_ref() {
+            self.sealer.push_unnamed(run.shard, chain, kind, at, body);
+        }
+    }
+
+    /// [`emit_body`](Self::emit_body), returning the event's id (picked now).
+    fn emit_body_named(
         &self,
         run: &RunAudit,
         kind: EventKind,
@@ -225,10 +234,14 @@ impl AuditState {
         slow: Option<SlowEvaluation>,
         call_id: Option<&str>,
     ) {
-        let Some(event_id) = self.emit_body(run, kind, body, at) else {
+        let Some((runner, input)) = slow else {
+            self.emit_body(run, kind, body, at);
             return;
         };
-        if let Some((runner, input)) = slow {
+        let Some(event_id) = self.emit_body_named(run, kind, body, at) else {
+            return;
+        };
+        {
             let engine = self.clone();
             let run2 = run.clone();
             let held = handle.clone();

@@ -77,9 +77,15 @@ struct Pending {
     chain: Arc<Mutex<RunChain>>,
     kind: EventKind,
     at: DateTime<Utc>,
-    id: Uuid,
+    /// The event's id when its emitter needed it at once; otherwise the sealer picks it (a
+    /// UUID v7 of `at`, as the emitter would have), off the caller's thread.
+    id: Option<Uuid>,
     body: Body,
 }
+
+/// Events a shard's queue (and its batch) has room for from the start, so that the first
+/// bursts do not grow (and copy) the queue on the callers' thread.
+const QUEUE_START: usize = 256;
 
 struct Shared {
     queue: Mutex<Vec<Pending>>,
@@ -117,12 +123,13 @@ impl Shared {
                     p.body = Body::Taken;
                     continue;
                 }
+                let id = p.id.unwrap_or_else(|| event_id(p.at));
                 let event = seal_body(
                     &mut chain,
                     &self.redactor,
                     p.kind,
                     p.at,
-                    p.id,
+                    id,
                     &mut p.body,
                     scratch,
                 );
@@ -183,9 +190,9 @@ impl Sealer {
         let shards = (0..config.threads.unwrap_or_else(default_shards).max(1))
             .map(|n| {
                 let shared = Arc::new(Shared {
-                    queue: Mutex::new(Vec::new()),
+                    queue: Mutex::new(Vec::with_capacity(QUEUE_START)),
                     wake: Condvar::new(),
-                    processing: Mutex::new((Vec::new(), String::new())),
+                    processing: Mutex::new((Vec::with_capacity(QUEUE_START), String::new())),
                     bus: bus.clone(),
                     redactor: redactor.clone(),
                     full_wait,
@@ -219,7 +226,7 @@ impl Sealer {
         self.next.fetch_add(1, Ordering::Relaxed) % self.shards.len().max(1)
     }
 
-    /// Queues an event; returns at once.
+    /// Queues an event; returns at once, with the event's id.
     pub(crate) fn push(
         &self,
         shard: usize,
@@ -229,9 +236,37 @@ impl Sealer {
         body: Body,
     ) -> Uuid {
         let id = event_id(at);
+        self.enqueue(shard, chain, kind, at, body, Some(id));
+        id
+    }
+
+    /// [`push`](Self::push) for an event whose id its emitter does not need: the sealer
+    /// picks it (no random number drawn on the caller's thread).
+    #[inline]
+    pub(crate) fn push_unnamed(
+        &self,
+        shard: usize,
+        chain: &Arc<Mutex<RunChain>>,
+        kind: EventKind,
+        at: DateTime<Utc>,
+        body: Body,
+    ) {
+        self.enqueue(shard, chain, kind, at, body, None);
+    }
+
+    #[inline]
+    fn enqueue(
+        &self,
+        shard: usize,
+        chain: &Arc<Mutex<RunChain>>,
+        kind: EventKind,
+        at: DateTime<Utc>,
+        body: Body,
+        id: Option<Uuid>,
+    ) {
         let Some(shard) = self.shards.get(shard).or(self.shards.first()) else {
             // Never: an engine's sealer has at least one shard.
-            return id;
+            return;
         };
         let wake = {
             let mut q = shard.queue.lock();
@@ -255,7 +290,6 @@ impl Sealer {
             Wake::Help => shard.drain(),
             Wake::No => {}
         }
-        id
     }
 
     /// Seals and hands to the bus everything queued so far, on the caller's thread.

@@ -41,7 +41,7 @@ impl EngineInner {
         }
     }
 
-    /// Queues an event of the run for sealing (see `AuditState::emit`); returns its id.
+    /// Queues an event of the run for sealing (see `AuditState::emit`).
     #[inline]
     pub(crate) fn emit(
         &self,
@@ -49,8 +49,10 @@ impl EngineInner {
         kind: EventKind,
         body: Map<String, Value>,
         at: DateTime<Utc>,
-    ) -> Option<uuid::Uuid> {
-        self.audit.as_ref()?.emit(&run.audit, kind, body, at)
+    ) {
+        if let Some(a) = &self.audit {
+            a.emit(&run.audit, kind, body, at);
+        }
     }
 
     /// [`emit`](Self::emit) with a typed body, turned into JSON by the sealer.
@@ -61,8 +63,10 @@ impl EngineInner {
         kind: EventKind,
         body: Body,
         at: DateTime<Utc>,
-    ) -> Option<uuid::Uuid> {
-        self.audit.as_ref()?.emit_body(&run.audit, kind, body, at)
+    ) {
+        if let Some(a) = &self.audit {
+            a.emit_body(&run.audit, kind, body, at);
+        }
     }
 
     /// An event with its slow evaluations to follow (see `AuditState::emit_with_evaluation`).
