@@ -477,6 +477,52 @@ mod tests {
         assert_eq!(sink.len(), 14);
     }
 
+    /// Fails the writes it is told to fail; flushes always succeed.
+    struct FailingWrites {
+        inner: MemorySink,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl AuditSink for FailingWrites {
+        async fn write_batch(&self, events: &[Arc<AuditEvent>]) -> Result<(), AuditError> {
+            if self.fail.load(Ordering::Acquire) {
+                return Err(AuditError::Sink("No space left on device".into()));
+            }
+            self.inner.write_batch(events).await
+        }
+        async fn flush(&self) -> Result<(), AuditError> {
+            Ok(())
+        }
+    }
+
+    /// Regression (red team, round 4): a write that failed (a full disk) was only logged, so
+    /// the next flush (the one `Run::end` waits on) reported success although its events were
+    /// never stored. The flush after a failed write now fails; later ones succeed again.
+    #[tokio::test]
+    async fn a_flush_after_a_failed_write_fails() {
+        let sink = Arc::new(FailingWrites {
+            inner: MemorySink::new(),
+            fail: std::sync::atomic::AtomicBool::new(true),
+        });
+        let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
+        let mut chain = RunChain::new("r", "a", None);
+        bus.emit_all(events(&mut chain, 3));
+        let e = bus
+            .flush(Duration::from_secs(5))
+            .await
+            .expect_err("the events were not stored");
+        assert!(e.to_string().contains("3 events"), "{e}");
+        assert!(e.to_string().contains("No space left"), "{e}");
+        sink.fail.store(false, Ordering::Release);
+        bus.emit_all(events(&mut chain, 2));
+        bus.flush(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(sink.inner.len(), 2);
+        sink.fail.store(true, Ordering::Release);
+        bus.emit_all(events(&mut chain, 1));
+        assert!(bus.shutdown(Duration::from_secs(5)).await.is_err());
+    }
+
     /// Counts its flushes; the first one waits until the test opens the gate.
     struct SlowFlush {
         inner: MemorySink,

@@ -61,6 +61,17 @@ struct Turn {
     flushes: Vec<(Reply, tokio::time::Instant)>,
     /// A shutdown request (the last message served).
     shutdown: Option<(Reply, tokio::time::Instant)>,
+    /// Events the sink failed to write since the last flush answered, and the last failure:
+    /// that flush then fails too (its callers were told their events are stored).
+    lost: Option<(usize, String)>,
+}
+
+impl Turn {
+    /// Counts `n` events the sink failed to write (`why`), for the next flush to report.
+    fn lose(&mut self, n: usize, why: String) {
+        let total = self.lost.as_ref().map_or(0, |(k, _)| *k) + n;
+        self.lost = Some((total, why));
+    }
 }
 
 struct Worker {
@@ -119,6 +130,7 @@ impl Worker {
             }
             None => &turn.batch,
         };
+        let mut failed = Vec::new();
         for chunk in events.chunks(self.max_batch) {
             let n = chunk.len();
             match AssertUnwindSafe(self.sink.write_batch(chunk))
@@ -126,9 +138,18 @@ impl Worker {
                 .await
             {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!("audit sink failed to write {n} events: {e}"),
-                Err(_) => tracing::error!("audit sink panicked writing {n} events"),
+                Ok(Err(e)) => {
+                    tracing::error!("audit sink failed to write {n} events: {e}");
+                    failed.push((n, e.to_string()));
+                }
+                Err(_) => {
+                    tracing::error!("audit sink panicked writing {n} events");
+                    failed.push((n, "the sink panicked".into()));
+                }
             }
+        }
+        for (n, why) in failed {
+            turn.lose(n, why);
         }
         turn.alone = None;
         turn.batch.clear();
@@ -154,6 +175,7 @@ pub(super) async fn worker(
         alone: None,
         flushes: Vec::new(),
         shutdown: None,
+        lost: None,
     };
     // The requests the last flush answered, and how long it took (group commit).
     let mut last_group = 0usize;
@@ -184,8 +206,13 @@ pub(super) async fn worker(
                 .min()
                 .unwrap_or_else(tokio::time::Instant::now);
             let started = tokio::time::Instant::now();
-            let result = bounded(w.sink.flush(), deadline, "flush").await;
+            let mut result = bounded(w.sink.flush(), deadline, "flush").await;
             last_took = started.elapsed();
+            if let Some((n, why)) = turn.lost.take() {
+                result = Err(AuditError::Sink(format!(
+                    "{n} events could not be written since the last flush ({why})"
+                )));
+            }
             last_group = turn.flushes.len();
             let mut flushes = std::mem::take(&mut turn.flushes).into_iter();
             if let Some((reply, _)) = flushes.next() {
@@ -196,7 +223,13 @@ pub(super) async fn worker(
             }
         }
         if let Some((reply, deadline)) = turn.shutdown.take() {
-            let _ = reply.send(bounded(w.sink.shutdown(), deadline, "shutdown").await);
+            let mut result = bounded(w.sink.shutdown(), deadline, "shutdown").await;
+            if let Some((n, why)) = turn.lost.take() {
+                result = Err(AuditError::Sink(format!(
+                    "{n} events could not be written since the last flush ({why})"
+                )));
+            }
+            let _ = reply.send(result);
             break;
         }
     }

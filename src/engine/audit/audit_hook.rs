@@ -293,7 +293,7 @@ impl AuditState {
     pub(crate) async fn flush_run_audit(&self, run: &RunAudit) {
         self.sealer.drain_shard(run.shard);
         if let Err(e) = self.sealer.bus().flush(self.flush_timeout).await {
-            tracing::warn!("audit flush: {e}");
+            tracing::error!("audit trail: this run's events may not be stored: {e}");
         }
     }
 }
