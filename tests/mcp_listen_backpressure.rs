@@ -134,6 +134,10 @@ async fn a_response_stream_never_read_is_cut_and_other_sessions_keep_working() {
     alice.initialize(false).await;
     let mut bob = Client::new(&gw.url, "tok-bob", false);
     bob.initialize(false).await;
+    // Bob's session lists the tools now: listed behind the flood, the gateway's own tools/list
+    // could outlast its 60 s limit on a loaded machine (then "Unknown tool").
+    let warm = bob.call("echo", json!({"text": "warm"})).await;
+    assert_eq!(text(&warm), "warm");
     let (base, _) = rss_kib(gw.pid());
     let total = flood_bytes();
     let before = upstreams_wrote(&gw);
