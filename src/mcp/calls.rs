@@ -243,7 +243,7 @@ impl Gateway {
             decision: d,
             review,
         } = asked;
-        if cancel.cancelled.load(Ordering::Acquire) {
+        if cancel.is_cancelled() {
             return;
         }
         let (ask_id, rx) = self
@@ -264,7 +264,7 @@ impl Gateway {
             a = rx => Got::Answer(a.unwrap_or(Value::Null)),
             _ = tokio::time::sleep(self.cfg.approval_timeout) => Got::Timeout,
         };
-        let got = if cancel.cancelled.load(Ordering::Acquire) {
+        let got = if cancel.is_cancelled() {
             Got::Cancelled
         } else {
             got

@@ -70,9 +70,8 @@ const DECIDING_GRACE: Duration = Duration::from_secs(2);
 /// The cancellation of a `tools/call` waiting on its decision.
 #[derive(Debug, Default)]
 pub(crate) struct Cancel {
-    pub(crate) cancelled: AtomicBool,
     pub(crate) notify: tokio::sync::Notify,
-    /// Why, once cancelled: recorded as the call's error outcome.
+    /// Why, once cancelled (set: cancelled): recorded as the call's error outcome.
     why: std::sync::OnceLock<&'static str>,
 }
 
@@ -80,8 +79,12 @@ impl Cancel {
     /// Cancels (the first reason given stands) and wakes the task waiting on it.
     pub(crate) fn cancel(&self, why: &'static str) {
         let _ = self.why.set(why);
-        self.cancelled.store(true, Ordering::Release);
         self.notify.notify_one();
+    }
+
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.why.get().is_some()
     }
 
     /// The reason given to [`cancel`](Self::cancel) ("cancelled" if none was).
@@ -385,7 +388,7 @@ impl Gateway {
         let room = tx.reserve(msg.weight()).await;
         let up = self.next_up.fetch_add(1, Ordering::Relaxed);
         let mut inflight = self.inflight.lock();
-        if cancel.is_some_and(|c| c.cancelled.load(Ordering::Acquire)) {
+        if cancel.is_some_and(Cancel::is_cancelled) {
             return false;
         }
         if let Some(c) = &client {

@@ -72,6 +72,17 @@ impl Turn {
         let total = self.lost.as_ref().map_or(0, |(k, _)| *k) + n;
         self.lost = Some((total, why));
     }
+
+    /// The answer to a flush or shutdown whose sink call returned `result`: an error when
+    /// events were lost since the last one answered (then no longer counted).
+    fn settle(&mut self, result: Result<(), AuditError>) -> Result<(), AuditError> {
+        match self.lost.take() {
+            Some((n, why)) => Err(AuditError::Sink(format!(
+                "{n} events could not be written since the last flush ({why})"
+            ))),
+            None => result,
+        }
+    }
 }
 
 struct Worker {
@@ -206,13 +217,9 @@ pub(super) async fn worker(
                 .min()
                 .unwrap_or_else(tokio::time::Instant::now);
             let started = tokio::time::Instant::now();
-            let mut result = bounded(w.sink.flush(), deadline, "flush").await;
+            let result = bounded(w.sink.flush(), deadline, "flush").await;
             last_took = started.elapsed();
-            if let Some((n, why)) = turn.lost.take() {
-                result = Err(AuditError::Sink(format!(
-                    "{n} events could not be written since the last flush ({why})"
-                )));
-            }
+            let result = turn.settle(result);
             last_group = turn.flushes.len();
             let mut flushes = std::mem::take(&mut turn.flushes).into_iter();
             if let Some((reply, _)) = flushes.next() {
@@ -223,13 +230,8 @@ pub(super) async fn worker(
             }
         }
         if let Some((reply, deadline)) = turn.shutdown.take() {
-            let mut result = bounded(w.sink.shutdown(), deadline, "shutdown").await;
-            if let Some((n, why)) = turn.lost.take() {
-                result = Err(AuditError::Sink(format!(
-                    "{n} events could not be written since the last flush ({why})"
-                )));
-            }
-            let _ = reply.send(result);
+            let result = bounded(w.sink.shutdown(), deadline, "shutdown").await;
+            let _ = reply.send(turn.settle(result));
             break;
         }
     }
