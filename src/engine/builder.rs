@@ -1,9 +1,27 @@
-//! [`EngineBuilder`]: configures and builds a [`GovernanceEngine`] (policies, clock, state,
-//! reviews, audit, evaluations, signals, subjects, custom conditions, notifications).
+//! [`EngineBuilder`]: configures a [`GovernanceEngine`](crate::engine::GovernanceEngine)
+//! (policies, clock, state, reviews, audit, evaluations, signals, subjects, custom conditions,
+//! notifications). [`EngineBuilder::build`] (beside the engine, in `mod.rs`) builds it.
 
-use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Configures a [`GovernanceEngine`].
+use chrono_tz::Tz;
+
+use super::clock::{Clock, SystemClock};
+use super::decide;
+use super::decide::custom::CustomCondition;
+use super::hitl::notify::NotifyConfig;
+use super::hitl::reviews::{MemoryReviewStore, ReviewStore};
+use super::llm::Prices;
+use super::run::inner::FailureMode;
+use super::run::observe::DecisionObserver;
+use crate::audit::{AuditConfig, AuditSink, BusConfig, RedactionConfig, RunSigner};
+use crate::eval::EvaluationRunConfig;
+use crate::policy::Policy;
+use crate::state::{MemoryStateStore, SharedStateStore, StateStore};
+
+/// Configures a [`GovernanceEngine`](crate::engine::GovernanceEngine).
 pub struct EngineBuilder {
     pub(super) policies: Vec<Policy>,
     pub(super) files: Vec<PathBuf>,
@@ -143,14 +161,14 @@ impl EngineBuilder {
     }
 
     /// The price table for model calls (see [`Prices`]): a usage recorded without a cost
-    /// ([`LlmUsage::cost_usd`] `None`) is priced from it, so `llm_cost_usd` budgets work
+    /// ([`LlmUsage::cost_usd`](crate::engine::LlmUsage::cost_usd) `None`) is priced from it, so `llm_cost_usd` budgets work
     /// without the app computing costs. A model without a price records no cost.
     pub fn prices(mut self, prices: Prices) -> Self {
         self.prices = prices;
         self
     }
 
-    /// Writes the messages of each model call decided by [`Run::before_llm`] as an
+    /// Writes the messages of each model call decided by [`Run::before_llm`](crate::engine::Run::before_llm) as an
     /// `llm.messages` audit event (default off): role, kind and content of each message, a
     /// content past 16 KiB truncated, redacted like arguments.
     pub fn record_messages(mut self, on: bool) -> Self {
@@ -281,129 +299,6 @@ impl EngineBuilder {
         self.run_eval = Some(config);
         self
     }
-
-    /// Loads and compiles the policies and builds the engine. With an audit trail configured,
-    /// call it inside a tokio runtime (the sinks' workers run on it).
-    pub fn build(self) -> Result<GovernanceEngine, EngineError> {
-        let compiled = compile_all(self.policies, &self.files)?;
-        let audit = if self.audit.is_some() || !self.extra_sinks.is_empty() {
-            let config = self.audit.unwrap_or_default();
-            let redactor = Redactor::new(&config.redaction)?;
-            let mut sinks = if config.sinks.is_empty() && !self.extra_sinks.is_empty() {
-                Vec::new()
-            } else {
-                config.build_sinks()?
-            };
-            sinks.extend(self.extra_sinks);
-            let signer = match (self.signer, &config.signing_key) {
-                (Some(s), _) => Some(s),
-                (None, Some(path)) => Some(Arc::new(RunSigner::from_file(path)?)),
-                (None, None) => None,
-            };
-            Some(Arc::new(AuditState::new(
-                // The sinks' tasks run on the bus's own thread: the sealer (and a caller
-                // sealing past the queue's limit) can wait for room without stalling them.
-                AuditBus::new(
-                    sinks,
-                    BusConfig {
-                        own_thread: true,
-                        queue_capacity: self.audit_queue,
-                        // Large hand-offs to the sinks: the file sink syncs once per batch
-                        // that ends a run.
-                        max_batch: 8_192,
-                    },
-                ),
-                redactor,
-                self.flush_timeout,
-                audit::sealer::SealerConfig {
-                    threads: self.audit_sealers,
-                    caller_batch: self.audit_caller_batch,
-                },
-                signer,
-                self.clock.clone(),
-                self.shared.clone(),
-            )))
-        } else {
-            None
-        };
-        let mut evals = EngineEvals::default();
-        for (glob, config) in &self.tool_evals {
-            let matcher = crate::policy::glob_matcher(glob).map_err(|e| EngineError::Glob {
-                glob: glob.clone(),
-                message: e.kind().to_string(),
-            })?;
-            let set = EvalSet::build(config).map_err(|source| EngineError::Eval {
-                target: format!("tool \"{glob}\""),
-                source,
-            })?;
-            evals.per_tool.push((matcher, set));
-        }
-        if let Some(config) = &self.run_eval {
-            evals.per_run = Some(EvalSet::build(config).map_err(|source| EngineError::Eval {
-                target: "run".into(),
-                source,
-            })?);
-        }
-        if let Some(a) = &audit {
-            a.redactor.set_detectors(compiled.redacting.clone());
-        }
-        Ok(GovernanceEngine {
-            inner: Arc::new(EngineInner {
-                policies: ArcSwap::from_pointee(decide::profile::PolicySet::new(Arc::new(
-                    compiled,
-                ))),
-                clock: self.clock,
-                decide: decide::env::DecideEnv {
-                    org_timezone: self.org_timezone,
-                    signal_timeout: self.signal_timeout,
-                    state: self.state,
-                    tz_names: decide::tz::TzNames::default(),
-                    signals: ArcSwap::from_pointee(SignalRegistry::new()),
-                    customs: ArcSwap::from_pointee(self.customs),
-                    extractors: ArcSwap::from_pointee(Vec::new()),
-                    scan_mode: decide::conditions::ScanMode {
-                        limit: self.scan_limit,
-                        stand_ins: self.stand_ins,
-                    },
-                },
-                failure_mode: self.failure_mode,
-                review_ttl: self.review_ttl,
-                shared: self.shared,
-                reviews: self.reviews,
-                fingerprints: hitl::fp_cache::FingerprintCache::default(),
-                fingerprint_key: self
-                    .fingerprint_key
-                    .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec())
-                    .into(),
-                register_lock: parking_lot::Mutex::new(()),
-                audit,
-                evals,
-                observers: self.observers.into(),
-                notifier: self
-                    .notify
-                    .filter(|c| !c.urls.is_empty())
-                    .map(|c| Arc::new(Notifier::start(c))),
-                shut_down: std::sync::atomic::AtomicBool::new(false),
-                llm: llm::LlmOptions {
-                    prices: self.prices,
-                    record_messages: self.record_messages,
-                },
-            }),
-        })
-    }
-}
-
-fn compile_all(
-    mut policies: Vec<Policy>,
-    files: &[PathBuf],
-) -> Result<CompiledPolicies, PolicyErrors> {
-    if !files.is_empty() {
-        let loaded = load_policies(files)?;
-        let mut all = loaded.policies().to_vec();
-        all.append(&mut policies);
-        policies = all;
-    }
-    CompiledPolicies::compile(policies, &[])
 }
 
 impl EngineBuilder {

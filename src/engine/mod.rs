@@ -50,7 +50,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use chrono_tz::Tz;
 
 pub use builder::EngineBuilder;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -71,23 +70,20 @@ pub use hitl::reviews::{
     fingerprint, status_word,
 };
 pub use llm::{LlmCall, LlmUsage, MAX_PRICES, ModelPrice, Prices, STATUS_BUDGET_EXCEEDED};
-pub use run::closed::RunClosed;
 pub use run::guard::{Guarded, Refusal};
 pub use run::handle::Run;
 pub(crate) use run::inner::EngineInner;
 pub use run::inner::FailureMode;
 pub use run::observe::DecisionObserver;
+pub use run::refused::RunClosed;
 
 pub use decide::custom::{CustomCondition, CustomContext};
 pub use decide::signals::SignalProvider;
 pub use decide::subjects::{SubjectExtractor, SubjectInput};
 
-use crate::audit::{
-    AuditBus, AuditConfig, AuditError, AuditSink, BusConfig, RedactionConfig, Redactor, RunSigner,
-};
-use crate::eval::{EvalError, EvaluationRunConfig};
+use crate::audit::{AuditBus, AuditError, BusConfig, Redactor, RunSigner};
+use crate::eval::EvalError;
 use crate::policy::{CompiledPolicies, Policy, PolicyErrors, load_policies};
-use crate::state::{MemoryStateStore, SharedStateStore, StateStore};
 use audit::evaluations::{EngineEvals, EvalSet};
 use audit::state::AuditState;
 use decide::signals::SignalRegistry;
@@ -139,7 +135,134 @@ impl GovernanceEngine {
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
     }
+}
 
+impl EngineBuilder {
+    /// Loads and compiles the policies and builds the engine. With an audit trail configured,
+    /// call it inside a tokio runtime (the sinks' workers run on it).
+    pub fn build(self) -> Result<GovernanceEngine, EngineError> {
+        let compiled = compile_all(self.policies, &self.files)?;
+        let audit = if self.audit.is_some() || !self.extra_sinks.is_empty() {
+            let config = self.audit.unwrap_or_default();
+            let redactor = Redactor::new(&config.redaction)?;
+            let mut sinks = if config.sinks.is_empty() && !self.extra_sinks.is_empty() {
+                Vec::new()
+            } else {
+                config.build_sinks()?
+            };
+            sinks.extend(self.extra_sinks);
+            let signer = match (self.signer, &config.signing_key) {
+                (Some(s), _) => Some(s),
+                (None, Some(path)) => Some(Arc::new(RunSigner::from_file(path)?)),
+                (None, None) => None,
+            };
+            Some(Arc::new(AuditState::new(
+                // The sinks' tasks run on the bus's own thread: the sealer (and a caller
+                // sealing past the queue's limit) can wait for room without stalling them.
+                AuditBus::new(
+                    sinks,
+                    BusConfig {
+                        own_thread: true,
+                        queue_capacity: self.audit_queue,
+                        // Large hand-offs to the sinks: the file sink syncs once per batch
+                        // that ends a run.
+                        max_batch: 8_192,
+                    },
+                ),
+                redactor,
+                self.flush_timeout,
+                audit::sealer::SealerConfig {
+                    threads: self.audit_sealers,
+                    caller_batch: self.audit_caller_batch,
+                },
+                signer,
+                self.clock.clone(),
+                self.shared.clone(),
+            )))
+        } else {
+            None
+        };
+        let mut evals = EngineEvals::default();
+        for (glob, config) in &self.tool_evals {
+            let matcher = crate::policy::glob_matcher(glob).map_err(|e| EngineError::Glob {
+                glob: glob.clone(),
+                message: e.kind().to_string(),
+            })?;
+            let set = EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: format!("tool \"{glob}\""),
+                source,
+            })?;
+            evals.per_tool.push((matcher, set));
+        }
+        if let Some(config) = &self.run_eval {
+            evals.per_run = Some(EvalSet::build(config).map_err(|source| EngineError::Eval {
+                target: "run".into(),
+                source,
+            })?);
+        }
+        if let Some(a) = &audit {
+            a.redactor.set_detectors(compiled.redacting.clone());
+        }
+        Ok(GovernanceEngine {
+            inner: Arc::new(EngineInner {
+                policies: ArcSwap::from_pointee(decide::profile::PolicySet::new(Arc::new(
+                    compiled,
+                ))),
+                clock: self.clock,
+                decide: decide::env::DecideEnv {
+                    org_timezone: self.org_timezone,
+                    signal_timeout: self.signal_timeout,
+                    state: self.state,
+                    tz_names: decide::tz::TzNames::default(),
+                    signals: ArcSwap::from_pointee(SignalRegistry::new()),
+                    customs: ArcSwap::from_pointee(self.customs),
+                    extractors: ArcSwap::from_pointee(Vec::new()),
+                    scan_mode: decide::conditions::ScanMode {
+                        limit: self.scan_limit,
+                        stand_ins: self.stand_ins,
+                    },
+                },
+                failure_mode: self.failure_mode,
+                review_ttl: self.review_ttl,
+                shared: self.shared,
+                reviews: self.reviews,
+                fingerprints: hitl::fp_cache::FingerprintCache::default(),
+                fingerprint_key: self
+                    .fingerprint_key
+                    .unwrap_or_else(|| rand::random::<[u8; 32]>().to_vec())
+                    .into(),
+                register_lock: parking_lot::Mutex::new(()),
+                audit,
+                evals,
+                observers: self.observers.into(),
+                notifier: self
+                    .notify
+                    .filter(|c| !c.urls.is_empty())
+                    .map(|c| Arc::new(Notifier::start(c))),
+                shut_down: std::sync::atomic::AtomicBool::new(false),
+                llm: llm::LlmOptions {
+                    prices: self.prices,
+                    record_messages: self.record_messages,
+                },
+            }),
+        })
+    }
+}
+
+fn compile_all(
+    mut policies: Vec<Policy>,
+    files: &[PathBuf],
+) -> Result<CompiledPolicies, PolicyErrors> {
+    if !files.is_empty() {
+        let loaded = load_policies(files)?;
+        let mut all = loaded.policies().to_vec();
+        all.append(&mut policies);
+        policies = all;
+    }
+    CompiledPolicies::compile(policies, &[])
+}
+
+impl GovernanceEngine {
     /// Starts a run. Emits `run.started`.
     pub fn start_run(&self, context: RunContext) -> Run {
         Run::new(self.inner.clone(), context)
@@ -147,7 +270,7 @@ impl GovernanceEngine {
 
     /// The state store shared by processes, when one is configured.
     #[cfg(all(feature = "mcp", feature = "http"))]
-    pub(crate) fn shared_store(&self) -> Option<Arc<dyn SharedStateStore>> {
+    pub(crate) fn shared_store(&self) -> Option<Arc<dyn crate::state::SharedStateStore>> {
         self.inner.shared.clone()
     }
 

@@ -8,17 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use chrono::{DateTime, Utc, Weekday};
 use chrono_tz::Tz;
 use parking_lot::Mutex;
 
 use super::call::RunContext;
 use super::custom::CustomRegistry;
 use super::history::History;
-use super::profile::MapSnapshot;
+use super::profile::{MapSnapshot, ToolProfile};
 use super::signals::SignalRegistry;
 use super::subjects::RegisteredExtractor;
-use super::tz::{LocalMemo, TzNames};
-use crate::policy::Scope;
+use super::tz::{LocalMemo, TzNames, remembered_day_minute};
+use crate::policy::{Phase, Scope};
 use crate::state::{StateKey, StateStore};
 
 /// The engine's side of a decision: what it is configured with and what is registered on it.
@@ -85,6 +86,53 @@ impl RunFacts {
                 Scope::AgentUser => self.agent_user_key.clone(),
             },
         }
+    }
+
+    /// The time zone named by the end user's tag `tag` (looked up once per run for the first
+    /// tag asked; other tags are looked up each time), names parsed through `names`.
+    pub(crate) fn enduser_tz(&self, names: &TzNames, tag: &str) -> Option<Tz> {
+        let parse = || {
+            self.context
+                .enduser
+                .as_ref()
+                .and_then(|u| u.tags.get(tag))
+                .and_then(|v| names.parse(v))
+        };
+        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
+        if &**cached_tag == tag { *tz } else { parse() }
+    }
+
+    /// The local weekday and minute of the day of `now` (`now_ms` its milliseconds since the
+    /// epoch) in `tz`, remembered for the last second and zone asked (see `tz.rs`).
+    pub(crate) fn local_day_minute(
+        &self,
+        tz: Tz,
+        now: &DateTime<Utc>,
+        now_ms: i64,
+    ) -> (Weekday, u16) {
+        remembered_day_minute(&mut self.local_memo.lock(), tz, now, now_ms)
+    }
+}
+
+impl ToolProfile {
+    /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
+    /// subject extractor registered for the tool when a rule in play needs subjects (from the
+    /// flags worked out once with the profile).
+    #[inline(always)]
+    pub(crate) fn needs_async(&self, engine: &DecideEnv, phase: Phase) -> bool {
+        let p = crate::policy::phase_slot(phase);
+        self.has_signal[p] || (self.needs_subjects[p] && self.has_extractor(engine))
+    }
+
+    /// Whether a subject extractor is registered for the tool (out of line: only tools whose
+    /// rules need subjects ask).
+    #[inline(never)]
+    fn has_extractor(&self, engine: &DecideEnv) -> bool {
+        engine
+            .extractors
+            .load()
+            .iter()
+            .any(|e| e.glob.is_match(&*self.name_lc))
     }
 }
 

@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 
 use super::decision::{Evaluated, EvaluatedRule};
 use super::in_play::{plain_entries, rules_in_play_uncached};
+use super::remote::StatePlan;
 use crate::policy::{CSeqEntry, CompiledPolicies, Phase};
 
 /// Distinct tools whose profile is cached per policy set.
@@ -48,7 +49,7 @@ pub(crate) struct ToolProfile {
     /// Per phase: some rule in play needs subjects.
     pub(crate) needs_subjects: [bool; 2],
     /// Per phase, the state the rules in play read (worked out for a shared store only).
-    pub(crate) state_plan: std::sync::OnceLock<[super::remote::StatePlan; 2]>,
+    pub(crate) state_plan: std::sync::OnceLock<[StatePlan; 2]>,
     /// Per phase (`rules`), the `evaluated` lists of decisions whose rules came out plainly.
     evaluated: [EvaluatedCache; 2],
 }
@@ -143,26 +144,6 @@ impl ToolProfile {
         }
     }
 
-    /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
-    /// subject extractor registered for the tool when a rule in play needs subjects (from the
-    /// flags worked out once with the profile).
-    #[inline(always)]
-    pub(crate) fn needs_async(&self, engine: &super::env::DecideEnv, phase: Phase) -> bool {
-        let p = crate::policy::phase_slot(phase);
-        self.has_signal[p] || (self.needs_subjects[p] && self.has_extractor(engine))
-    }
-
-    /// Whether a subject extractor is registered for the tool (out of line: only tools whose
-    /// rules need subjects ask).
-    #[inline(never)]
-    fn has_extractor(&self, engine: &super::env::DecideEnv) -> bool {
-        engine
-            .extractors
-            .load()
-            .iter()
-            .any(|e| e.glob.is_match(&*self.name_lc))
-    }
-
     /// The `evaluated` list of a decision that evaluated `rules` (in play in one phase, every
     /// one of them plainly) and whose triggered rules are the bits of `triggered`: shared from
     /// the profile's cache, or made (and kept while the cache has room).
@@ -195,6 +176,17 @@ impl ToolProfile {
             }
         }
         Evaluated::shared(make())
+    }
+
+    /// The state the rules in play of `phase` read.
+    pub(crate) fn plan(&self, policies: &CompiledPolicies, phase: Phase) -> &StatePlan {
+        let plans = self.state_plan.get_or_init(|| {
+            [
+                StatePlan::compute(policies, &self.rules[0]),
+                StatePlan::compute(policies, &self.rules[1]),
+            ]
+        });
+        &plans[crate::policy::phase_slot(phase)]
     }
 
     /// Whether maxCalls counter `counter` counts calls of this tool.

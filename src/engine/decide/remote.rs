@@ -1,12 +1,11 @@
 //! What a decision reads from a state store shared by processes: per tool and phase, the
 //! counters, metric windows and run history the rules in play read ([`StatePlan`], worked out
-//! once and kept in the tool's profile), and the snapshot of them a decision evaluates its
+//! once and kept in the tool's profile, `profile.rs`), and the snapshot of them a decision evaluates its
 //! rules on ([`RemoteView`]). Asking the store for them is the run's business (`run/shared_state.rs`).
 
 use smallvec::SmallVec;
 
-use super::profile::ToolProfile;
-use crate::policy::{CCond, CompiledPolicies, Phase};
+use crate::policy::{CCond, CompiledPolicies};
 use crate::state::WindowStats;
 
 /// What the rules in play of one phase read from the past.
@@ -21,7 +20,8 @@ pub(crate) struct StatePlan {
 }
 
 impl StatePlan {
-    fn compute(policies: &CompiledPolicies, rules: &[u32]) -> StatePlan {
+    /// The state the rules `rules` (indexes into `policies.rules`) read.
+    pub(crate) fn compute(policies: &CompiledPolicies, rules: &[u32]) -> StatePlan {
         let mut counters: Vec<(u32, u64)> = Vec::new();
         let mut trackers: Vec<u32> = Vec::new();
         let mut history = false;
@@ -58,19 +58,6 @@ impl StatePlan {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.counters.is_empty() && self.trackers.is_empty() && !self.history
-    }
-}
-
-impl ToolProfile {
-    /// The state the rules in play of `phase` read.
-    pub(crate) fn plan(&self, policies: &CompiledPolicies, phase: Phase) -> &StatePlan {
-        let plans = self.state_plan.get_or_init(|| {
-            [
-                StatePlan::compute(policies, &self.rules[0]),
-                StatePlan::compute(policies, &self.rules[1]),
-            ]
-        });
-        &plans[crate::policy::phase_slot(phase)]
     }
 }
 

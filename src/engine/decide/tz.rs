@@ -8,8 +8,6 @@ use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 use parking_lot::Mutex;
 
-use super::env::RunFacts;
-
 /// Zone names kept before the engine's cache starts over.
 pub(crate) const NAMES_CAPACITY: usize = 1024;
 
@@ -50,47 +48,30 @@ pub(crate) fn local_day_minute(tz: Tz, now: &DateTime<Utc>) -> (Weekday, u16) {
     (local.weekday(), (local.hour() * 60 + local.minute()) as u16)
 }
 
-impl RunFacts {
-    /// The time zone named by the end user's tag `tag` (looked up once per run for the first
-    /// tag asked; other tags are looked up each time), names parsed through `names`.
-    pub(crate) fn enduser_tz(&self, names: &TzNames, tag: &str) -> Option<Tz> {
-        let parse = || {
-            self.context
-                .enduser
-                .as_ref()
-                .and_then(|u| u.tags.get(tag))
-                .and_then(|v| names.parse(v))
-        };
-        let (cached_tag, tz) = self.tz_cache.get_or_init(|| (tag.into(), parse()));
-        if &**cached_tag == tag { *tz } else { parse() }
+/// [`local_day_minute`] of `now` (`now_ms` its milliseconds since the epoch), remembered in
+/// `memo` for the last second and zone asked: local weekday and minute depend on the second
+/// only (zone offsets are whole seconds).
+pub(crate) fn remembered_day_minute(
+    memo: &mut Option<LocalMemo>,
+    tz: Tz,
+    now: &DateTime<Utc>,
+    now_ms: i64,
+) -> (Weekday, u16) {
+    let second = now_ms.div_euclid(1000);
+    if let Some(m) = *memo
+        && m.tz == tz
+        && m.second == second
+    {
+        return (m.day, m.minute);
     }
-
-    /// [`local_day_minute`] of `now` (`now_ms` its milliseconds since the epoch), remembered
-    /// for the last second and zone asked: local weekday and minute depend on the second only
-    /// (zone offsets are whole seconds).
-    pub(crate) fn local_day_minute(
-        &self,
-        tz: Tz,
-        now: &DateTime<Utc>,
-        now_ms: i64,
-    ) -> (Weekday, u16) {
-        let second = now_ms.div_euclid(1000);
-        let mut memo = self.local_memo.lock();
-        if let Some(m) = *memo
-            && m.tz == tz
-            && m.second == second
-        {
-            return (m.day, m.minute);
-        }
-        let (day, minute) = local_day_minute(tz, now);
-        *memo = Some(LocalMemo {
-            tz,
-            second,
-            day,
-            minute,
-        });
-        (day, minute)
-    }
+    let (day, minute) = local_day_minute(tz, now);
+    *memo = Some(LocalMemo {
+        tz,
+        second,
+        day,
+        minute,
+    });
+    (day, minute)
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::closed::closed_decision;
 use super::handle::{PendingCall, Run, RunShared, ToolCall, ToolOutcome, obj};
+use super::refused::closed_decision;
 use crate::audit::EventKind;
 use crate::engine::audit::body::{Body, CallMetrics};
 use crate::engine::blocking::block_on;

@@ -4,47 +4,15 @@
 //! `error` says why, and nothing is written into its chain — so an app that keeps using it (or
 //! a decision racing its end) never gets an allowed call that the trail does not show.
 
-use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use chrono::{DateTime, Utc};
 
 use super::handle::{Run, RunShared};
+use super::refused::RunClosed;
 use crate::audit::EventKind;
 use crate::engine::audit::body::RunEndedBody;
 use crate::engine::audit::sealer::Body;
-use crate::engine::decide::decision::{Decision, DecisionCode};
-use crate::policy::{EffectType, Phase};
-
-/// Why a run decides nothing more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunClosed {
-    /// [`Run::end`] (or [`Run::leave`]) was called.
-    Ended,
-    /// The engine was shut down ([`crate::engine::GovernanceEngine::shutdown`]).
-    EngineShutDown,
-}
-
-impl RunClosed {
-    /// What it means, for people and for the refused decision's `error`.
-    pub fn message(self) -> &'static str {
-        match self {
-            RunClosed::Ended => "the run has ended: it decides no more calls (start a new run)",
-            RunClosed::EngineShutDown => {
-                "the engine has shut down: it decides no more calls (create a new engine)"
-            }
-        }
-    }
-}
-
-impl fmt::Display for RunClosed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for RunClosed {}
 
 impl RunShared {
     /// The body of `run.ended`.
@@ -210,18 +178,4 @@ impl Run {
             }
         }
     }
-}
-
-/// The decision on a call of a closed run: block, `BLOCKED_FAILURE`, with the reason as its
-/// `error` (whatever the failure mode: the engine knows the answer, and an allowed call
-/// could not be audited).
-pub(crate) fn closed_decision(phase: Phase, why: RunClosed) -> Decision {
-    let mut d = Decision::simple(
-        phase,
-        EffectType::Block,
-        DecisionCode::BlockedFailure,
-        Some(Arc::from(why.message())),
-    );
-    d.error = Some(why.message().to_string());
-    d
 }

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-use super::closed::closed_decision;
+use super::refused::closed_decision;
 use crate::audit::EventKind;
 use crate::engine::audit::audit_hook::ChainStart;
 use crate::engine::audit::run_audit::RunAudit;

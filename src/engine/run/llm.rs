@@ -15,8 +15,8 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use super::closed::closed_decision;
 use super::handle::{Run, ToolCall, aborted_decision, count_allowed, obj};
+use super::refused::closed_decision;
 use crate::audit::EventKind;
 use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};

@@ -17,5 +17,6 @@ pub(super) mod inner;
 pub(super) mod llm;
 pub(super) mod observe;
 pub(super) mod pending;
+pub(super) mod refused;
 mod run_hitl;
 pub(super) mod shared_state;
