@@ -319,6 +319,32 @@ fn calls_before_tools_list_are_decided_with_the_listed_definition() {
     assert!(!h.recorded().contains("delete_note"), "{}", h.recorded());
 }
 
+/// An upstream whose `tools/list` fails: a call of a tool the gateway could not look up is
+/// refused with the reason (not "Unknown tool", which sends a model looking for another
+/// tool), is never forwarded, and the gateway lists again on the next call (the failed
+/// listing does not leave an empty catalog behind).
+#[test]
+fn a_failed_tools_list_is_named_and_listed_again() {
+    let h = Hostile::new();
+    let mut p = h.start_with(&[], &[("HOSTILE_LIST_ERRORS", "1")]);
+    p.initialize("2025-06-18", false);
+    let r = p.call("echo", json!({"text": "one"}));
+    let message = r
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("an error answer: {r}"));
+    assert!(!message.contains("Unknown tool"), "{message}");
+    assert!(
+        message.contains("did not list its tools")
+            && message.contains("tool registry downfor maintenance"),
+        "{message}"
+    );
+    assert!(!h.recorded().contains("\"one\""), "{}", h.recorded());
+    let r = p.call("echo", json!({"text": "two"}));
+    assert_eq!(text(&r), "two", "{r}");
+    assert_eq!(p.finish().code(), Some(0));
+}
+
 /// Point 6: an unreadable pin file is a start-up error.
 #[test]
 fn an_unreadable_pin_file_is_a_start_up_error() {

@@ -34,10 +34,13 @@ impl Gateway {
             return self.unknown_tool(&req, &name).await;
         }
         // Decide with the tool's listed definition, even before the client lists tools.
-        self.ensure_listed().await;
+        let listed = self.ensure_listed().await;
         let info = self.catalog.lock().get(&name).cloned();
         let Some(info) = info else {
-            return self.unknown_tool(&req, &name).await;
+            return match listed {
+                Ok(()) => self.unknown_tool(&req, &name).await,
+                Err(why) => self.not_listed(&req, &name, &why).await,
+            };
         };
         let params = msg.get("params");
         let args = params
@@ -119,6 +122,19 @@ impl Gateway {
             req,
             jsonrpc::INVALID_PARAMS,
             &format!("Unknown tool: {name}"),
+        )
+        .await;
+    }
+
+    /// A call of a tool the gateway could not look up because the upstream gave no tool list:
+    /// not decided, not forwarded (fail-closed), and the answer says why.
+    async fn not_listed(&self, req: &ClientReq, name: &str, why: &str) {
+        self.answer_error(
+            req,
+            jsonrpc::INTERNAL_ERROR,
+            &format!(
+                "tool {name:?} was not called: the upstream did not list its tools ({why}); try again"
+            ),
         )
         .await;
     }

@@ -160,13 +160,16 @@ impl Gateway {
     }
 
     /// Lists the upstream's tools itself (every page), unless a complete listing is known.
-    pub(crate) async fn ensure_listed(&self) {
+    /// `Err` says why the upstream gave no listing (it is gone, did not answer in time, or
+    /// answered with an error): the catalog then stays as it was, not fresh, and the next call
+    /// lists again.
+    pub(crate) async fn ensure_listed(&self) -> Result<(), String> {
         if self.catalog.lock().fresh {
-            return;
+            return Ok(());
         }
         let _one = self.listing.lock().await;
         if self.catalog.lock().fresh {
-            return;
+            return Ok(());
         }
         let mut cursor: Option<Value> = None;
         let mut tools: Vec<Value> = Vec::new();
@@ -181,15 +184,21 @@ impl Gateway {
                 .forward(req.into(), None, PendingWhat::Own(tx), None)
                 .await
             {
-                return;
+                return Err("the upstream is gone".into());
             }
             let Ok(Ok(resp)) = tokio::time::timeout(LIST_TIMEOUT, rx).await else {
                 tracing::warn!("upstream: no answer to the gateway's tools/list");
-                return;
+                return Err(format!(
+                    "no answer to tools/list within {} s",
+                    LIST_TIMEOUT.as_secs()
+                ));
             };
-            if let Some(page) = resp.pointer("/result/tools").and_then(Value::as_array) {
-                tools.extend(page.iter().cloned());
-            }
+            let Some(page) = resp.pointer("/result/tools").and_then(Value::as_array) else {
+                let why = list_error(&resp);
+                tracing::warn!("upstream: the gateway's tools/list failed: {why}");
+                return Err(why);
+            };
+            tools.extend(page.iter().cloned());
             match resp.pointer("/result/nextCursor") {
                 Some(c) if !c.is_null() && tools.len() < 100_000 => cursor = Some(c.clone()),
                 _ => break,
@@ -197,6 +206,7 @@ impl Gateway {
         }
         let mut all: Frame = json!({"result": {"tools": tools}}).into();
         self.filter_tools(&mut all, true, true).await;
+        Ok(())
     }
 
     /// Drops hidden tools from a `tools/list` result (the only change to it: without hidden
@@ -277,5 +287,25 @@ impl Gateway {
                 run.record_tool_changed(&name, &hash, None);
             }
         }
+    }
+}
+
+/// Characters of an upstream's error message quoted to the client.
+const QUOTED_CHARS: usize = 200;
+
+/// What a `tools/list` answer without a tool list says: the upstream's error message (cut to
+/// [`QUOTED_CHARS`], control characters dropped), or that the result held no `tools` array.
+fn list_error(resp: &Value) -> String {
+    match resp.pointer("/error/message").and_then(Value::as_str) {
+        Some(m) => {
+            let quoted: String = m
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(QUOTED_CHARS)
+                .collect();
+            format!("tools/list failed: {quoted}")
+        }
+        None if resp.get("error").is_some() => "tools/list failed".into(),
+        None => "tools/list answered without a tools array".into(),
     }
 }

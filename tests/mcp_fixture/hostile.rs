@@ -14,7 +14,8 @@
 //!   once a `release` call comes), `release`, `big` (`bytes`: a text result that long),
 //!   `flood` (`bytes`: that many bytes of `notifications/message`, each with `size` bytes of
 //!   data (default 64 KiB), then a result; `after: true`: the result first, then the flood);
-//! - `HOSTILE_STALL=1`: after answering `initialize` it stops reading its input for good.
+//! - `HOSTILE_STALL=1`: after answering `initialize` it stops reading its input for good;
+//! - `HOSTILE_LIST_ERRORS=N`: its first N `tools/list` answers are JSON-RPC errors.
 
 use std::io::{BufRead, Write};
 
@@ -60,6 +61,8 @@ struct Server {
     held: Vec<Value>,
     /// The `echo elicit` call, answered once its question is answered.
     eliciting: Option<Value>,
+    /// `tools/list` requests still to be answered with an error (`HOSTILE_LIST_ERRORS`).
+    list_errors: u32,
 }
 
 impl Server {
@@ -89,6 +92,11 @@ impl Server {
                         std::thread::park();
                     }
                 }
+            }
+            ("tools/list", Some(id)) if self.list_errors > 0 => {
+                self.list_errors -= 1;
+                self.send(&json!({"jsonrpc": "2.0", "id": normalized(&id),
+                    "error": {"code": -32603, "message": "tool registry down\u{7}\nfor maintenance"}}));
             }
             ("tools/list", Some(id)) => self.send(
                 &json!({"jsonrpc": "2.0", "id": normalized(&id), "result": {"tools": tools()}}),
@@ -222,6 +230,10 @@ pub fn serve() {
         stubborn: None,
         held: Vec::new(),
         eliciting: None,
+        list_errors: std::env::var("HOSTILE_LIST_ERRORS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
     };
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
