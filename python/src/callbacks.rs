@@ -1,16 +1,17 @@
 //! Python callables as the engine's signal providers, subject extractors and `custom`
 //! conditions.
 //!
-//! A callback may be a plain function or an `async def`. Plain functions run on a blocking
-//! thread of the runtime (so one that sleeps never stalls a decision of another call, and the
-//! engine's timeout still applies); coroutines run on the event loop of the `await`ing caller
+//! A callback may be a plain function or an `async def`. Plain functions run on the package's
+//! callback threads (`toolgate._loop.submit`: Python threads, so one that sleeps never stalls a
+//! decision of another call, the engine's timeout still applies, and one still running when
+//! the interpreter exits is stopped cleanly by CPython instead of aborting the process); coroutines run on the event loop of the `await`ing caller
 //! when the decision came from an async method, else on the package's own background loop.
 //! Whatever the callback does — raise, hang past the signal timeout, return something that
 //! is not JSON — the engine sees an `Err` (missing data, with the error in the decision).
 //!
 //! Hung plain functions: a Python thread cannot be stopped from outside, so one that hangs
-//! keeps its blocking thread until it returns. The pool is bounded
-//! ([`crate::rt::MAX_BLOCKING_THREADS`]) and so is each callback: at most
+//! keeps its thread until it returns. The threads are bounded
+//! (`toolgate._loop.MAX_CALLBACK_THREADS`; idle ones leave after 30 s) and so is each callback: at most
 //! [`MAX_RUNNING_PER_CALLBACK`] of its calls run at once. Past that its new calls are not
 //! started (missing data at once, saying so), so a hung provider holds at most that many
 //! threads and never starves the others' calls; its calls start again as the hung ones return.
@@ -103,29 +104,26 @@ impl PyCallback {
             }
             // The thread running the call, while it runs (0 otherwise): written under the GIL.
             let running_on = Arc::new(AtomicU64::new(0));
-            let on = running_on.clone();
-            let mut interrupt = Interrupt(Some(running_on));
-            let done = tokio::task::spawn_blocking(move || {
-                let _slot = slot;
-                Python::attach(|py| {
-                    // SAFETY: called with the GIL held, as the C API requires.
-                    let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
-                    #[allow(clippy::useless_conversion)] // c_ulong is u32 on Windows
-                    on.store(u64::from(me), Ordering::Release);
-                    let r = make_args(py).and_then(|args| this.func.bind(py).call1(args));
-                    on.store(0, Ordering::Release);
-                    // An interruption that arrived as the call returned is not left pending
-                    // for this thread's next callback.
-                    // SAFETY: GIL held; a null exception clears the thread's pending one.
-                    unsafe {
-                        pyo3::ffi::PyThreadState_SetAsyncExc(me as _, std::ptr::null_mut());
-                    }
-                    r.map(Bound::unbind)
-                })
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let job = Job {
+                on: running_on.clone(),
+                outcome: std::sync::Mutex::new(Some((tx, slot))),
+            };
+            // The call runs on one of the package's Python threads (`toolgate._loop.submit`),
+            // never on a thread of the runtime: a callback still running as the interpreter
+            // exits is stopped by CPython, which is clean only with no native frame below it.
+            Python::try_attach(|py| -> PyResult<()> {
+                let args = make_args(py)?;
+                py.import("toolgate._loop")?
+                    .call_method1("submit", (Py::new(py, job)?, this.func.bind(py), args))?;
+                Ok(())
             })
-            .await;
+            .ok_or_else(|| "the callback was not called: the interpreter is exiting".to_string())?
+            .map_err(describe)?;
+            let mut interrupt = Interrupt(Some(running_on));
+            let done = rx.await;
             interrupt.0 = None; // finished: nothing to interrupt
-            done.map_err(|e| format!("the callback did not finish: {e}"))?
+            done.map_err(|_| "the callback did not finish".to_string())?
                 .map_err(describe)?
         };
         let awaited = Python::attach(|py| -> PyResult<Option<_>> {
@@ -153,6 +151,65 @@ impl PyCallback {
             None => returned,
         };
         Python::attach(|py| convert(value.bind(py))).map_err(describe)
+    }
+}
+
+/// A plain-function call handed to a callback thread (`toolgate._loop.submit`): the thread
+/// says when the call starts and reports its outcome once (later reports do nothing); the
+/// callback's slot is given back with the outcome.
+#[pyclass(frozen, module = "toolgate._native", name = "_CallbackJob")]
+struct Job {
+    on: Arc<AtomicU64>,
+    #[allow(clippy::type_complexity)]
+    outcome: std::sync::Mutex<Option<(tokio::sync::oneshot::Sender<PyResult<Py<PyAny>>>, Slot)>>,
+}
+
+#[pymethods]
+impl Job {
+    /// The call starts on this thread: an interruption (the engine's timeout) targets it.
+    fn started(&self) {
+        // SAFETY: called from Python, with the GIL held, as the C API requires.
+        let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+        #[allow(clippy::useless_conversion)] // c_ulong is u32 on Windows
+        self.on.store(u64::from(me), Ordering::Release);
+    }
+
+    /// The call's outcome: `ok` and what it returned, or not `ok` and the exception it raised.
+    fn finish(&self, ok: bool, value: Bound<'_, PyAny>) {
+        let outcome = if ok {
+            Ok(value.unbind())
+        } else {
+            Err(PyErr::from_value(value))
+        };
+        self.report(outcome);
+    }
+
+    /// The call was interrupted (the engine's timeout) before it could report: the outcome,
+    /// unless one was reported.
+    fn abandon(&self) {
+        self.report(Err(pyo3::exceptions::PyTimeoutError::new_err(
+            "interrupted before it returned",
+        )));
+    }
+}
+
+impl Job {
+    fn report(&self, outcome: PyResult<Py<PyAny>>) {
+        let taken = self.outcome.lock().ok().and_then(|mut o| o.take());
+        let Some((tx, _slot)) = taken else {
+            return;
+        };
+        let me = self.on.swap(0, Ordering::AcqRel);
+        if me != 0 {
+            // An interruption that arrived as the call returned is not left pending for this
+            // thread's next callback.
+            // SAFETY: called from Python with the GIL held; a null exception clears the
+            // thread's pending one.
+            unsafe {
+                pyo3::ffi::PyThreadState_SetAsyncExc(me as _, std::ptr::null_mut());
+            }
+        }
+        let _ = tx.send(outcome);
     }
 }
 
@@ -201,7 +258,7 @@ impl Drop for CancelOnDrop {
 
 /// A Python exception as the error text of a decision: `Type: message`.
 fn describe(e: PyErr) -> String {
-    Python::attach(|py| {
+    Python::try_attach(|py| {
         let ty = e
             .get_type(py)
             .name()
@@ -209,6 +266,7 @@ fn describe(e: PyErr) -> String {
             .unwrap_or_else(|_| "Exception".into());
         format!("{ty}: {}", e.value(py))
     })
+    .unwrap_or_else(|| "the interpreter is exiting".into())
 }
 
 /// The future a provider or extractor returns.
