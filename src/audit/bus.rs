@@ -523,6 +523,31 @@ mod tests {
         assert!(bus.shutdown(Duration::from_secs(5)).await.is_err());
     }
 
+    /// A loss a flush already reported still fails the shutdown: the trail has a hole, and a
+    /// process that ends (e.g. `toolgate replay --audit`) must not report success.
+    #[tokio::test]
+    async fn a_shutdown_fails_after_any_loss_even_one_a_flush_reported() {
+        let sink = Arc::new(FailingWrites {
+            inner: MemorySink::new(),
+            fail: std::sync::atomic::AtomicBool::new(true),
+        });
+        let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
+        let mut chain = RunChain::new("r", "a", None);
+        bus.emit_all(events(&mut chain, 3));
+        assert!(bus.flush(Duration::from_secs(5)).await.is_err());
+        sink.fail.store(false, Ordering::Release);
+        bus.emit_all(events(&mut chain, 2));
+        bus.flush(Duration::from_secs(5)).await.unwrap();
+        let e = bus
+            .shutdown(Duration::from_secs(5))
+            .await
+            .expect_err("3 events were lost");
+        assert!(
+            e.to_string().contains("3 events") && e.to_string().contains("incomplete"),
+            "{e}"
+        );
+    }
+
     /// Counts its flushes; the first one waits until the test opens the gate.
     struct SlowFlush {
         inner: MemorySink,

@@ -64,13 +64,32 @@ struct Turn {
     /// Events the sink failed to write since the last flush answered, and the last failure:
     /// that flush then fails too (its callers were told their events are stored).
     lost: Option<(usize, String)>,
+    /// Events the sink failed to write since it started, and the last failure: shutdown
+    /// fails when any were (a trail with a hole is not a stored trail, even if a flush
+    /// already said so).
+    lost_in_all: Option<(usize, String)>,
 }
 
 impl Turn {
     /// Counts `n` events the sink failed to write (`why`), for the next flush to report.
     fn lose(&mut self, n: usize, why: String) {
         let total = self.lost.as_ref().map_or(0, |(k, _)| *k) + n;
-        self.lost = Some((total, why));
+        self.lost = Some((total, why.clone()));
+        let all = self.lost_in_all.as_ref().map_or(0, |(k, _)| *k) + n;
+        self.lost_in_all = Some((all, why));
+    }
+
+    /// The answer to a shutdown whose sink call returned `result`: as [`Turn::settle`], and an
+    /// error when any event was lost since the sink started.
+    fn settle_shutdown(&mut self, result: Result<(), AuditError>) -> Result<(), AuditError> {
+        let settled = self.settle(result);
+        match (&settled, self.lost_in_all.take()) {
+            (Ok(()), Some((n, why))) => Err(AuditError::Sink(format!(
+                "{n} events could not be written since the sink started (last: {why}): the \
+                 trail is incomplete"
+            ))),
+            _ => settled,
+        }
     }
 
     /// The answer to a flush or shutdown whose sink call returned `result`: an error when
@@ -187,6 +206,7 @@ pub(super) async fn worker(
         flushes: Vec::new(),
         shutdown: None,
         lost: None,
+        lost_in_all: None,
     };
     // The requests the last flush answered, and how long it took (group commit).
     let mut last_group = 0usize;
@@ -231,7 +251,7 @@ pub(super) async fn worker(
         }
         if let Some((reply, deadline)) = turn.shutdown.take() {
             let result = bounded(w.sink.shutdown(), deadline, "shutdown").await;
-            let _ = reply.send(turn.settle(result));
+            let _ = reply.send(turn.settle_shutdown(result));
             break;
         }
     }

@@ -81,6 +81,9 @@ struct Current {
     path: PathBuf,
     writer: BufWriter<File>,
     size: u64,
+    /// The file's length after the last batch written whole (handed to the OS): a failed
+    /// batch is cut back to it, so no torn line stays in the file.
+    whole: u64,
 }
 
 struct State {
@@ -236,6 +239,7 @@ fn open_segment(dir: &Path, date: &str, segment: u32) -> Result<Current, AuditEr
         path,
         writer: BufWriter::with_capacity(64 * 1024, file),
         size,
+        whole: size,
     })
 }
 
@@ -245,6 +249,7 @@ impl State {
             cur.writer
                 .flush()
                 .map_err(|e| AuditError::io(&cur.path, e))?;
+            cur.whole = cur.size;
             if sync {
                 cur.writer
                     .get_ref()
@@ -263,12 +268,15 @@ impl State {
     /// must be set.
     fn write_events(&mut self, events: &[Arc<AuditEvent>]) -> Result<Option<Duration>, AuditError> {
         let mut run_ended = false;
-        for e in events {
-            self.write_line(&date_of(e), e.canonical_line().as_bytes())?;
+        let written = events.iter().try_for_each(|e| {
             run_ended |= e.kind() == EventKind::RunEnded;
-        }
+            self.write_line(&date_of(e), e.canonical_line().as_bytes())
+        });
         // A sync left due by an earlier batch is done with this one's when it can be.
-        self.finish_current(false)?;
+        if let Err(e) = written.and_then(|()| self.finish_current(false)) {
+            self.cut_back();
+            return Err(e);
+        }
         if (run_ended || self.sync_due) && self.config.fsync {
             self.sync_for_run_end()
         } else {
@@ -306,6 +314,31 @@ impl State {
         if let Err(e) = self.finish_current(true) {
             // Still due: the next batch, flush or shutdown tries again and reports it.
             tracing::error!("audit file sink: deferred fsync failed: {e}");
+        }
+    }
+
+    /// After a batch failed (a full disk, a file size limit): drops what is still buffered and
+    /// cuts the file back to its last whole batch, so the part of the batch that did reach the
+    /// disk leaves no torn line for the next batch to be appended to. The batch counts as not
+    /// written (the bus reports its events as lost).
+    fn cut_back(&mut self) {
+        let Some(cur) = self.current.take() else {
+            return;
+        };
+        let (file, _unwritten) = cur.writer.into_parts();
+        match file.set_len(cur.whole) {
+            Ok(()) => {
+                self.current = Some(Current {
+                    writer: BufWriter::with_capacity(64 * 1024, file),
+                    size: cur.whole,
+                    ..cur
+                });
+            }
+            Err(e) => tracing::error!(
+                "audit file sink: could not cut {} back to its last whole batch ({e}): it may \
+                 end in a partial line",
+                cur.path.display()
+            ),
         }
     }
 
