@@ -311,7 +311,7 @@ impl Default for ToolCache {
 /// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
 /// overlapping words from each end.
 #[inline]
-fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
