@@ -308,24 +308,7 @@ impl Default for ToolCache {
     }
 }
 
-/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
-/// overlapping words from each end.
-#[inline]
-pub(crate) fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
-    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
-    match n {
-        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
-        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
-        // First, middle and last byte: every byte of up to 3.
-        1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
-        _ => a == b,
-    }
-}
+use crate::policy::eq_bytes;
 
 /// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
 /// or terminators: a collision only costs a comparison, as lookups compare name and tags).

@@ -1,8 +1,8 @@
 //! `enduserTag`: tests a tag of the end user. No end user or no tag: false.
 use super::{Tri, small_get};
 use crate::engine::decide::ctx::DecisionCtx;
-use crate::engine::decide::profile::eq_bytes;
 use crate::policy::EnduserTagOp;
+use crate::policy::eq_bytes;
 
 pub(crate) fn eval(op: &EnduserTagOp, ctx: &mut DecisionCtx<'_>) -> Tri {
     let tag = |t: &str| {

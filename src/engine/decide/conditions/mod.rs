@@ -239,7 +239,7 @@ impl<'m> SmallMap<'m, serde_json::Value> for &'m serde_json::Map<String, serde_j
         }
         let k = key.as_bytes();
         self.iter()
-            .find(|(e, _)| crate::engine::decide::profile::eq_bytes(e.as_bytes(), k))
+            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
             .map(|(_, v)| v)
     }
 }
@@ -252,7 +252,7 @@ impl<'m> SmallMap<'m, String> for &'m std::collections::BTreeMap<String, String>
         }
         let k = key.as_bytes();
         self.iter()
-            .find(|(e, _)| crate::engine::decide::profile::eq_bytes(e.as_bytes(), k))
+            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
             .map(|(_, v)| v)
     }
 }
