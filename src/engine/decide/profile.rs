@@ -324,18 +324,18 @@ fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> 
 
 /// The profile of `name` with `tags` in `map` under key `h`.
 fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<ToolProfile>> {
-    map.get(&h).and_then(|v| {
-        v.iter()
-            .find(|p| {
-                eq_bytes(p.name.as_bytes(), name.as_bytes())
-                    && p.tags.len() == tags.len()
-                    && p.tags
-                        .iter()
-                        .zip(tags)
-                        .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
-            })
-            .cloned()
-    })
+    'profiles: for p in map.get(&h)? {
+        if p.tags.len() != tags.len() || !eq_bytes(p.name.as_bytes(), name.as_bytes()) {
+            continue;
+        }
+        for (a, b) in p.tags.iter().zip(tags) {
+            if !eq_bytes(a.as_bytes(), b.as_bytes()) {
+                continue 'profiles;
+            }
+        }
+        return Some(p.clone());
+    }
+    None
 }
 
 /// A run's copy of the profile map it last read: (policy generation, map version, map).

@@ -102,11 +102,15 @@ pub(crate) fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
     if n != b.len() {
         return false;
     }
-    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
-    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
     match n {
-        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
-        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        8..=16 => {
+            a.first_chunk::<8>() == b.first_chunk::<8>()
+                && a.last_chunk::<8>() == b.last_chunk::<8>()
+        }
+        4..=7 => {
+            a.first_chunk::<4>() == b.first_chunk::<4>()
+                && a.last_chunk::<4>() == b.last_chunk::<4>()
+        }
         // First, middle and last byte: every byte of up to 3.
         1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
         0 => true,
