@@ -2,7 +2,7 @@
 
 use super::conditions::{eval_async, eval_sync};
 pub(crate) use super::ctx::{CallView, DecisionCtx};
-use super::ctx::{Tri, UserCodeFailure, call_user_code};
+use super::ctx::{Tri, UserCodeFailure, call_user_code, release_vec};
 use super::in_play::{PLAIN_MAX, plain_entries};
 
 use super::decision::{Decision, DecisionCode, Evaluated, EvaluatedRule};
@@ -187,6 +187,29 @@ impl<'r> Combiner<'r> {
         });
     }
 
+    /// Frees what the combiner holds, for one kept in a `ManuallyDrop`: its containers
+    /// usually never allocated (see [`DecisionCtx::release`]).
+    #[inline(always)]
+    fn release(&mut self) {
+        let Combiner {
+            rules: _,
+            outcomes,
+            n_policies: _,
+            any_shadow: _,
+            plain: _,
+            triggered: _,
+            count: _,
+            evaluated,
+            extraction_missing,
+        } = self;
+        if outcomes.spilled() {
+            // Inline it holds plain `Copy` values: nothing to free.
+            drop(std::mem::take(outcomes));
+        }
+        release_vec(evaluated);
+        release_vec(extraction_missing);
+    }
+
     /// Turns the bits of the rules evaluated so far into a list of the decision's own.
     #[cold]
     #[inline(never)]
@@ -274,7 +297,8 @@ fn evaluate_gated_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict 
 
 #[inline(always)]
 fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdict {
-    let mut c = Combiner::new(ctx, rules);
+    // Released by hand (see `Combiner::release`).
+    let mut c = std::mem::ManuallyDrop::new(Combiner::new(ctx, rules));
     // The rule read once per iteration (one bounds check, not three).
     let policies = ctx.policies;
     for &i in rules {
@@ -284,7 +308,9 @@ fn evaluate_selected_sync(ctx: &mut DecisionCtx<'_>, rules: &[u32]) -> RuleVerdi
         let t = eval_sync(&rule.condition, ctx);
         c.push(ctx, i, rule, t);
     }
-    c.finish(ctx)
+    let verdict = c.finish(ctx);
+    c.release();
+    verdict
 }
 
 /// Builds the decision from a verdict (hitl handled by the caller).

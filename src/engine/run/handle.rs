@@ -330,7 +330,8 @@ impl Run {
         }
         let decide = AssertUnwindSafe(|| {
             let view = call_view(call, &profile, None);
-            let mut ctx = DecisionCtx::new_at(
+            // Released by hand (see `DecisionCtx::release`).
+            let mut ctx = std::mem::ManuallyDrop::new(DecisionCtx::new_at(
                 &self.engine.decide,
                 &policies,
                 &self.shared.facts,
@@ -338,13 +339,15 @@ impl Run {
                 view,
                 Some(&*self.engine.clock),
                 clone_subjects(&call.subjects),
-            );
+            ));
             if let Some(at) = *now {
                 ctx.set_now(at);
             }
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
             let proceeds = self.conclude_before_into(call, &mut ctx, verdict, out);
-            (proceeds, ctx.now_if_read())
+            let read = ctx.now_if_read();
+            ctx.release();
+            (proceeds, read)
         });
         match std::panic::catch_unwind(decide) {
             Ok((proceeds, read)) => {
