@@ -8,13 +8,13 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::closed::closed_decision;
+use super::stopwatch::Stopwatch;
 use crate::audit::EventKind;
 use crate::engine::audit::audit_hook::ChainStart;
 use crate::engine::audit::run_audit::RunAudit;
@@ -212,7 +212,7 @@ impl Run {
         if let Some(why) = self.closed() {
             return closed_decision(Phase::Before, why);
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let mut now = self.audited_now();
         if let Some(at) = now
             && let Some(d) = self.refuse_too_deep(&call, at)
@@ -259,7 +259,7 @@ impl Run {
             *decision = closed_decision(Phase::Before, why);
             return;
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let mut now = self.audited_now();
         if let Some(at) = now
             && let Some(d) = self.refuse_too_deep(&call, at)
@@ -444,7 +444,7 @@ impl Run {
         call: ToolCall,
         decision: &mut Decision,
         proceeds: bool,
-        started: Instant,
+        started: Stopwatch,
         now: Option<DateTime<Utc>>,
     ) {
         // The run may have ended while this call was decided: then it is refused, unwritten.
@@ -463,7 +463,7 @@ impl Run {
             EffectType::Block => t.blocked.fetch_add(1, Ordering::Relaxed),
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
-        decision.latency_ns = started.elapsed().as_nanos() as u64;
+        decision.latency_ns = started.elapsed_ns();
         super::observe::each(&self.engine.observers, |o| {
             o.on_decision(&self.shared.facts.context, &call, decision)
         });

@@ -19,3 +19,4 @@ pub(super) mod observe;
 pub(super) mod pending;
 mod run_hitl;
 pub(super) mod shared_state;
+pub(super) mod stopwatch;
