@@ -256,3 +256,48 @@ impl<'m> SmallMap<'m, String> for &'m std::collections::BTreeMap<String, String>
             .map(|(_, v)| v)
     }
 }
+
+#[cfg(test)]
+mod small_get_tests {
+    use super::small_get;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn small_get_finds_what_get_finds_in_small_and_large_maps() {
+        let keys = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "kyc",
+            "tz",
+            "role",
+            "rolf",
+            "plan",
+            "tier",
+            "amount",
+            "dryRun",
+            "restricted",
+            "sandboxed",
+            "a_long_key_past_16_bytes",
+            "é",
+        ];
+        for n in [0, 1, 3, 8, 9, keys.len()] {
+            let tags: BTreeMap<String, String> = keys[..n]
+                .iter()
+                .map(|k| (k.to_string(), format!("v-{k}")))
+                .collect();
+            let args: serde_json::Map<String, serde_json::Value> = keys[..n]
+                .iter()
+                .map(|k| (k.to_string(), serde_json::Value::from(*k)))
+                .collect();
+            for k in keys
+                .iter()
+                .chain(&["zz", "rol", "roles", "a_long_key_past_16_bytez"])
+            {
+                assert_eq!(small_get(&tags, k), tags.get(*k), "{n} tags, {k:?}");
+                assert_eq!(small_get(&args, k), args.get(*k), "{n} args, {k:?}");
+            }
+        }
+    }
+}
