@@ -110,6 +110,52 @@ impl<'a> DecisionCtx<'a> {
 }
 
 impl DecisionCtx<'_> {
+    /// Frees what the context gathered, for a context kept in a `ManuallyDrop` (its drop
+    /// code is not run). What it gathered is almost always nothing (no permit, signal,
+    /// subject or missing data: empty containers that never allocated), and then there is
+    /// nothing to free: this tests that instead of running the drop code of every field
+    /// (about 40 instructions per decision, issue 38). Every field is named, so a field added
+    /// later must be considered here. (If a decision panics, what its context gathered is
+    /// leaked, not freed: the panic is caught and decided by the failure mode.)
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        let DecisionCtx {
+            engine: _,
+            policies: _,
+            run: _,
+            profile: _,
+            call: _,
+            now: _,
+            clock: _,
+            subjects,
+            permits,
+            signals,
+            missing,
+            effect_override: _,
+            detections,
+            detected_more: _,
+            remote,
+        } = self;
+        release_vec(subjects);
+        release_vec(signals);
+        release_vec(missing);
+        if !permits.is_empty() || permits.spilled() {
+            drop(std::mem::take(permits));
+        }
+        drop(detections.take());
+        drop(remote.take());
+    }
+}
+
+/// Frees what `v` holds (it is left empty); one that never allocated holds nothing.
+#[inline(always)]
+pub(crate) fn release_vec<T>(v: &mut Vec<T>) {
+    if v.capacity() != 0 {
+        drop(std::mem::take(v));
+    }
+}
+
+impl DecisionCtx<'_> {
     /// The decision's time (read from the clock once, when first asked).
     #[inline]
     pub(crate) fn now(&self) -> DateTime<Utc> {

@@ -300,24 +300,7 @@ impl Default for ToolCache {
     }
 }
 
-/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
-/// overlapping words from each end.
-#[inline]
-fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let w8 = |s: &[u8], i: usize| s.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok());
-    let w4 = |s: &[u8], i: usize| s.get(i..i + 4).and_then(|w| <[u8; 4]>::try_from(w).ok());
-    match n {
-        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
-        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
-        // First, middle and last byte: every byte of up to 3.
-        1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
-        _ => a == b,
-    }
-}
+use crate::policy::eq_bytes;
 
 /// The map key of a tool: its name's and tags' bytes, each written whole (no length prefixes
 /// or terminators: a collision only costs a comparison, as lookups compare name and tags).
@@ -333,18 +316,18 @@ fn key_hash(seed: &foldhash::fast::RandomState, name: &str, tags: &[String]) -> 
 
 /// The profile of `name` with `tags` in `map` under key `h`.
 fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<ToolProfile>> {
-    map.get(&h).and_then(|v| {
-        v.iter()
-            .find(|p| {
-                eq_bytes(p.name.as_bytes(), name.as_bytes())
-                    && p.tags.len() == tags.len()
-                    && p.tags
-                        .iter()
-                        .zip(tags)
-                        .all(|(a, b)| eq_bytes(a.as_bytes(), b.as_bytes()))
-            })
-            .cloned()
-    })
+    'profiles: for p in map.get(&h)? {
+        if p.tags.len() != tags.len() || !eq_bytes(p.name.as_bytes(), name.as_bytes()) {
+            continue;
+        }
+        for (a, b) in p.tags.iter().zip(tags) {
+            if !eq_bytes(a.as_bytes(), b.as_bytes()) {
+                continue 'profiles;
+            }
+        }
+        return Some(p.clone());
+    }
+    None
 }
 
 /// A run's copy of the profile map it last read: (policy generation, map version, map).

@@ -1,10 +1,10 @@
 //! The after phase of a call (`tool.after`): its result recorded (history, metrics, the
 //! `tool.result` event) and the after-phase rules decided; custom and LLM metrics.
 
+use super::stopwatch::Stopwatch;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -133,7 +133,7 @@ impl Run {
         now: DateTime<Utc>,
         looked_up: Option<LookedUp>,
     ) -> Option<Decision> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         // A result nested deeper than any reader takes is not decided on nor recorded: a
         // stand-in takes its place, and the after decision blocks it.
         let mut outcome = outcome;
@@ -247,7 +247,7 @@ impl Run {
                 };
                 self.resolve_hitl(&mut d, &call, now);
             }
-            d.latency_ns = started.elapsed().as_nanos() as u64;
+            d.latency_ns = started.elapsed_ns();
             Some(d)
         };
         let decision = if too_deep {

@@ -8,13 +8,13 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::refused::closed_decision;
+use super::stopwatch::Stopwatch;
 use crate::audit::EventKind;
 use crate::engine::audit::audit_hook::ChainStart;
 use crate::engine::audit::run_audit::RunAudit;
@@ -212,7 +212,7 @@ impl Run {
         if let Some(why) = self.closed() {
             return closed_decision(Phase::Before, why);
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let mut now = self.audited_now();
         if let Some(at) = now
             && let Some(d) = self.refuse_too_deep(&call, at)
@@ -233,7 +233,8 @@ impl Run {
                 p
             }
         };
-        self.finish_before(call, decision, proceeds, started, now)
+        self.finish_before(call, &mut decision, proceeds, started, now);
+        decision
     }
 
     /// [`before_tool`](Run::before_tool) for callers that are not async (no runtime needed).
@@ -245,18 +246,28 @@ impl Run {
     /// runtime's own tasks when signals are in play (it then runs them on another thread and
     /// blocks this one meanwhile); use `before_tool` there.
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
+        // Written in place, the one value returned: the ~250-byte decision is never copied.
+        let mut decision = blank_decision();
+        self.before_blocking_into(call, &mut decision);
+        decision
+    }
+
+    /// [`before_tool_blocking`](Run::before_tool_blocking), the decision written to `decision`
+    /// (fresh from [`blank_decision`]).
+    fn before_blocking_into(&self, call: ToolCall, decision: &mut Decision) {
         if let Some(why) = self.closed() {
-            return closed_decision(Phase::Before, why);
+            *decision = closed_decision(Phase::Before, why);
+            return;
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let mut now = self.audited_now();
         if let Some(at) = now
             && let Some(d) = self.refuse_too_deep(&call, at)
         {
-            return d;
+            *decision = d;
+            return;
         }
-        let mut decision = blank_decision();
-        let proceeds = match self.before_sync(&call, &mut now, &mut decision) {
+        let proceeds = match self.before_sync(&call, &mut now, decision) {
             Ok(p) => p,
             Err(plan) => {
                 let at = *now.get_or_insert_with(|| self.engine.clock.now());
@@ -265,11 +276,11 @@ impl Run {
                     Some(Ok(d)) => d,
                     _ => self.before_failure(&call, at),
                 };
-                decision = d;
+                *decision = d;
                 p
             }
         };
-        self.finish_before(call, decision, proceeds, started, now)
+        self.finish_before(call, decision, proceeds, started, now);
     }
 
     /// The time of a before decision when the audit trail records it; otherwise `None`: the
@@ -319,7 +330,8 @@ impl Run {
         }
         let decide = AssertUnwindSafe(|| {
             let view = call_view(call, &profile, None);
-            let mut ctx = DecisionCtx::new_at(
+            // Released by hand (see `DecisionCtx::release`).
+            let mut ctx = std::mem::ManuallyDrop::new(DecisionCtx::new_at(
                 &self.engine.decide,
                 &policies,
                 &self.shared.facts,
@@ -327,13 +339,15 @@ impl Run {
                 view,
                 Some(&*self.engine.clock),
                 clone_subjects(&call.subjects),
-            );
+            ));
             if let Some(at) = *now {
                 ctx.set_now(at);
             }
             let verdict = evaluate_rules_sync(&mut ctx, &profile.rules[0]);
             let proceeds = self.conclude_before_into(call, &mut ctx, verdict, out);
-            (proceeds, ctx.now_if_read())
+            let read = ctx.now_if_read();
+            ctx.release();
+            (proceeds, read)
         });
         match std::panic::catch_unwind(decide) {
             Ok((proceeds, read)) => {
@@ -424,21 +438,23 @@ impl Run {
     }
 
     /// Totals, latency, the `tool.decision` event; an allowed call waits in `pending`.
+    /// (The decision is updated in place: moving it in and out would copy it twice.)
     fn finish_before(
         &self,
         call: ToolCall,
-        mut decision: Decision,
+        decision: &mut Decision,
         proceeds: bool,
-        started: Instant,
+        started: Stopwatch,
         now: Option<DateTime<Utc>>,
-    ) -> Decision {
+    ) {
         // The run may have ended while this call was decided: then it is refused, unwritten.
         // The gate orders this decision against `run.ended` for the trail and the observers;
         // with neither, nothing after `end` reads what it writes (one test, no lock).
         let _open = (self.engine.audit_enabled() || !self.engine.observers.is_empty())
             .then(|| self.shared.gate.read());
         if let Some(why) = self.closed() {
-            return closed_decision(Phase::Before, why);
+            *decision = closed_decision(Phase::Before, why);
+            return;
         }
         let t = &self.shared.totals;
         t.calls.fetch_add(1, Ordering::Relaxed);
@@ -447,9 +463,9 @@ impl Run {
             EffectType::Block => t.blocked.fetch_add(1, Ordering::Relaxed),
             EffectType::Hitl => t.hitl.fetch_add(1, Ordering::Relaxed),
         };
-        decision.latency_ns = started.elapsed().as_nanos() as u64;
+        decision.latency_ns = started.elapsed_ns();
         super::observe::each(&self.engine.observers, |o| {
-            o.on_decision(&self.shared.facts.context, &call, &decision)
+            o.on_decision(&self.shared.facts.context, &call, decision)
         });
         let ToolCall {
             id,
@@ -459,7 +475,7 @@ impl Run {
             subjects,
         } = call;
         if !self.engine.audit_enabled() && !proceeds {
-            return decision;
+            return;
         }
         // Kept once: the pending set and the audit event share it (no copy of the arguments).
         let redaction = if self.engine.audit_enabled() {
@@ -478,7 +494,7 @@ impl Run {
         if !self.engine.audit_enabled() {
             // Nothing shares the call: the run keeps it (no allocation).
             self.shared.pending.lock().insert(PendingCall::Own(record));
-            return decision;
+            return;
         }
         let call = Arc::new(record);
         if proceeds {
@@ -498,7 +514,6 @@ impl Run {
             self.engine
                 .emit_body(&self.shared, EventKind::ToolDecision, body, now);
         }
-        decision
     }
 
     pub(crate) fn failure(

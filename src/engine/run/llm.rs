@@ -7,10 +7,10 @@
 //! the model's cached profile (`ToolCache::for_models`). A policy set without `llm.before`
 //! rules answers at once (allow, nothing written), from one flag of the compiled policies.
 
+use super::stopwatch::Stopwatch;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
@@ -63,7 +63,7 @@ impl Run {
         if let Some(d) = self.llm_quick() {
             return d;
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let now = self.engine.clock.now();
         let (policies, profile, id) = match self.llm_start(call, now) {
             Step::Done(d) => return d,
@@ -91,7 +91,7 @@ impl Run {
         if let Some(d) = self.llm_quick() {
             return d;
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let now = self.engine.clock.now();
         let (policies, profile, id) = match self.llm_start(call, now) {
             Step::Done(d) => return d,
@@ -156,7 +156,7 @@ impl Run {
         if self.engine.shared.is_none() && self.is_aborted() {
             let mut d = aborted_decision();
             d.phase = Phase::LlmBefore;
-            return Step::Done(self.llm_finish(call, id, d, Instant::now(), now));
+            return Step::Done(self.llm_finish(call, id, d, Stopwatch::start(), now));
         }
         let profile = policies.models.profile(&policies, &call.model, &[]);
         Step::Decide {
@@ -282,7 +282,7 @@ impl Run {
         call: &LlmCall,
         id: String,
         mut d: Decision,
-        started: Instant,
+        started: Stopwatch,
         now: DateTime<Utc>,
     ) -> Decision {
         // The run may have ended while this call was decided: then it is refused, unwritten.
@@ -290,7 +290,7 @@ impl Run {
         if let Some(why) = self.closed() {
             return closed_decision(Phase::LlmBefore, why);
         }
-        d.latency_ns = started.elapsed().as_nanos() as u64;
+        d.latency_ns = started.elapsed_ns();
         if self.engine.audit_enabled() {
             self.emit(
                 EventKind::LlmDecision,

@@ -20,3 +20,4 @@ pub(super) mod pending;
 pub(super) mod refused;
 mod run_hitl;
 pub(super) mod shared_state;
+pub(super) mod stopwatch;

@@ -45,12 +45,20 @@ pub(crate) enum StrTest {
 
 impl StrTest {
     pub(crate) fn matches(&self, s: &str) -> bool {
+        // Equality and affixes compared without a `memcmp` call for short strings (most tool
+        // names; a glob `*` is the empty prefix).
+        let eq = |a: &[u8], b: &str| eq_bytes(a, b.as_bytes());
+        let b = s.as_bytes();
         match self {
-            StrTest::Eq(v) => s == v,
-            StrTest::Neq(v) => s != v,
+            StrTest::Eq(v) => eq(b, v),
+            StrTest::Neq(v) => !eq(b, v),
             StrTest::Contains(v) => s.contains(v.as_str()),
-            StrTest::StartsWith(v) => s.starts_with(v.as_str()),
-            StrTest::EndsWith(v) => s.ends_with(v.as_str()),
+            StrTest::StartsWith(v) => b.get(..v.len()).is_some_and(|p| eq(p, v)),
+            StrTest::EndsWith(v) => b
+                .len()
+                .checked_sub(v.len())
+                .and_then(|i| b.get(i..))
+                .is_some_and(|p| eq(p, v)),
             StrTest::Glob(g) => g.is_match(s),
             StrTest::In(vs) => vs.iter().any(|v| v == s),
             StrTest::Regex(r) => r.is_match(s),
@@ -83,6 +91,30 @@ impl StrTest {
                     .map_err(|e| e.to_string())?,
             ),
         })
+    }
+}
+
+/// Byte equality, without a library call for up to 16 bytes (most tool names and tags): two
+/// overlapping words from each end.
+#[inline]
+pub(crate) fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        8..=16 => {
+            a.first_chunk::<8>() == b.first_chunk::<8>()
+                && a.last_chunk::<8>() == b.last_chunk::<8>()
+        }
+        4..=7 => {
+            a.first_chunk::<4>() == b.first_chunk::<4>()
+                && a.last_chunk::<4>() == b.last_chunk::<4>()
+        }
+        // First, middle and last byte: every byte of up to 3.
+        1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
+        0 => true,
+        _ => a == b,
     }
 }
 
@@ -202,4 +234,65 @@ pub(crate) enum CCond {
     And(Vec<CCond>),
     Or(Vec<CCond>),
     Not(Box<CCond>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_string_tests_agree_with_the_standard_library() {
+        let words = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "abc",
+            "abcd",
+            "abce",
+            "bcd",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "bcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "send_email",
+            "send_",
+            "email",
+            "x_send_email",
+            "é",
+            "aé",
+        ];
+        for v in words {
+            let tests = [
+                (StrTest::Eq(v.into()), "eq"),
+                (StrTest::Neq(v.into()), "neq"),
+                (StrTest::StartsWith(v.into()), "startsWith"),
+                (StrTest::EndsWith(v.into()), "endsWith"),
+                (StrTest::Contains(v.into()), "contains"),
+            ];
+            for s in words {
+                for (t, op) in &tests {
+                    let want = match *op {
+                        "eq" => s == v,
+                        "neq" => s != v,
+                        "startsWith" => s.starts_with(v),
+                        "endsWith" => s.ends_with(v),
+                        _ => s.contains(v),
+                    };
+                    assert_eq!(t.matches(s), want, "{s:?} {op} {v:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_star_glob_matches_every_name() {
+        let t = StrTest::compile(&StringOp::Glob("*".into()), true).expect("compiles");
+        for s in ["", "a", "delete_user", "é"] {
+            assert!(t.matches(s), "{s:?}");
+        }
+    }
 }

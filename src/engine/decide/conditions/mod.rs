@@ -207,10 +207,97 @@ pub(crate) fn json_path<'v>(
     let mut cur = root;
     for seg in path {
         cur = match cur {
-            serde_json::Value::Object(m) => m.get(seg.as_str())?,
+            serde_json::Value::Object(m) => small_get(m, seg)?,
             serde_json::Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
             _ => return None,
         };
     }
     Some(cur)
+}
+
+/// Entries up to which a map is searched by a scan (short keys compared without a `memcmp`
+/// call, lengths first) instead of the B-tree's ordered search.
+const SCAN_MAX: usize = 8;
+
+/// `map.get(key)`: a scan for small maps (most arguments and end-user tags), the ordered
+/// search for larger ones.
+#[inline]
+pub(crate) fn small_get<'m, V>(map: impl SmallMap<'m, V>, key: &str) -> Option<&'m V> {
+    map.small_get(key)
+}
+
+/// A string-keyed map [`small_get`] searches.
+pub(crate) trait SmallMap<'m, V: 'm> {
+    fn small_get(self, key: &str) -> Option<&'m V>;
+}
+
+impl<'m> SmallMap<'m, serde_json::Value> for &'m serde_json::Map<String, serde_json::Value> {
+    #[inline]
+    fn small_get(self, key: &str) -> Option<&'m serde_json::Value> {
+        if self.len() > SCAN_MAX {
+            return self.get(key);
+        }
+        let k = key.as_bytes();
+        self.iter()
+            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
+            .map(|(_, v)| v)
+    }
+}
+
+impl<'m> SmallMap<'m, String> for &'m std::collections::BTreeMap<String, String> {
+    #[inline]
+    fn small_get(self, key: &str) -> Option<&'m String> {
+        if self.len() > SCAN_MAX {
+            return self.get(key);
+        }
+        let k = key.as_bytes();
+        self.iter()
+            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
+            .map(|(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod small_get_tests {
+    use super::small_get;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn small_get_finds_what_get_finds_in_small_and_large_maps() {
+        let keys = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "kyc",
+            "tz",
+            "role",
+            "rolf",
+            "plan",
+            "tier",
+            "amount",
+            "dryRun",
+            "restricted",
+            "sandboxed",
+            "a_long_key_past_16_bytes",
+            "é",
+        ];
+        for n in [0, 1, 3, 8, 9, keys.len()] {
+            let tags: BTreeMap<String, String> = keys[..n]
+                .iter()
+                .map(|k| (k.to_string(), format!("v-{k}")))
+                .collect();
+            let args: serde_json::Map<String, serde_json::Value> = keys[..n]
+                .iter()
+                .map(|k| (k.to_string(), serde_json::Value::from(*k)))
+                .collect();
+            for k in keys
+                .iter()
+                .chain(&["zz", "rol", "roles", "a_long_key_past_16_bytez"])
+            {
+                assert_eq!(small_get(&tags, k), tags.get(*k), "{n} tags, {k:?}");
+                assert_eq!(small_get(&args, k), args.get(*k), "{n} args, {k:?}");
+            }
+        }
+    }
 }
