@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+use super::parts::{aborted_decision, blank_decision, call_view, clone_subjects, count_allowed};
 use super::refused::closed_decision;
 use super::stopwatch::Stopwatch;
 use crate::audit::EventKind;
@@ -23,13 +24,12 @@ use crate::engine::blocking::block_on;
 use crate::engine::decide::decision::{Decision, DecisionCode};
 use crate::engine::decide::env::RunFacts;
 use crate::engine::decide::evaluate::{
-    CallView, DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
+    DecisionCtx, RuleVerdict, base_decision_into, evaluate_rules, evaluate_rules_sync,
     extract_subjects,
 };
 use crate::engine::decide::profile::ToolProfile;
 use crate::engine::run::inner::{EngineInner, FailureMode};
 use crate::policy::{EffectType, Phase};
-use crate::state::StateKey;
 
 pub(crate) use crate::engine::decide::call::{RunContext, ToolCall, ToolOutcome};
 
@@ -539,71 +539,5 @@ impl Run {
 
     pub(crate) fn abort(&self) {
         self.shared.aborted.store(true, Ordering::Release);
-    }
-}
-
-/// A decision to write a before decision into (see `before_sync`).
-pub(crate) fn blank_decision() -> Decision {
-    Decision::simple(
-        Phase::Before,
-        EffectType::Allow,
-        DecisionCode::Allowed,
-        None,
-    )
-}
-
-/// The decision on a call of an aborted run.
-pub(crate) fn aborted_decision() -> Decision {
-    Decision::simple(
-        Phase::Before,
-        EffectType::Block,
-        DecisionCode::BlockedRunAborted,
-        Some(Arc::from(
-            "the run was aborted by an earlier human-review request",
-        )),
-    )
-}
-
-/// The caller's subjects, for a decision to add to (no allocation when there are none).
-pub(crate) fn clone_subjects(
-    s: &[crate::engine::decide::call::SubjectRef],
-) -> Vec<crate::engine::decide::call::SubjectRef> {
-    if s.is_empty() { Vec::new() } else { s.to_vec() }
-}
-
-pub(crate) fn call_view<'a>(
-    call: &'a ToolCall,
-    profile: &'a ToolProfile,
-    duration_ms: Option<f64>,
-) -> CallView<'a> {
-    CallView {
-        name: &call.name,
-        name_lc: &profile.name_lc,
-        tags: &call.tags,
-        tags_lc: &profile.tags_lc,
-        args: &call.args,
-        duration_ms,
-        output: None,
-    }
-}
-
-/// Counts an allowed call in every maxCalls counter whose selector selects it and that the
-/// decision did not already count.
-pub(crate) fn count_allowed(
-    engine: &EngineInner,
-    ctx: &DecisionCtx<'_>,
-    taken: &[(u32, StateKey, crate::state::Permit)],
-) {
-    for &c in ctx.profile.counters.iter() {
-        if taken.iter().any(|(t, _, _)| *t == c) {
-            continue;
-        }
-        if let Some(spec) = ctx.policies.counters.counters.get(c as usize) {
-            engine.decide.state.add(
-                &ctx.run.state_key(spec.slot, spec.scope),
-                spec.window_seconds,
-                ctx.now_ms(),
-            );
-        }
     }
 }

@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use super::handle::{Run, ToolCall, aborted_decision, count_allowed, obj};
+use super::handle::{Run, ToolCall, obj};
+use super::parts::{aborted_decision, count_allowed};
 use super::refused::closed_decision;
 use crate::audit::EventKind;
 use crate::engine::blocking::block_on;

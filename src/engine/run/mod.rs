@@ -16,6 +16,7 @@ pub(super) mod handle;
 pub(super) mod inner;
 pub(super) mod llm;
 pub(super) mod observe;
+pub(super) mod parts;
 pub(super) mod pending;
 pub(super) mod refused;
 mod run_hitl;

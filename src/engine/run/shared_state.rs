@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::handle::{Run, RunShared, ToolCall, call_view, obj};
+use super::handle::{Run, RunShared, ToolCall, obj};
+use super::parts::call_view;
 use crate::audit::EventKind;
 use crate::engine::decide::decision::Decision;
 use crate::engine::decide::evaluate::{DecisionCtx, evaluate_rules, extract_subjects};
@@ -250,7 +251,7 @@ impl Run {
         };
         self.shared.aborted.store(snap.aborted, Ordering::Release);
         if snap.aborted {
-            return (super::handle::aborted_decision(), false);
+            return (super::parts::aborted_decision(), false);
         }
         let mut ctx = DecisionCtx::new(
             &self.engine.decide,
