@@ -226,6 +226,18 @@ pub(crate) fn small_get<'m, V>(map: impl SmallMap<'m, V>, key: &str) -> Option<&
     map.small_get(key)
 }
 
+/// The value of `key` among `entries`, compared byte by byte (no `memcmp` call).
+#[inline(always)]
+fn scan<'m, V: 'm>(
+    mut entries: impl Iterator<Item = (&'m String, &'m V)>,
+    key: &str,
+) -> Option<&'m V> {
+    let k = key.as_bytes();
+    entries
+        .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
+        .map(|(_, v)| v)
+}
+
 /// A string-keyed map [`small_get`] searches.
 pub(crate) trait SmallMap<'m, V: 'm> {
     fn small_get(self, key: &str) -> Option<&'m V>;
@@ -237,10 +249,7 @@ impl<'m> SmallMap<'m, serde_json::Value> for &'m serde_json::Map<String, serde_j
         if self.len() > SCAN_MAX {
             return self.get(key);
         }
-        let k = key.as_bytes();
-        self.iter()
-            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
-            .map(|(_, v)| v)
+        scan(self.iter(), key)
     }
 }
 
@@ -250,10 +259,7 @@ impl<'m> SmallMap<'m, String> for &'m std::collections::BTreeMap<String, String>
         if self.len() > SCAN_MAX {
             return self.get(key);
         }
-        let k = key.as_bytes();
-        self.iter()
-            .find(|(e, _)| crate::policy::eq_bytes(e.as_bytes(), k))
-            .map(|(_, v)| v)
+        scan(self.iter(), key)
     }
 }
 
