@@ -1,7 +1,8 @@
 //! Pieces the before phases (tool calls in `handle.rs`, model calls in `llm.rs`, a shared
 //! store in `shared_state.rs`) are assembled from: the blank decision written into, the
 //! decision on a call of an aborted run, the call as a decision reads it, and counting an
-//! allowed call.
+//! allowed call. Each is `#[inline]`: they sit on the decision path and would otherwise not
+//! be inlined across codegen units.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use crate::policy::{EffectType, Phase};
 use crate::state::StateKey;
 
 /// A decision to write a before decision into (see `before_sync`).
+#[inline]
 pub(crate) fn blank_decision() -> Decision {
     Decision::simple(
         Phase::Before,
@@ -24,6 +26,7 @@ pub(crate) fn blank_decision() -> Decision {
 }
 
 /// The decision on a call of an aborted run.
+#[inline]
 pub(crate) fn aborted_decision() -> Decision {
     Decision::simple(
         Phase::Before,
@@ -36,6 +39,7 @@ pub(crate) fn aborted_decision() -> Decision {
 }
 
 /// The caller's subjects, for a decision to add to (no allocation when there are none).
+#[inline]
 pub(crate) fn clone_subjects(
     s: &[crate::engine::decide::call::SubjectRef],
 ) -> Vec<crate::engine::decide::call::SubjectRef> {
@@ -43,6 +47,7 @@ pub(crate) fn clone_subjects(
 }
 
 /// The call as a decision reads it (names and tags with the profile's lowercased forms).
+#[inline]
 pub(crate) fn call_view<'a>(
     call: &'a ToolCall,
     profile: &'a ToolProfile,
@@ -61,6 +66,7 @@ pub(crate) fn call_view<'a>(
 
 /// Counts an allowed call in every maxCalls counter whose selector selects it and that the
 /// decision did not already count.
+#[inline]
 pub(crate) fn count_allowed(
     engine: &EngineInner,
     ctx: &DecisionCtx<'_>,
