@@ -41,7 +41,7 @@ pub const MAX_RUNNING_PER_CALLBACK: usize = 16;
 pub struct PyCallback {
     func: Py<PyAny>,
     is_async: bool,
-    /// Its calls running on blocking threads now.
+    /// Its calls running on callback threads now.
     running: AtomicUsize,
 }
 
@@ -85,7 +85,7 @@ impl PyCallback {
     {
         let locals = CALLER_LOOP.try_with(|l| l.clone()).ok();
         let this = self.clone();
-        // Plain functions run on a blocking thread; an async def is only called (which creates
+        // Plain functions run on a callback thread; an async def is only called (which creates
         // its coroutine without running it) right here.
         let returned: Py<PyAny> = if self.is_async {
             Python::attach(|py| {
