@@ -2,7 +2,7 @@
 //! conditions.
 //!
 //! A callback may be a plain function or an `async def`. Plain functions run on the package's
-//! callback threads (`toolgate._loop.submit`: Python threads, so one that sleeps never stalls a
+//! callback threads (`toolgate._pool.submit`: Python threads, so one that sleeps never stalls a
 //! decision of another call, the engine's timeout still applies, and one still running when
 //! the interpreter exits is stopped cleanly by CPython instead of aborting the process); coroutines run on the event loop of the `await`ing caller
 //! when the decision came from an async method, else on the package's own background loop.
@@ -11,7 +11,7 @@
 //!
 //! Hung plain functions: a Python thread cannot be stopped from outside, so one that hangs
 //! keeps its thread until it returns. The threads are bounded
-//! (`toolgate._loop.MAX_CALLBACK_THREADS`; idle ones leave after 30 s) and so is each callback: at most
+//! (`toolgate._pool.MAX_CALLBACK_THREADS`; idle ones leave after 30 s) and so is each callback: at most
 //! [`MAX_RUNNING_PER_CALLBACK`] of its calls run at once. Past that its new calls are not
 //! started (missing data at once, saying so), so a hung provider holds at most that many
 //! threads and never starves the others' calls; its calls start again as the hung ones return.
@@ -109,12 +109,12 @@ impl PyCallback {
                 on: running_on.clone(),
                 outcome: std::sync::Mutex::new(Some((tx, slot))),
             };
-            // The call runs on one of the package's Python threads (`toolgate._loop.submit`),
+            // The call runs on one of the package's Python threads (`toolgate._pool.submit`),
             // never on a thread of the runtime: a callback still running as the interpreter
             // exits is stopped by CPython, which is clean only with no native frame below it.
             Python::try_attach(|py| -> PyResult<()> {
                 let args = make_args(py)?;
-                py.import("toolgate._loop")?
+                py.import("toolgate._pool")?
                     .call_method1("submit", (Py::new(py, job)?, this.func.bind(py), args))?;
                 Ok(())
             })
@@ -154,7 +154,7 @@ impl PyCallback {
     }
 }
 
-/// A plain-function call handed to a callback thread (`toolgate._loop.submit`): the thread
+/// A plain-function call handed to a callback thread (`toolgate._pool.submit`): the thread
 /// says when the call starts and reports its outcome once (later reports do nothing); the
 /// callback's slot is given back with the outcome.
 #[pyclass(frozen, module = "toolgate._native", name = "_CallbackJob")]
