@@ -148,8 +148,12 @@ while decider.is_alive() and stat.S_ISFIFO(os.stat(reviews).st_mode):
     except OSError:  # no reader yet
         time.sleep(0.01)
         continue
-    os.write(fd, b"[]")
-    os.close(fd)
+    try:
+        os.write(fd, b"[]")
+    except BrokenPipeError:  # the reader closed its end between this open and this write
+        pass
+    finally:
+        os.close(fd)
 decider.join()
 print(json.dumps(out))
 """
