@@ -499,39 +499,6 @@ mod tests {
     }
 
     #[test]
-    fn eq_bytes_is_byte_equality() {
-        let words = [
-            "",
-            "a",
-            "b",
-            "ab",
-            "ba",
-            "aa",
-            "abc",
-            "aXc",
-            "Xbc",
-            "abX",
-            "abcd",
-            "abcde",
-            "abcdefg",
-            "abcdefgh",
-            "abcdefghi",
-            "abcdefghijklmnop",
-            "abcdefghijklmnoq",
-            "bbcdefghijklmnop",
-            "abcdefghijklmnopq",
-            "abcdefgX",
-            "Xbcdefgh",
-            "abcdXfgh",
-        ];
-        for a in words {
-            for b in words {
-                assert_eq!(eq_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
-            }
-        }
-    }
-
-    #[test]
     fn profiles_are_cached_per_name_and_tags() {
         let c = compiled();
         let a = c.tools.profile(&c, "t", &["x".to_string()]);

@@ -241,6 +241,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn eq_bytes_is_byte_equality() {
+        let words = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "aa",
+            "abc",
+            "aXc",
+            "Xbc",
+            "abX",
+            "abcd",
+            "abcde",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+            "abcdefghijklmnoq",
+            "bbcdefghijklmnop",
+            "abcdefghijklmnopq",
+            "abcdefgX",
+            "Xbcdefgh",
+            "abcdXfgh",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(eq_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
+            }
+        }
+    }
+
+    #[test]
     fn plain_string_tests_agree_with_the_standard_library() {
         let words = [
             "",
