@@ -65,16 +65,22 @@ impl AuditSink for FailingWrites {
     }
 }
 
-/// Regression (red team, round 4): a write that failed (a full disk) was only logged, so
-/// the next flush (the one `Run::end` waits on) reported success although its events were
-/// never stored. The flush after a failed write now fails; later ones succeed again.
-#[tokio::test]
-async fn a_flush_after_a_failed_write_fails() {
+/// A bus over a sink whose writes fail until the test says otherwise.
+fn failing_bus() -> (Arc<FailingWrites>, AuditBus) {
     let sink = Arc::new(FailingWrites {
         inner: MemorySink::new(),
         fail: std::sync::atomic::AtomicBool::new(true),
     });
     let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
+    (sink, bus)
+}
+
+/// Regression (red team, round 4): a write that failed (a full disk) was only logged, so
+/// the next flush (the one `Run::end` waits on) reported success although its events were
+/// never stored. The flush after a failed write now fails; later ones succeed again.
+#[tokio::test]
+async fn a_flush_after_a_failed_write_fails() {
+    let (sink, bus) = failing_bus();
     let mut chain = RunChain::new("r", "a", None);
     bus.emit_all(events(&mut chain, 3));
     let e = bus
@@ -96,11 +102,7 @@ async fn a_flush_after_a_failed_write_fails() {
 /// process that ends (e.g. `toolgate replay --audit`) must not report success.
 #[tokio::test]
 async fn a_shutdown_fails_after_any_loss_even_one_a_flush_reported() {
-    let sink = Arc::new(FailingWrites {
-        inner: MemorySink::new(),
-        fail: std::sync::atomic::AtomicBool::new(true),
-    });
-    let bus = AuditBus::new(vec![sink.clone()], BusConfig::default());
+    let (sink, bus) = failing_bus();
     let mut chain = RunChain::new("r", "a", None);
     bus.emit_all(events(&mut chain, 3));
     assert!(bus.flush(Duration::from_secs(5)).await.is_err());
