@@ -205,9 +205,9 @@ impl EngineBuilder {
         }
         Ok(GovernanceEngine {
             inner: Arc::new(EngineInner {
-                policies: ArcSwap::from_pointee(decide::profile::PolicySet::new(Arc::new(
-                    compiled,
-                ))),
+                policies: decide::current::CurrentPolicies::new(decide::profile::PolicySet::new(
+                    Arc::new(compiled),
+                )),
                 clock: self.clock,
                 decide: decide::env::DecideEnv {
                     org_timezone: self.org_timezone,
@@ -325,9 +325,7 @@ impl GovernanceEngine {
         self.inner.set_redacting(&compiled);
         self.inner
             .policies
-            .store(Arc::new(decide::profile::PolicySet::new(Arc::new(
-                compiled,
-            ))));
+            .store(decide::profile::PolicySet::new(Arc::new(compiled)));
         Ok(())
     }
 
@@ -337,9 +335,7 @@ impl GovernanceEngine {
         self.inner.set_redacting(&compiled);
         self.inner
             .policies
-            .store(Arc::new(decide::profile::PolicySet::new(Arc::new(
-                compiled,
-            ))));
+            .store(decide::profile::PolicySet::new(Arc::new(compiled)));
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use super::call::RunContext;
 use super::custom::CustomRegistry;
 use super::history::History;
-use super::profile::{MapSnapshot, ToolProfile};
+use super::profile::ToolProfile;
 use super::signals::SignalRegistry;
 use super::subjects::RegisteredExtractor;
 use super::tz::{LocalMemo, TzNames, remembered_day_minute};
@@ -51,10 +51,10 @@ pub(crate) struct RunFacts {
     pub(crate) history: Mutex<History>,
     /// The end user's time zone from a tag, parsed once: (tag, zone).
     pub(crate) tz_cache: std::sync::OnceLock<(Box<str>, Option<Tz>)>,
-    /// The profile map last read (see `profile.rs`).
-    pub(crate) profiles: MapSnapshot,
     /// The local time of the last second a `timeGate` asked (see `tz.rs`).
     pub(crate) local_memo: Mutex<Option<LocalMemo>>,
+    /// The end user's tags laid out for a scan (`None`: no end user, or too many tags).
+    pub(crate) enduser_tags: Option<EnduserTags>,
     pub(crate) run_key: Arc<str>,
     pub(crate) agent_key: Arc<str>,
     pub(crate) agent_user_key: Arc<str>,
@@ -68,11 +68,14 @@ impl RunFacts {
             run_key: Arc::from(crate::state::run_scope(&context.agent_id, &context.run_id)),
             agent_key: Arc::from(crate::state::agent_scope(&context.agent_id)),
             agent_user_key: Arc::from(crate::state::user_scope(&context.agent_id, enduser)),
+            enduser_tags: context
+                .enduser
+                .as_ref()
+                .and_then(|u| EnduserTags::new(&u.tags)),
             context: Arc::new(context),
             started_ms,
             history: Mutex::new(History::default()),
             tz_cache: std::sync::OnceLock::new(),
-            profiles: MapSnapshot::default(),
             local_memo: Mutex::new(None),
         }
     }
@@ -114,6 +117,64 @@ impl RunFacts {
     }
 }
 
+/// The end user's tags laid out for a scan: keys and values in one string, their bounds in a
+/// list. A lookup compares lengths first and walks no B-tree: most runs' users have a handful
+/// of tags, and `enduserTag` conditions read them on every decision.
+#[derive(Debug)]
+pub(crate) struct EnduserTags {
+    text: Box<str>,
+    /// Per tag: where its key starts, where the key ends and the value starts, where the value
+    /// ends (byte offsets in `text`).
+    bounds: Box<[(u32, u32, u32)]>,
+}
+
+impl EnduserTags {
+    /// Tags past which the map's own ordered search is used instead.
+    const MAX: usize = 8;
+
+    /// The layout of `tags`; `None` when there are more than [`MAX`](Self::MAX) (or their text
+    /// does not fit 32-bit offsets).
+    pub(crate) fn new(tags: &std::collections::BTreeMap<String, String>) -> Option<EnduserTags> {
+        if tags.len() > Self::MAX {
+            return None;
+        }
+        let len: usize = tags.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let fits = |n: usize| u32::try_from(n).ok();
+        fits(len)?;
+        let mut text = String::with_capacity(len);
+        let mut bounds = Vec::with_capacity(tags.len());
+        for (k, v) in tags {
+            let start = fits(text.len())?;
+            text.push_str(k);
+            let mid = fits(text.len())?;
+            text.push_str(v);
+            bounds.push((start, mid, fits(text.len())?));
+        }
+        Some(EnduserTags {
+            text: text.into_boxed_str(),
+            bounds: bounds.into_boxed_slice(),
+        })
+    }
+
+    /// The value of tag `key`.
+    #[inline]
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        let k = key.as_bytes();
+        let text = self.text.as_bytes();
+        for &(start, mid, end) in &*self.bounds {
+            let (start, mid) = (start as usize, mid as usize);
+            if mid - start == k.len()
+                && text
+                    .get(start..mid)
+                    .is_some_and(|t| crate::policy::eq_bytes(t, k))
+            {
+                return self.text.get(mid..end as usize);
+            }
+        }
+        None
+    }
+}
+
 impl ToolProfile {
     /// Whether deciding on this tool in `phase` awaits anything: a signal provider, or a
     /// subject extractor registered for the tool when a rule in play needs subjects (from the
@@ -145,4 +206,53 @@ pub(crate) struct ScanMode {
     /// only a what-if replay of a recorded trail honours them. Live calls are scanned whatever
     /// they contain.
     pub(crate) stand_ins: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EnduserTags;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn enduser_tags_find_what_the_map_finds() {
+        let keys = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "tz",
+            "role",
+            "rolf",
+            "plan",
+            "tier",
+            "région",
+            "a_long_key_past_16_bytes",
+        ];
+        for n in 0..=8 {
+            let tags: BTreeMap<String, String> = keys[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (k.to_string(), format!("v{i}é")))
+                .collect();
+            let laid_out = EnduserTags::new(&tags).expect("up to 8 tags are laid out");
+            for k in keys
+                .iter()
+                .chain(&["c", "rol", "roles", "a_long_key_past_16_bytez"])
+            {
+                assert_eq!(
+                    laid_out.get(k),
+                    tags.get(*k).map(String::as_str),
+                    "{k} in {n}"
+                );
+            }
+        }
+        let many: BTreeMap<String, String> = keys
+            .iter()
+            .map(|k| (k.to_string(), String::new()))
+            .collect();
+        assert!(
+            EnduserTags::new(&many).is_none(),
+            "more than 8: the map's own search"
+        );
+    }
 }

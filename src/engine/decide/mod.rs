@@ -15,6 +15,7 @@
 pub(super) mod call;
 pub(crate) mod conditions;
 pub(super) mod ctx;
+pub(super) mod current;
 pub(super) mod custom;
 pub(super) mod decision;
 mod decision_json;

@@ -56,7 +56,7 @@ pub(crate) struct ToolProfile {
 
 /// Outcomes a tool's [`EvaluatedCache`] keeps per phase: a tool's calls mostly come out one of
 /// a few ways.
-const EVALUATED_OUTCOMES: usize = 4;
+const EVALUATED_OUTCOMES: usize = 8;
 
 /// The `evaluated` lists of the first few plain outcomes seen (see `Combiner` in
 /// `evaluate.rs`), by the bits of the rules that triggered: a decision shares one instead of
@@ -223,7 +223,7 @@ fn selected_counters(policies: &CompiledPolicies, name_lc: &str, tags_lc: &[Stri
 
 /// A hasher for keys that already are hashes.
 #[derive(Default)]
-struct PreHashed(u64);
+pub(super) struct PreHashed(u64);
 
 impl Hasher for PreHashed {
     fn finish(&self) -> u64 {
@@ -239,7 +239,7 @@ impl Hasher for PreHashed {
     }
 }
 
-type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHashed>>;
+pub(super) type ProfileMap = HashMap<u64, Vec<Arc<ToolProfile>>, BuildHasherDefault<PreHashed>>;
 
 /// A compiled policy set with what the engine learns of it while deciding: the profiles of
 /// the tools and models it has seen. A reload makes a new set (fresh caches); reads go through
@@ -280,7 +280,7 @@ pub(crate) struct ToolCache {
     models: bool,
     generation: u64,
     map: ArcSwap<ProfileMap>,
-    /// Bumped after each change of `map` (see [`MapSnapshot`]).
+    /// Bumped after each change of `map` (see `current.rs`).
     version: AtomicU64,
     /// Held while the map changes; counts the bytes of names and tags cached.
     writer: parking_lot::Mutex<usize>,
@@ -330,12 +330,6 @@ fn find(map: &ProfileMap, h: u64, name: &str, tags: &[String]) -> Option<Arc<Too
     None
 }
 
-/// A run's copy of the profile map it last read: (policy generation, map version, map).
-/// Lookups through it take an uncontended lock instead of an `ArcSwap` load; it holds the
-/// map (of the policy set the run last decided under) as long as the run lives.
-#[derive(Debug, Default)]
-pub(crate) struct MapSnapshot(parking_lot::Mutex<Option<(u64, u64, Arc<ProfileMap>)>>);
-
 impl ToolCache {
     /// A cache of model profiles (see [`ToolProfile::compute_model`]).
     pub(crate) fn for_models() -> ToolCache {
@@ -364,33 +358,26 @@ impl ToolCache {
         self.compute_and_cache(policies, h, name, tags)
     }
 
-    /// [`profile`](ToolCache::profile), reading the map through a run's snapshot (refreshed
-    /// when the map changed since, or the policies did). Inline: once per decision, and the
-    /// compiler stopped inlining it as other code grew (+57 instructions per decision).
+    /// The version of the map (bumped after each change).
     #[inline]
-    pub(crate) fn profile_in(
+    pub(super) fn map_version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// The map as it is now.
+    pub(super) fn map_now(&self) -> Arc<ProfileMap> {
+        self.map.load_full()
+    }
+
+    /// The profile of `name` with `tags` if `map` (read from this cache) holds it.
+    #[inline]
+    pub(super) fn cached(
         &self,
-        policies: &CompiledPolicies,
+        map: &ProfileMap,
         name: &str,
         tags: &[String],
-        snapshot: &MapSnapshot,
-    ) -> Arc<ToolProfile> {
-        let h = key_hash(&self.seed, name, tags);
-        let version = self.version.load(Ordering::Acquire);
-        {
-            let mut snap = snapshot.0.lock();
-            let fresh = matches!(&*snap, Some((g, v, _)) if *g == self.generation && *v == version);
-            if !fresh {
-                *snap = Some((self.generation, version, self.map.load_full()));
-            }
-            if let Some(p) = snap
-                .as_ref()
-                .and_then(|(_, _, map)| find(map, h, name, tags))
-            {
-                return p;
-            }
-        }
-        self.compute_and_cache(policies, h, name, tags)
+    ) -> Option<Arc<ToolProfile>> {
+        find(map, key_hash(&self.seed, name, tags), name, tags)
     }
 
     fn compute_and_cache(
@@ -470,32 +457,6 @@ mod tests {
         let auth = c.tools.profile(&c, "login", &["auth".to_string()]);
         assert!(crate::engine::decide::history::bit(&auth.seq_bits, 1));
         assert!(auth.counters.is_empty());
-    }
-
-    #[test]
-    fn a_run_snapshot_finds_the_cached_profiles_and_sees_new_ones() {
-        let c = compiled();
-        let snap = MapSnapshot::default();
-        let a = c.tools.profile_in(&c, "t", &["x".to_string()], &snap);
-        assert!(Arc::ptr_eq(
-            &a,
-            &c.tools.profile(&c, "t", &["x".to_string()])
-        ));
-        let b = c.tools.profile(&c, "u", &[]);
-        assert!(Arc::ptr_eq(&b, &c.tools.profile_in(&c, "u", &[], &snap)));
-        assert!(Arc::ptr_eq(
-            &a,
-            &c.tools.profile_in(&c, "t", &["x".to_string()], &snap)
-        ));
-        let other = compiled();
-        let o = other
-            .tools
-            .profile_in(&other, "t", &["x".to_string()], &snap);
-        assert!(!Arc::ptr_eq(&a, &o));
-        assert!(Arc::ptr_eq(
-            &o,
-            &other.tools.profile(&other, "t", &["x".to_string()])
-        ));
     }
 
     #[test]

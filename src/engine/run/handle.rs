@@ -315,18 +315,9 @@ impl Run {
             *out = aborted_decision();
             return Ok(false);
         }
-        let policies = self.engine.policies.load();
-        let profile = policies.tools.profile_in(
-            &policies,
-            &call.name,
-            &call.tags,
-            &self.shared.facts.profiles,
-        );
+        let (policies, profile) = self.engine.policies.tool_profile(&call.name, &call.tags);
         if shared_store || profile.needs_async(&self.engine.decide, Phase::Before) {
-            return Err(AsyncPlan {
-                policies: arc_swap::Guard::into_inner(policies),
-                profile,
-            });
+            return Err(AsyncPlan { policies, profile });
         }
         let decide = AssertUnwindSafe(|| {
             let view = call_view(call, &profile, None);

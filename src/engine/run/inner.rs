@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
 use crate::engine::audit::evaluations::EngineEvals;
 use crate::engine::audit::state::AuditState;
 use crate::engine::clock::Clock;
@@ -30,7 +28,7 @@ pub enum FailureMode {
 }
 
 pub(crate) struct EngineInner {
-    pub(crate) policies: ArcSwap<crate::engine::decide::profile::PolicySet>,
+    pub(crate) policies: crate::engine::decide::current::CurrentPolicies,
     pub(crate) clock: Arc<dyn Clock>,
     /// What decisions read of the engine: registries, the state store, time zones, timeouts.
     pub(crate) decide: decide::env::DecideEnv,

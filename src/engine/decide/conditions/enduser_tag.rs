@@ -1,16 +1,19 @@
 //! `enduserTag`: tests a tag of the end user. No end user or no tag: false.
-use super::{Tri, small_get};
+use super::Tri;
 use crate::engine::decide::ctx::DecisionCtx;
 use crate::policy::EnduserTagOp;
 use crate::policy::eq_bytes;
 
 pub(crate) fn eval(op: &EnduserTagOp, ctx: &mut DecisionCtx<'_>) -> Tri {
-    let tag = |t: &str| {
-        ctx.run
+    let tag = |t: &str| match &ctx.run.enduser_tags {
+        Some(tags) => tags.get(t),
+        None => ctx
+            .run
             .context
             .enduser
             .as_ref()
-            .and_then(|u| small_get(&u.tags, t))
+            .and_then(|u| u.tags.get(t))
+            .map(String::as_str),
     };
     let eq = |a: &str, b: &str| eq_bytes(a.as_bytes(), b.as_bytes());
     match op {
