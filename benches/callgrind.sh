@@ -46,6 +46,22 @@ for n in 10 1000; do
   echo "cedar/$n before_tool: $((total / decisions)) instructions per decision ($decisions decisions, callgrind)"
 done
 
+# The same two workloads with mimalloc, the allocator the `toolgate` binary and the Node addon
+# ship with (cargo feature `mimalloc`): what a decision costs as shipped. The figures above
+# (the system allocator) stay the reference for comparisons across sessions.
+mi_bin=$(cargo bench --no-default-features --features mimalloc --bench support_calls --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+if [ -x "$mi_bin" ]; then
+  for mode in support cedar; do
+    arg=(); [ "$mode" = cedar ] && arg=(cedar)
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg.mi.$mode" \
+      --toggle-collect='*support_calls::decide*' "$mi_bin" 10 "$runs" "${arg[@]}" >"$out/decisions.mi.$mode" 2>"$out/log.mi.$mode" \
+      || { echo "callgrind.sh: valgrind failed ($mode, mimalloc)"; continue; }
+    decisions=$(tail -1 "$out/decisions.mi.$mode")
+    total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/cg.mi.$mode" | head -1)
+    echo "$mode/10 before_tool with mimalloc: $((total / decisions)) instructions per decision ($decisions decisions, callgrind)"
+  done
+fi
+
 # A model call's gate on a policy without llm.before rules (design: it costs nothing
 # measurable): instructions per `before_llm`, counted like the decisions above.
 if valgrind --tool=callgrind --callgrind-out-file="$out/llm" \
