@@ -58,6 +58,16 @@ fn decisions_during_reloads_follow_one_whole_set_and_see_the_last_one() {
             })
         })
         .collect();
+    // This thread decides under the first set before any reload: its copy of that set must not
+    // outlive the reloads.
+    let first = engine.start_run(RunContext::new("first", "agent"));
+    assert_eq!(
+        first
+            .before_tool_blocking(call("f", "a", json!({})))
+            .reason
+            .as_deref(),
+        Some("A")
+    );
     for n in 1..=200u64 {
         let (tool, set) = if n % 2 == 1 { ("b", "B") } else { ("a", "A") };
         engine.reload(vec![blocking(tool, set)]).expect("reloads");
@@ -74,14 +84,24 @@ fn decisions_during_reloads_follow_one_whole_set_and_see_the_last_one() {
         })
         .join()
         .expect("joins");
-        assert_eq!(seen.as_deref(), Some(set), "reload {n} seen by another thread");
+        assert_eq!(
+            seen.as_deref(),
+            Some(set),
+            "reload {n} seen by another thread"
+        );
     }
     stop.store(true, Ordering::Release);
-    let decided: u64 = deciders.into_iter().map(|h| h.join().expect("a decider")).sum();
+    let decided: u64 = deciders
+        .into_iter()
+        .map(|h| h.join().expect("a decider"))
+        .sum();
     assert!(decided > 0);
     // The deciders' threads decided under many sets; they still follow the last one.
     let run = engine.start_run(RunContext::new("last", "agent"));
-    assert!(run.before_tool_blocking(call("z", "b", json!({}))).is_allowed());
+    assert!(
+        run.before_tool_blocking(call("z", "b", json!({})))
+            .is_allowed()
+    );
     assert_eq!(
         run.before_tool_blocking(call("z2", "a", json!({})))
             .reason
@@ -106,8 +126,56 @@ fn one_thread_deciding_for_three_engines_in_turn_keeps_each_engines_rules() {
         }
         if round == 10 {
             // A reload of one engine changes only its own decisions.
-            engines[0].1.reload(vec![blocking("c", "A2")]).expect("reloads");
+            engines[0]
+                .1
+                .reload(vec![blocking("c", "A2")])
+                .expect("reloads");
             engines[0].0 = "c".to_string();
         }
+    }
+}
+
+#[test]
+fn a_custom_condition_may_decide_on_other_engines_inside_a_decision() {
+    // The inner decisions run on the deciding thread, in the middle of the outer one: each
+    // reads its own engine's set through the same thread's copies.
+    let inner: Vec<_> = ["b", "c", "d"]
+        .iter()
+        .map(|t| Arc::new(engine_on(blocking(t, &t.to_uppercase()))))
+        .collect();
+    let engines = inner.clone();
+    let outer = GovernanceEngine::builder()
+        .policy(policy(
+            r#"{"policy": {"name": "outer"}, "rules": [{"id": "o", "name": "o", "priority": 1,
+                "enabled": true, "selector": {"phase": "tool.before", "tool": {"name": "a"}},
+                "condition": {"kind": "custom", "name": "inner_blocks", "args": {}},
+                "effect": {"type": "block", "reason": "inner"}}]}"#,
+        ))
+        .clock(Arc::new(clock()))
+        .custom_condition(
+            "inner_blocks",
+            move |_args: serde_json::Value, _ctx: toolgate::engine::CustomContext| {
+                let blocked = engines
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, e)| {
+                        let run = e.start_run(RunContext::new(format!("inner-{i}"), "agent"));
+                        !run.before_tool_blocking(call("i", ["b", "c", "d"][*i], json!({})))
+                            .is_allowed()
+                    })
+                    .count();
+                async move { Ok(blocked == 3) }
+            },
+        )
+        .build()
+        .expect("builds");
+    for k in 0..5 {
+        let run = outer.start_run(RunContext::new(format!("outer-{k}"), "agent"));
+        let d = run.before_tool_blocking(call("o", "a", json!({})));
+        assert_eq!(d.reason.as_deref(), Some("inner"), "{d:?}");
+        assert!(
+            run.before_tool_blocking(call("p", "b", json!({})))
+                .is_allowed()
+        );
     }
 }
