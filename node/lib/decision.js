@@ -59,58 +59,57 @@ function decisionOf(text, run) {
   )
 }
 
-// The fast crossing of a decision made at once (src/fast.rs): the addon writes its fields as
-// numbers into one Float64Array per engine, its strings as numbers into the engine's list of
-// strings, which the addon extends when it first uses a string. Slots, as in `fast::slot`:
-const FORM = 0 // 1: the decision is in the buffer; 0: the return value is its JSON text
-const SEQ = 1
-const LATENCY = 2
-const FLAGS = 3 // 1: allowed, 2: abortRun
-const CALL_NO = 4 // N for `call-N` numbered by the addon, 0 when the caller gave the id
-const PHASE = 5 // PHASE..SHADOW_EFFECT: string numbers, -1 for null
-const EFFECT = 6
-const CODE = 7
-const REASON = 8
-const RULE_ID = 9
-const SHADOW_EFFECT = 10
-const FIRST_NEW = 11 // the number of the first of the new strings returned
-const OUT_LEN = 12
+// The fast crossing of a decision made at once (src/fast.rs, `unit`): the addon returns a
+// short string of 16-bit code units — its flags, its strings as numbers into the engine's list
+// of strings (which the addon extends when it first uses a string), its numbers in 48 bits
+// (three units, low first). JSON text (an object, `{`) when a decision does not fit. Units:
+const MARK = 0x100 // HEAD = MARK + flags (1: allowed, 2: abortRun)
+const PHASE = 1 // PHASE..PHASE + 5: phase, effect, code, reason, rule id, shadow effect
+const NONE = 0xffff // a null string
+const SEQ = 7
+const LATENCY = 10
+const CALL_NO = 13
+const LEN = 16 // with new strings: the number of the first, then their JSON array text
 
-/** The engine's buffer and list of strings (shared by its runs; decisions are read at once). */
+/** The 48-bit number at unit `i` of `r`. */
+function n48(r, i) {
+  return r.charCodeAt(i) + r.charCodeAt(i + 1) * 0x10000 + r.charCodeAt(i + 2) * 0x100000000
+}
+
+/** The engine's list of strings (shared by its runs). */
 class Crossing {
   constructor() {
-    this.out = new Float64Array(OUT_LEN)
     this.strings = []
   }
   /** The decision of call `callId` (undefined: numbered by the addon), from `r`, the addon's answer. */
   read(r, callId, run) {
-    const out = this.out
-    if (out[FORM] === 0) return decisionOf(r, run)
+    const head = r.charCodeAt(0)
+    if (head < MARK) return decisionOf(r, run)
     const strings = this.strings
-    if (r != null) {
-      const added = JSON.parse(r)
-      const first = out[FIRST_NEW]
+    if (r.length > LEN) {
+      const added = JSON.parse(r.slice(LEN + 1))
+      const first = r.charCodeAt(LEN)
       for (let i = 0; i < added.length; i++) strings[first + i] = added[i]
     }
-    const flags = out[FLAGS]
-    const reason = out[REASON]
-    const ruleId = out[RULE_ID]
-    const shadow = out[SHADOW_EFFECT]
+    const flags = head - MARK
+    const reason = r.charCodeAt(PHASE + 3)
+    const ruleId = r.charCodeAt(PHASE + 4)
+    const shadow = r.charCodeAt(PHASE + 5)
     return new Decision(
-      callId === undefined ? `call-${out[CALL_NO]}` : callId,
-      strings[out[PHASE]],
-      strings[out[EFFECT]],
-      strings[out[CODE]],
-      reason < 0 ? null : strings[reason],
-      ruleId < 0 ? null : strings[ruleId],
+      callId === undefined ? `call-${n48(r, CALL_NO)}` : callId,
+      strings[r.charCodeAt(PHASE)],
+      strings[r.charCodeAt(PHASE + 1)],
+      strings[r.charCodeAt(PHASE + 2)],
+      reason === NONE ? null : strings[reason],
+      ruleId === NONE ? null : strings[ruleId],
       (flags & 1) === 1,
       null,
       (flags & 2) === 2,
-      shadow < 0 ? null : strings[shadow],
+      shadow === NONE ? null : strings[shadow],
       null,
-      out[LATENCY],
+      n48(r, LATENCY),
       run,
-      out[SEQ],
+      n48(r, SEQ),
       undefined,
     )
   }

@@ -9,6 +9,12 @@ const { decisionOf } = require('./decision.js')
 const { namer, refuse } = require('./guard.js')
 
 const kNo = Symbol('toolgate.no')
+
+// Decides a packed call: `(no, packed, callId?)` -> the decision in the fast form or as JSON
+// text, or '' when it awaits something (then `native.runPending(no)` is its promise). A
+// function the addon makes from a closure: cheaper to call than its `#[napi]` functions
+// (src/run.rs, `before_tool_function`).
+const runBeforeToolPacked = native.beforeToolFunction()
 const kReviewIds = Symbol('toolgate.reviewIds')
 const kHeld = Symbol('toolgate.held')
 
@@ -17,7 +23,7 @@ const REVIEW_IDS_KEPT = 1024
 
 /**
  * A call's args (JSON text, or undefined), name and tags as one string for the addon,
- * `args NUL name (NUL tag)*` (src/run.rs, `runBeforeToolPacked`): Node-API converts one string
+ * `args NUL name (NUL tag)*` (src/run.rs, `before_tool_function`): Node-API converts one string
  * instead of two and an array of strings. JSON text never holds a NUL; a name or a tag that
  * does is not packed (undefined: the call goes through `runBeforeTool` as it is).
  */
@@ -93,10 +99,12 @@ class Run {
       }
       const text = json(a, 'args')
       const packed = pack(text, name, tags)
-      r =
-        packed === undefined
-          ? native.runBeforeTool(this[kNo], name, text, tags, callId, crossing.out)
-          : native.runBeforeToolPacked(this[kNo], packed, callId, crossing.out)
+      if (packed === undefined) {
+        r = native.runBeforeTool(this[kNo], name, text, tags, callId)
+      } else {
+        r = runBeforeToolPacked(this[kNo], packed, callId)
+        if (r === '') r = native.runPending(this[kNo])
+      }
     } catch (e) {
       return Promise.reject(translate(e))
     }

@@ -3,6 +3,8 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -15,8 +17,10 @@ use toolgate::engine::{
 };
 use toolgate::policy::{EffectType, Phase};
 
-use crate::fast::{self, Filled, Strings, slot};
-use crate::{NativeDecision, NowOrLater, Recent, invalid, now_or_later, toolgate_error};
+use crate::fast::{self, Strings};
+use crate::{
+    NativeDecision, NowOrLater, Recent, in_runtime, invalid, now_or_later, toolgate_error,
+};
 
 /// A run of an agent.
 #[napi]
@@ -36,6 +40,8 @@ struct RunState {
     llm_calls: AtomicU64,
     recent: Recent,
     strings: Arc<Strings>,
+    /// The decision `beforeToolFunction`'s function left for `runPending` (taken at once).
+    pending: std::sync::Mutex<Option<LaterText>>,
 }
 
 /// The live runs of this thread (the JavaScript thread of one Node environment), by number:
@@ -60,6 +66,7 @@ impl NativeRun {
             llm_calls: AtomicU64::new(0),
             recent: Recent::default(),
             strings,
+            pending: std::sync::Mutex::new(None),
         });
         let no = RUNS.with_borrow_mut(|runs| match runs.free.pop() {
             Some(no) => {
@@ -98,50 +105,45 @@ impl RunState {
         }
     }
 
-    /// Decides a tool call (phase `tool.before`). A decision made at once is written to `out`
-    /// (a `Float64Array`, see `fast::slot`) when it fits there, the return value then being
-    /// the strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as
-    /// JSON text (`out[0]` is 0), or a promise of that when something had to be awaited.
-    fn before_tool<'env>(
+    /// Decides a tool call (phase `tool.before`): a decision made at once in the fast form
+    /// (a string of 16-bit units, see `fast::unit`) when it fits there, else as JSON text; the
+    /// rest of the decision, when something had to be awaited.
+    fn before_tool(
         &self,
-        env: &'env Env,
         name: String,
         args_json: Option<&str>,
         tags: Vec<String>,
         call_id: Option<String>,
-        out: OutBuffer<'_>,
-    ) -> Result<Decided<'env>> {
+    ) -> Result<Crossed> {
         self.open()?;
-        let out = fast::buffer(out)?;
         let args = json_arg("args", args_json)?;
         let (id, call_no) = match call_id {
             Some(id) => (id, 0),
             None => {
                 let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
-                (format!("call-{n}"), n)
+                (numbered("call-", n), n)
             }
         };
         // A numbered call's id is made again on the rare paths that need it.
         let given = (call_no == 0).then(|| id.clone());
-        let id_of = move || given.unwrap_or_else(|| format!("call-{call_no}"));
+        let id_of = move || given.unwrap_or_else(|| numbered("call-", call_no));
         let call = ToolCall::new(id, name, args).with_tags(tags);
-        let run = self.run.clone();
-        match now_or_later(async move { run.before_tool(call).await }) {
-            NowOrLater::Now(d) => match self.strings.fill(&d, call_no, out) {
-                Filled::Buffer(new) => {
-                    out[slot::SEQ] = self.recent.keep(d) as f64;
-                    Ok(Either::A(new))
+        // Decided here when nothing has to be awaited (no future to allocate or poll), inside
+        // the runtime's context (the audit trail's slow evaluators are spawned on it); the
+        // rest runs on the runtime.
+        Ok(match in_runtime(|| self.run.before_tool_now(call)) {
+            Ok(d) => match self.strings.number(&d) {
+                Some(numbered) => {
+                    let (flags, latency) = (fast::flags(&d), d.latency_ns);
+                    let seq = self.recent.keep(d);
+                    Crossed::Fast(numbered.encode(flags, seq, latency, call_no))
                 }
-                Filled::Text => Ok(Either::A(Some(
-                    NativeDecision::new(id_of(), d, &self.recent).to_json_text(),
-                ))),
+                None => Crossed::Text(NativeDecision::new(id_of(), d, &self.recent).to_json_text()),
             },
-            NowOrLater::Later(fut) => env
-                .spawn_future(async move {
-                    NativeDecision::awaited(id_of(), fut.await).map(|d| d.to_json_text())
-                })
-                .map(Either::B),
-        }
+            Err(pending) => Crossed::Later(Box::pin(async move {
+                NativeDecision::awaited(id_of(), pending.await).map(|d| d.to_json_text())
+            })),
+        })
     }
 
     /// Records the outcome of an allowed call and decides the after-phase rules: the
@@ -194,11 +196,39 @@ impl RunState {
     }
 }
 
+/// The JSON text of a decision still to be made.
+type LaterText = Pin<Box<dyn Future<Output = Result<String>> + Send>>;
+
+/// The function [`before_tool_function`] makes: `(no, packed, callId?)` to the fast form or
+/// JSON text.
+type PackedFunction<'env> =
+    Function<'env, FnArgs<(u32, Utf16String, Option<String>)>, Either<Utf16String, String>>;
+
+/// How a before decision crosses: in the fast form, as JSON text, or later (a promise).
+enum Crossed {
+    /// A decision made at once, in the fast form (`fast::unit`).
+    Fast(Vec<u16>),
+    /// A decision made at once, as JSON text.
+    Text(String),
+    /// The rest of a decision that has something to await: its JSON text.
+    Later(LaterText),
+}
+
+impl Crossed {
+    /// The value a `#[napi]` function returns: a promise for a decision not made yet.
+    fn into_js<'env>(self, env: &'env Env) -> Result<Decided<'env>> {
+        match self {
+            Crossed::Fast(units) => Ok(Either3::A(Utf16String::from(units))),
+            Crossed::Text(text) => Ok(Either3::B(text)),
+            Crossed::Later(fut) => env.spawn_future(fut).map(Either3::C),
+        }
+    }
+}
+
 /// Decides a tool call of run `no` (`NativeRun.no`; phase `tool.before`; a function, not a
-/// method, for the reason [`RUNS`] gives). A decision made at once is written to `out` (a
-/// `Float64Array`, see `fast::slot`) when it fits there, the return value then being the
-/// strings new to JavaScript (a JSON array) or `null`; otherwise it is the decision as JSON
-/// text (`out[0]` is 0), or a promise of that when something had to be awaited.
+/// method, for the reason [`RUNS`] gives). A decision made at once is returned in the fast
+/// form (a string of 16-bit units, see `fast::unit`) when it fits there, else as JSON text;
+/// a promise of its JSON text when something had to be awaited.
 #[napi]
 pub fn run_before_tool<'env>(
     env: &'env Env,
@@ -207,39 +237,108 @@ pub fn run_before_tool<'env>(
     args_json: Option<String>,
     tags: Option<Vec<String>>,
     call_id: Option<String>,
-    out: OutBuffer<'_>,
 ) -> Result<Decided<'env>> {
-    state_of(no)?.before_tool(
-        env,
-        name,
-        args_json.as_deref(),
-        tags.unwrap_or_default(),
-        call_id,
-        out,
-    )
+    state_of(no)?
+        .before_tool(
+            name,
+            args_json.as_deref(),
+            tags.unwrap_or_default(),
+            call_id,
+        )?
+        .into_js(env)
 }
 
+/// The function `lib/run.js` decides packed calls with: `(no, packed, callId?)`, as
 /// [`run_before_tool`] with the args, the name and the tags in one string, `args NUL name
-/// (NUL tag)*` (`args` empty: none; JSON text never holds a NUL, and `index.js` packs only a
-/// name and tags without one): one string for Node-API to convert instead of two strings and
-/// an array of strings, which was the larger part of the crossing (docs/performance.md).
+/// (NUL tag)*` (`args` empty: none; JSON text never holds a NUL, and `lib/run.js` packs only
+/// a name and tags without one). It returns the decision in the fast form or as JSON text;
+/// for one that has to await something, the empty string: then `runPending(no)` gives its
+/// promise.
+///
+/// Made from a closure, not a `#[napi]` function: napi-rs wraps those in a borrow-tracking
+/// scope (a thread-local stack, a mutex and allocations per call: ~800 instructions, a third
+/// of the crossing's own cost), which a closure's trampoline does not; and the string comes
+/// as UTF-16 (its length is known without a scan, its copy is a widening `memcpy`), converted
+/// here with an ASCII fast path, instead of V8's UTF-8 writer, which measured and wrote it
+/// character by character.
 #[napi]
-pub fn run_before_tool_packed<'env>(
-    env: &'env Env,
-    no: u32,
-    packed: String,
-    call_id: Option<String>,
-    out: OutBuffer<'_>,
-) -> Result<Decided<'env>> {
+pub fn before_tool_function(env: &Env) -> Result<PackedFunction<'_>> {
+    env.create_function_from_closure("runBeforeToolPacked", |ctx| {
+        let no: u32 = ctx.get(0)?;
+        let packed: Utf16String = ctx.get(1)?;
+        let call_id: Option<String> = ctx.get(2)?;
+        let state = state_of(no)?;
+        let packed = utf8_of(&packed);
+        let (args, name, tags) = unpack(&packed)?;
+        Ok(match state.before_tool(name, args, tags, call_id)? {
+            Crossed::Fast(units) => Either::A(Utf16String::from(units)),
+            Crossed::Text(text) => Either::B(text),
+            Crossed::Later(fut) => {
+                *state.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(fut);
+                Either::B(String::new())
+            }
+        })
+    })
+}
+
+/// The promise of run `no`'s decision that `beforeToolFunction`'s function left pending.
+#[napi]
+pub fn run_pending(env: &Env, no: u32) -> Result<PromiseRaw<'_, String>> {
     let state = state_of(no)?;
-    let Some((args, rest)) = packed.split_once('\0') else {
+    let fut = state
+        .pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let fut = fut.ok_or_else(|| invalid(format!("run {no}: no decision pending")))?;
+    env.spawn_future(fut)
+}
+
+/// UTF-16 text as UTF-8: ASCII byte for byte (the common case: two loops the compiler
+/// vectorises); otherwise decoded, a lone surrogate as U+FFFD (as Node-API's UTF-8 does).
+fn utf8_of(units: &[u16]) -> String {
+    if units.iter().fold(0, |any, &u| any | u) < 0x80 {
+        let bytes: Vec<u8> = units.iter().map(|&u| u as u8).collect();
+        // All ASCII: valid UTF-8.
+        String::from_utf8(bytes).unwrap_or_default()
+    } else {
+        String::from_utf16_lossy(units)
+    }
+}
+
+/// `args NUL name (NUL tag)*` as its args (`None` when empty), name and tags.
+fn unpack(packed: &str) -> Result<(Option<&str>, String, Vec<String>)> {
+    let Some(at) = memchr::memchr(0, packed.as_bytes()) else {
         return Err(invalid("packed call: expected `args NUL name (NUL tag)*`"));
     };
-    let mut parts = rest.split('\0');
-    let name = parts.next().unwrap_or_default().to_string();
-    let tags = parts.map(str::to_string).collect();
-    let args = (!args.is_empty()).then_some(args);
-    state.before_tool(env, name, args, tags, call_id, out)
+    // Split at NULs (ASCII): every part is on a char boundary. The name and the tags are
+    // short: a plain scan finds their ends sooner than `memchr`'s set-up.
+    let (args, mut rest) = (&packed[..at], &packed[at + 1..]);
+    let name = next_part(&mut rest);
+    let mut tags = Vec::new();
+    while let Some(r) = rest.strip_prefix('\0') {
+        rest = r;
+        tags.push(next_part(&mut rest));
+    }
+    Ok(((!args.is_empty()).then_some(args), name, tags))
+}
+
+/// The text of `rest` up to its first NUL (or its end), `rest` moved to that NUL.
+fn next_part(rest: &mut &str) -> String {
+    let n = rest.bytes().position(|b| b == 0).unwrap_or(rest.len());
+    let part = rest[..n].to_string();
+    *rest = &rest[n..];
+    part
+}
+
+/// `prefix` and `n` in decimal (`call-7`): what `format!` gives, without its machinery.
+fn numbered(prefix: &str, n: u64) -> String {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n);
+    let mut s = String::with_capacity(prefix.len() + digits.len());
+    s.push_str(prefix);
+    s.push_str(digits);
+    s
 }
 
 /// Records the outcome of an allowed call of run `no` (`NativeRun.no`) and decides the
@@ -329,13 +428,11 @@ fn json_value(what: &str, text: &str) -> Result<Value> {
     Ok(v)
 }
 
-/// The `Float64Array` a decision made at once is written to (a type alias: napi-derive reads
-/// a `&mut` argument as a class instance).
-type OutBuffer<'a> = &'a mut [f64];
-
-/// A decision now (in the buffer, with the strings new to JavaScript if any; or as JSON
-/// text), or a promise of it (JSON text).
-type Decided<'env> = Either<Option<String>, PromiseRaw<'env, String>>;
+/// A decision now (in the fast form, `fast::unit`; or as JSON text), or a promise of it (JSON
+/// text).
+type Decided<'env> = Either3<Utf16String, String, PromiseRaw<'env, String>>;
+/// A decision now as JSON text, or a promise of it.
+type TextDecided<'env> = Either<String, PromiseRaw<'env, String>>;
 /// An after-phase decision (or `null`) now, or a promise of it.
 type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>>>;
 
@@ -391,7 +488,7 @@ impl NativeRun {
         model: String,
         messages_json: Option<String>,
         call_id: Option<String>,
-    ) -> Result<Decided<'env>> {
+    ) -> Result<TextDecided<'env>> {
         let state = &self.state;
         state.open()?;
         // Without llm.before rules (nor recorded messages) the messages are not parsed.
@@ -400,19 +497,16 @@ impl NativeRun {
             Some(t) => json_value("messages", &t)?,
         };
         let id = call_id.unwrap_or_else(|| {
-            format!(
-                "llm-{}",
-                state.llm_calls.fetch_add(1, Ordering::Relaxed) + 1
-            )
+            numbered("llm-", state.llm_calls.fetch_add(1, Ordering::Relaxed) + 1)
         });
         let call = LlmCall::new(model)
             .with_messages(messages)
             .with_id(id.clone());
         let run = state.run.clone();
         match now_or_later(async move { run.before_llm(&call).await }) {
-            NowOrLater::Now(d) => Ok(Either::A(Some(
+            NowOrLater::Now(d) => Ok(Either::A(
                 NativeDecision::new(id, d, &state.recent).to_json_text(),
-            ))),
+            )),
             NowOrLater::Later(fut) => env
                 .spawn_future(async move {
                     NativeDecision::awaited(id, fut.await).map(|d| d.to_json_text())

@@ -74,3 +74,32 @@ test('past the bound on numbered strings (4,096), decisions cross as JSON text a
   const ok = await run.beforeTool('other', {})
   assert.deepEqual([ok.effect, ok.code, ok.ruleId, ok.reason], ['allow', 'ALLOWED', null, null])
 })
+
+test('numbers past 16 bits cross whole: call numbers and decision numbers beyond 65,536', async () => {
+  const engine = new Engine(policy(rule('no-drop', ALWAYS, 'block', { tool: 'drop*', reason: 'No.' })))
+  const run = engine.startRun('bot')
+  let d
+  for (let i = 1; i <= 70_000; i++) {
+    d = await run.beforeTool(i % 2 ? 'search' : 'dropTable', {})
+    if (i === 65_535 || i === 65_536 || i === 65_537) assert.equal(d.callId, `call-${i}`)
+  }
+  assert.equal(d.callId, 'call-70000')
+  assert.deepEqual([d.effect, d.ruleId], ['block', 'no-drop'])
+  // The run keeps its last decisions whole: the newest one reads back by its number.
+  assertSameAsRust(d)
+  assert.equal(d.toJSON().effect, 'block')
+})
+
+test('a decision that has to await (a signal) still settles through the packed crossing', async () => {
+  const engine = new Engine(
+    policy(rule('risky', { kind: 'signal', key: 'risk', op: 'gt', value: 5 }, 'block', { reason: 'Too risky.' })),
+  )
+  engine.registerSignal('risk', async () => 9)
+  const run = engine.startRun('bot')
+  const p = run.beforeTool({ name: 'pay', args: { amount: 1 }, tags: ['money'] })
+  assert.ok(p instanceof Promise)
+  const d = await p
+  assert.deepEqual([d.effect, d.ruleId, d.callId], ['block', 'risky', 'call-1'])
+  const next = await run.beforeTool('search', {})
+  assert.equal(next.callId, 'call-2')
+})

@@ -49,7 +49,7 @@ test('a call packed into one string decides as the same call crossed unpacked', 
     const engine = new Engine(POLICY)
     const run = engine.startRun('bot')
     const n = run[kNative]
-    const r = native.runBeforeTool(n.no, name, args === undefined ? undefined : JSON.stringify(args), tags, undefined, engine[kCrossing].out)
+    const r = native.runBeforeTool(n.no, name, args === undefined ? undefined : JSON.stringify(args), tags, undefined)
     const plain = engine[kCrossing].read(r, undefined, n)
     assert.deepEqual(whole(packed), whole(plain), `${JSON.stringify(name)} ${JSON.stringify(tags)}`)
     for (const k of ['callId', 'phase', 'effect', 'code', 'reason', 'ruleId', 'allowed', 'abortRun', 'shadowEffect', 'error']) {
@@ -74,4 +74,23 @@ test('names and tags holding a NUL are not packed, and decide as given', async (
   // The args' own NULs are escaped in JSON: packed as any other.
   const e = await run.beforeTool({ name: 'refund', args: { amount: 500, note: '\u0000' } })
   assert.equal(e.ruleId, 'big')
+})
+
+test('names, tags and args beyond ASCII (and a lone surrogate) decide packed as unpacked', async () => {
+  const odd = [
+    ['zahlungsübersicht', { q: 'Grüße 東京 🙂' }, ['geld', 'ñ']],
+    ['exportÜsers', { all: true }, ['pii']],
+    // (A lone surrogate inside the args is refused as not JSON by both crossings: serde_json.)
+    ['search\ud800', { q: 'no surrogate here' }, ['a\udfff']],
+    ['pay', { amount: 1 }, ['x', 'payments', 'ü']],
+  ]
+  for (const [name, args, tags] of odd) {
+    const packed = await new Engine(POLICY).startRun('bot').beforeTool({ name, args, tags })
+    const engine = new Engine(POLICY)
+    const run = engine.startRun('bot')
+    const n = run[kNative]
+    const r = native.runBeforeTool(n.no, name, JSON.stringify(args), tags, undefined)
+    const plain = await (r instanceof Promise ? r.then((t) => engine[kCrossing].read(t, undefined, n)) : engine[kCrossing].read(r, undefined, n))
+    assert.deepEqual(whole(packed), whole(plain), JSON.stringify(name))
+  }
 })

@@ -71,7 +71,7 @@ pub use hitl::reviews::{
 };
 pub use llm::{LlmCall, LlmUsage, MAX_PRICES, ModelPrice, Prices, STATUS_BUDGET_EXCEEDED};
 pub use run::guard::{Guarded, Refusal};
-pub use run::handle::Run;
+pub use run::handle::{PendingDecision, Run};
 pub(crate) use run::inner::EngineInner;
 pub use run::inner::FailureMode;
 pub use run::observe::DecisionObserver;

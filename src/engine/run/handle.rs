@@ -93,6 +93,36 @@ struct AsyncPlan {
     profile: Arc<ToolProfile>,
 }
 
+/// A before decision started, waiting for what its plan awaits.
+struct Waiting {
+    call: ToolCall,
+    plan: AsyncPlan,
+    started: Stopwatch,
+    /// The decision's time.
+    at: DateTime<Utc>,
+}
+
+/// The rest of a before decision that awaits a signal provider or a subject extractor
+/// ([`Run::before_tool_now`]): a future of the decision, to await on a tokio runtime.
+pub struct PendingDecision(std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send>>);
+
+impl std::future::Future for PendingDecision {
+    type Output = Decision;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Decision> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for PendingDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PendingDecision")
+    }
+}
+
 impl Run {
     pub(crate) fn new(engine: Arc<EngineInner>, context: RunContext) -> Run {
         let now = engine.clock.now();
@@ -207,34 +237,32 @@ impl Run {
     ///
     /// Never fails: an internal fault yields a decision by the engine's failure mode. When no
     /// signal provider or subject extractor is in play the decision is made without awaiting
-    /// (see [`before_tool_blocking`](Run::before_tool_blocking) for callers that are not async).
+    /// (see [`before_tool_blocking`](Run::before_tool_blocking) for callers that are not async,
+    /// [`before_tool_now`](Run::before_tool_now) for callers that hand the rest elsewhere).
     pub async fn before_tool(&self, call: ToolCall) -> Decision {
-        if let Some(why) = self.closed() {
-            return closed_decision(Phase::Before, why);
-        }
-        let started = Stopwatch::start();
-        let mut now = self.audited_now();
-        if let Some(at) = now
-            && let Some(d) = self.refuse_too_deep(&call, at)
-        {
-            return d;
-        }
         let mut decision = blank_decision();
-        let proceeds = match self.before_sync(&call, &mut now, &mut decision) {
-            Ok(p) => p,
-            Err(plan) => {
-                let at = *now.get_or_insert_with(|| self.engine.clock.now());
-                let fut = AssertUnwindSafe(self.decide_before_async(&call, at, plan));
-                let (d, p) = match futures::FutureExt::catch_unwind(fut).await {
-                    Ok(d) => d,
-                    Err(_) => self.before_failure(&call, at),
-                };
-                decision = d;
-                p
+        match self.before_start(call, &mut decision) {
+            None => decision,
+            Some(waiting) => self.before_rest(waiting).await,
+        }
+    }
+
+    /// [`before_tool`](Run::before_tool) made at once when nothing has to be awaited (the
+    /// common case), without a future to allocate or poll: `Err` holds the rest of the
+    /// decision, a future to await on a tokio runtime (signal providers and subject extractors
+    /// may use its timers). For bindings that return at once what they can and hand the rest
+    /// to their runtime.
+    pub fn before_tool_now(&self, call: ToolCall) -> Result<Decision, PendingDecision> {
+        let mut decision = blank_decision();
+        match self.before_start(call, &mut decision) {
+            None => Ok(decision),
+            Some(waiting) => {
+                let run = self.clone();
+                Err(PendingDecision(Box::pin(async move {
+                    run.before_rest(waiting).await
+                })))
             }
-        };
-        self.finish_before(call, &mut decision, proceeds, started, now);
-        decision
+        }
     }
 
     /// [`before_tool`](Run::before_tool) for callers that are not async (no runtime needed).
@@ -248,16 +276,24 @@ impl Run {
     pub fn before_tool_blocking(&self, call: ToolCall) -> Decision {
         // Written in place, the one value returned: the ~250-byte decision is never copied.
         let mut decision = blank_decision();
-        self.before_blocking_into(call, &mut decision);
+        if let Some(w) = self.before_start(call, &mut decision) {
+            let fut = AssertUnwindSafe(self.decide_before_async(&w.call, w.at, w.plan));
+            let (d, proceeds) = match block_on(futures::FutureExt::catch_unwind(fut)) {
+                Some(Ok(d)) => d,
+                _ => self.before_failure(&w.call, w.at),
+            };
+            decision = d;
+            self.finish_before(w.call, &mut decision, proceeds, w.started, Some(w.at));
+        }
         decision
     }
 
-    /// [`before_tool_blocking`](Run::before_tool_blocking), the decision written to `decision`
-    /// (fresh from [`blank_decision`]).
-    fn before_blocking_into(&self, call: ToolCall, decision: &mut Decision) {
+    /// A before decision as far as it goes without awaiting: written to `decision` (fresh
+    /// from [`blank_decision`]) and finished (`None`), or what the rest needs.
+    fn before_start(&self, call: ToolCall, decision: &mut Decision) -> Option<Waiting> {
         if let Some(why) = self.closed() {
             *decision = closed_decision(Phase::Before, why);
-            return;
+            return None;
         }
         let started = Stopwatch::start();
         let mut now = self.audited_now();
@@ -265,22 +301,34 @@ impl Run {
             && let Some(d) = self.refuse_too_deep(&call, at)
         {
             *decision = d;
-            return;
+            return None;
         }
-        let proceeds = match self.before_sync(&call, &mut now, decision) {
-            Ok(p) => p,
-            Err(plan) => {
-                let at = *now.get_or_insert_with(|| self.engine.clock.now());
-                let fut = AssertUnwindSafe(self.decide_before_async(&call, at, plan));
-                let (d, p) = match block_on(futures::FutureExt::catch_unwind(fut)) {
-                    Some(Ok(d)) => d,
-                    _ => self.before_failure(&call, at),
-                };
-                *decision = d;
-                p
+        match self.before_sync(&call, &mut now, decision) {
+            Ok(proceeds) => {
+                self.finish_before(call, decision, proceeds, started, now);
+                None
             }
+            Err(plan) => {
+                let at = now.unwrap_or_else(|| self.engine.clock.now());
+                Some(Waiting {
+                    call,
+                    plan,
+                    started,
+                    at,
+                })
+            }
+        }
+    }
+
+    /// The rest of a before decision that awaits something.
+    async fn before_rest(&self, w: Waiting) -> Decision {
+        let fut = AssertUnwindSafe(self.decide_before_async(&w.call, w.at, w.plan));
+        let (mut decision, proceeds) = match futures::FutureExt::catch_unwind(fut).await {
+            Ok(d) => d,
+            Err(_) => self.before_failure(&w.call, w.at),
         };
-        self.finish_before(call, decision, proceeds, started, now);
+        self.finish_before(w.call, &mut decision, proceeds, w.started, Some(w.at));
+        decision
     }
 
     /// The time of a before decision when the audit trail records it; otherwise `None`: the
