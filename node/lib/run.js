@@ -21,23 +21,28 @@ const kHeld = Symbol('toolgate.held')
 /** Review ids a run remembers (to know whether its stop may be lifted): its most recent ones. */
 const REVIEW_IDS_KEPT = 1024
 
+/** A number of tags as the one code unit that starts a packed call (the small ones made once). */
+const COUNTS = Array.from({ length: 64 }, (_, i) => String.fromCharCode(i))
+
 /**
  * A call's args (JSON text, or undefined), name and tags as one string for the addon,
- * `args NUL name (NUL tag)*` (src/run.rs, `before_tool_function`): Node-API converts one string
- * instead of two and an array of strings. JSON text never holds a NUL; a name or a tag that
- * does is not packed (undefined: the call goes through `runBeforeTool` as it is).
+ * `count name (NUL tag){count} NUL args` with `count` the number of tags as one code unit
+ * (src/run.rs, `unpack`): Node-API converts one string instead of two and an array of
+ * strings, and the addon scans only the name and the tags for their ends. JSON text never
+ * holds a NUL; a name or a tag that does is not packed, nor are 55,296 tags or more
+ * (undefined: the call goes through `runBeforeTool` as it is).
  */
 function pack(text, name, tags) {
   if (typeof name !== 'string' || name.includes('\0')) return undefined
-  let s = text === undefined ? '\0' + name : text + '\0' + name
-  if (tags !== undefined) {
-    for (let i = 0; i < tags.length; i++) {
-      const t = tags[i]
-      if (t.includes('\0')) return undefined
-      s += '\0' + t
-    }
+  const n = tags === undefined ? 0 : tags.length
+  if (n >= 0xd800) return undefined // a count must not be a surrogate
+  let s = (n < COUNTS.length ? COUNTS[n] : String.fromCharCode(n)) + name
+  for (let i = 0; i < n; i++) {
+    const t = tags[i]
+    if (t.includes('\0')) return undefined
+    s += '\0' + t
   }
-  return s
+  return text === undefined ? s + '\0' : s + '\0' + text
 }
 
 /** One agent run: `beforeTool` / `afterTool` / `end`, `guard`. */
@@ -102,7 +107,7 @@ class Run {
       if (packed === undefined) {
         r = native.runBeforeTool(this[kNo], name, text, tags, callId)
       } else {
-        r = runBeforeToolPacked(this[kNo], packed, callId)
+        r = callId === undefined ? runBeforeToolPacked(this[kNo], packed) : runBeforeToolPacked(this[kNo], packed, callId)
         if (r === '') r = native.runPending(this[kNo])
       }
     } catch (e) {

@@ -249,9 +249,8 @@ pub fn run_before_tool<'env>(
 }
 
 /// The function `lib/run.js` decides packed calls with: `(no, packed, callId?)`, as
-/// [`run_before_tool`] with the args, the name and the tags in one string, `args NUL name
-/// (NUL tag)*` (`args` empty: none; JSON text never holds a NUL, and `lib/run.js` packs only
-/// a name and tags without one). It returns the decision in the fast form or as JSON text;
+/// [`run_before_tool`] with the args, the name and the tags in one string (see [`unpack`];
+/// JSON text never holds a NUL, and `lib/run.js` packs only a name and tags without one). It returns the decision in the fast form or as JSON text;
 /// for one that has to await something, the empty string: then `runPending(no)` gives its
 /// promise.
 ///
@@ -266,7 +265,8 @@ pub fn before_tool_function(env: &Env) -> Result<PackedFunction<'_>> {
     env.create_function_from_closure("runBeforeToolPacked", |ctx| {
         let no: u32 = ctx.get(0)?;
         let packed: Utf16String = ctx.get(1)?;
-        let call_id: Option<String> = ctx.get(2)?;
+        // Most calls are numbered by the addon: `lib/run.js` then passes two arguments.
+        let call_id: Option<String> = if ctx.length() > 2 { ctx.get(2)? } else { None };
         let state = state_of(no)?;
         let packed = utf8_of(&packed);
         let (args, name, tags) = unpack(&packed)?;
@@ -294,7 +294,7 @@ pub fn run_pending(env: &Env, no: u32) -> Result<PromiseRaw<'_, String>> {
     env.spawn_future(fut)
 }
 
-/// UTF-16 text as UTF-8: ASCII byte for byte (the common case: two loops the compiler
+/// UTF-16 text as UTF-8: ASCII byte for byte (the common case: loops the compiler
 /// vectorises); otherwise decoded, a lone surrogate as U+FFFD (as Node-API's UTF-8 does).
 fn utf8_of(units: &[u16]) -> String {
     if units.iter().fold(0, |any, &u| any | u) < 0x80 {
@@ -306,20 +306,21 @@ fn utf8_of(units: &[u16]) -> String {
     }
 }
 
-/// `args NUL name (NUL tag)*` as its args (`None` when empty), name and tags.
+/// A packed call, as UTF-8 (`utf8_of`): `count name (NUL tag){count} NUL args`, `count` the
+/// number of tags as one character, `args` JSON text (empty: none). The name and the tags
+/// come first, so only they are scanned for their ends; the args are the rest.
 fn unpack(packed: &str) -> Result<(Option<&str>, String, Vec<String>)> {
-    let Some(at) = memchr::memchr(0, packed.as_bytes()) else {
-        return Err(invalid("packed call: expected `args NUL name (NUL tag)*`"));
-    };
-    // Split at NULs (ASCII): every part is on a char boundary. The name and the tags are
-    // short: a plain scan finds their ends sooner than `memchr`'s set-up.
-    let (args, mut rest) = (&packed[..at], &packed[at + 1..]);
+    let bad = || invalid("packed call: expected `count name (NUL tag){count} NUL args`");
+    let mut chars = packed.chars();
+    let count = chars.next().ok_or_else(bad)? as usize;
+    let mut rest = chars.as_str();
     let name = next_part(&mut rest);
-    let mut tags = Vec::new();
-    while let Some(r) = rest.strip_prefix('\0') {
-        rest = r;
+    let mut tags = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        rest = rest.strip_prefix('\0').ok_or_else(bad)?;
         tags.push(next_part(&mut rest));
     }
+    let args = rest.strip_prefix('\0').ok_or_else(bad)?;
     Ok(((!args.is_empty()).then_some(args), name, tags))
 }
 

@@ -94,3 +94,11 @@ test('names, tags and args beyond ASCII (and a lone surrogate) decide packed as 
     assert.deepEqual(whole(packed), whole(plain), JSON.stringify(name))
   }
 })
+
+test('many tags (a count past one byte, and past what is packed) decide packed as unpacked', async () => {
+  for (const n of [0, 1, 63, 64, 127, 128, 300, 0xd800]) {
+    const tags = Array.from({ length: n }, (_, i) => (i === n - 1 ? 'payments' : `t${i}`))
+    const d = await new Engine(POLICY).startRun('bot').beforeTool({ name: 'pay', args: { amount: 1 }, tags })
+    assert.equal(d.ruleId, n === 0 ? null : 'tagged', `${n} tags`)
+  }
+})
