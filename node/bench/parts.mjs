@@ -1,11 +1,23 @@
+// The parts of a decision's crossing through Node, each timed per call (not a test: prints
+// medians). On the support workload, per run of 20 calls, one of these modes at a time:
+//   await      `await run.beforeTool(...)`, as an agent calls it
+//   noawait    `run.beforeTool(...)` without awaiting its (resolved) promise
+//   packed     the addon's packed-call function alone, on a call packed beforehand
+//   version    an empty addon call (`native.version()`)
+//   stringify  `JSON.stringify` of the call's args
+//
+//   node bench/parts.mjs [RUNS] [mode,mode,...]
+//
+// Under callgrind, `--toggle-collect='*env::trampoline*'` with the `packed` mode counts the
+// instructions of the addon's callback per call (docs/performance.md, session 17).
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { Engine, ManualClock } from 'toolgate'
 const require = createRequire(import.meta.url)
 const { native } = require('../lib/addon.js')
 const fastFn = native.beforeToolFunction()
-const { kCrossing, kNative } = require('../lib/symbols.js')
-const w = JSON.parse(readFileSync('../benches/data/support-workload.json', 'utf8'))
+const { kNative } = require('../lib/symbols.js')
+const w = JSON.parse(readFileSync(new URL('../../benches/data/support-workload.json', import.meta.url), 'utf8'))
 const rules = w.rules10.map(({ policyId, ...r }) => r)
 const tags = Object.fromEntries(w.tools.map((t) => [t.name, t.categories]))
 const calls = w.calls.map((c) => [c[0], c[1], tags[c[0]] ?? []])
