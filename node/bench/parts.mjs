@@ -50,4 +50,4 @@ for (let i = 0; i < R; i++) {
   }
 }
 for (const m of modes) console.log(m.padEnd(10), med(res[m]), 'ns')
-console.log('engine latencyNs', med(lat))
+if (lat.length) console.log('engine latencyNs', med(lat))
