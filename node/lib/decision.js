@@ -92,14 +92,24 @@ class Crossing {
       for (let i = 0; i < added.length; i++) strings[first + i] = added[i]
     }
     const flags = head - MARK
+    const id = callId === undefined ? `call-${n48(r, CALL_NO)}` : callId
+    const phase = strings[r.charCodeAt(PHASE)]
+    const effect = strings[r.charCodeAt(PHASE + 1)]
+    const code = strings[r.charCodeAt(PHASE + 2)]
     const reason = r.charCodeAt(PHASE + 3)
     const ruleId = r.charCodeAt(PHASE + 4)
     const shadow = r.charCodeAt(PHASE + 5)
+    const known = (n) => n === NONE || strings[n] !== undefined
+    // A number this engine's list does not hold (an answer from another engine's run, read
+    // through the addon directly): never a decision with missing fields; the run's own copy.
+    if (phase === undefined || effect === undefined || code === undefined || !known(reason) || !known(ruleId) || !known(shadow)) {
+      return whole(id, run, n48(r, SEQ))
+    }
     return new Decision(
-      callId === undefined ? `call-${n48(r, CALL_NO)}` : callId,
-      strings[r.charCodeAt(PHASE)],
-      strings[r.charCodeAt(PHASE + 1)],
-      strings[r.charCodeAt(PHASE + 2)],
+      id,
+      phase,
+      effect,
+      code,
       reason === NONE ? null : strings[reason],
       ruleId === NONE ? null : strings[ruleId],
       (flags & 1) === 1,
@@ -113,6 +123,30 @@ class Crossing {
       undefined,
     )
   }
+}
+
+/** Decision `seq` of `run` from the whole Rust decision the run keeps. */
+function whole(callId, run, seq) {
+  const text = run.decisionJson(seq)
+  if (text == null) throw new Error(`toolgate: decision ${seq} of the run cannot be read back`)
+  const full = JSON.parse(text)
+  return new Decision(
+    callId,
+    full.phase,
+    full.effect,
+    full.code,
+    full.reason ?? null,
+    full.ruleId ?? null,
+    full.effect === 'allow',
+    full.hitl?.reviewId ?? null,
+    full.abortRun,
+    full.shadowEffect ?? null,
+    full.error ?? null,
+    full.latencyNs,
+    run,
+    seq,
+    full,
+  )
 }
 
 module.exports = { Decision, decisionOf, Crossing }

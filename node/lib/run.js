@@ -45,6 +45,15 @@ function pack(text, name, tags) {
   return text === undefined ? s + '\0' : s + '\0' + text
 }
 
+/**
+ * `s` if it is well-formed Unicode: the addon reads text as UTF-8, where a lone surrogate
+ * becomes U+FFFD, so two different ids (`'c\ud800'`, `'c\udc00'`) would name one call.
+ */
+function wellFormed(s, what) {
+  if (!s.isWellFormed()) throw new TypeError(`${what}: not well-formed Unicode (a lone surrogate)`)
+  return s
+}
+
 /** One agent run: `beforeTool` / `afterTool` / `end`, `guard`. */
 class Run {
   constructor(n, engine) {
@@ -100,7 +109,7 @@ class Run {
         name = call.name
         a = call.args
         tags = tagsOf(call.tags, 'tags')
-        callId = call.callId == null ? undefined : String(call.callId)
+        callId = call.callId == null ? undefined : wellFormed(String(call.callId), 'callId')
       }
       const text = json(a, 'args')
       const packed = pack(text, name, tags)
@@ -127,6 +136,7 @@ class Run {
    */
   async afterTool(callId, { output, durationMs, error } = {}) {
     if (callId == null) throw new TypeError('afterTool: expected the callId of the call')
+    callId = wellFormed(String(callId), 'callId')
     const r = guarded(() =>
       native.runAfterTool(
         this[kNo],
@@ -157,7 +167,7 @@ class Run {
     let r
     try {
       if (typeof model !== 'string') throw new TypeError('beforeLlm: expected the model name (a string)')
-      const callId = options?.callId == null ? undefined : String(options.callId)
+      const callId = options?.callId == null ? undefined : wellFormed(String(options.callId), 'callId')
       const n = this[kNative]
       // Without llm.before rules (nor recorded messages) the messages are not serialised.
       const text = n.gatesLlm ? json(messages ?? undefined, 'messages') : undefined
@@ -195,7 +205,7 @@ class Run {
         cost == null ? undefined : num(cost, 'costUsd'),
         model == null ? undefined : String(model),
         durationMs == null ? undefined : num(durationMs, 'durationMs'),
-        callId == null ? undefined : String(callId),
+        callId == null ? undefined : wellFormed(String(callId), 'callId'),
       ),
     )
   }

@@ -223,7 +223,7 @@ impl NativeEngine {
             ctx.enduser = Some(enduser(&e)?);
         }
         let run = in_runtime(|| self.engine.start_run(ctx));
-        Ok(NativeRun::new(run, self.strings.clone()))
+        NativeRun::new(run, self.strings.clone())
     }
 
     /// Registers (or replaces) the provider of signal `key` (a wrapped callback).

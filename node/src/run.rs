@@ -26,8 +26,10 @@ use crate::{
 #[napi]
 pub struct NativeRun {
     state: Arc<RunState>,
-    /// Its number in this thread's [`RUNS`] (`runBeforeTool`'s first argument).
-    no: u32,
+    /// Its slot in this thread's [`RUNS`].
+    slot: u32,
+    /// Its number (`runBeforeTool`'s first argument): the slot and the slot's generation.
+    no: f64,
 }
 
 /// What a run's calls share: one allocation (next to the core's own), as a run that is
@@ -48,18 +50,35 @@ struct RunState {
 /// [`run_before_tool`] finds its run here instead of unwrapping a class instance, which with
 /// napi-rs 3 costs a global lock and two hash-map updates per call (its borrow tracking: the
 /// larger part of an empty method call's 0.4–0.5 µs on the development VM).
+///
+/// A run's number is its slot and the slot's generation (`generation << SLOT_BITS | slot`,
+/// below 2^53: exact as a JavaScript number): a slot is reused once its run is finalized, and
+/// the old number then names no run, instead of the slot's next one (possibly another
+/// engine's).
 #[derive(Default)]
 struct Runs {
-    slots: Vec<Option<Arc<RunState>>>,
+    slots: Vec<Option<(u32, Arc<RunState>)>>,
     free: Vec<u32>,
+    /// The generation the next run gets (1, 2, …; wraps below 2^28).
+    generation: u32,
 }
+
+/// Bits of a run number that are its slot (16 M live runs a thread).
+const SLOT_BITS: u32 = 24;
+/// Generations wrap below this (a number stays below 2^52).
+const GENERATIONS: u32 = 1 << 28;
 
 thread_local! {
     static RUNS: RefCell<Runs> = RefCell::default();
 }
 
+/// A run number as JavaScript holds it.
+fn run_number(generation: u32, slot: u32) -> f64 {
+    ((u64::from(generation) << SLOT_BITS) | u64::from(slot)) as f64
+}
+
 impl NativeRun {
-    pub(crate) fn new(run: Run, strings: Arc<Strings>) -> Self {
+    pub(crate) fn new(run: Run, strings: Arc<Strings>) -> Result<Self> {
         let state = Arc::new(RunState {
             run,
             calls: AtomicU64::new(0),
@@ -68,17 +87,27 @@ impl NativeRun {
             strings,
             pending: std::sync::Mutex::new(None),
         });
-        let no = RUNS.with_borrow_mut(|runs| match runs.free.pop() {
-            Some(no) => {
-                runs.slots[no as usize] = Some(state.clone());
-                no
-            }
-            None => {
-                runs.slots.push(Some(state.clone()));
-                (runs.slots.len() - 1) as u32
-            }
-        });
-        NativeRun { state, no }
+        let (slot, generation) = RUNS.with_borrow_mut(|runs| {
+            runs.generation = runs.generation % (GENERATIONS - 1) + 1;
+            let generation = runs.generation;
+            let slot = match runs.free.pop() {
+                Some(slot) => slot,
+                None => {
+                    if runs.slots.len() >= 1 << SLOT_BITS {
+                        return Err(invalid("too many live runs on this thread (16,777,216)"));
+                    }
+                    runs.slots.push(None);
+                    (runs.slots.len() - 1) as u32
+                }
+            };
+            runs.slots[slot as usize] = Some((generation, state.clone()));
+            Ok((slot, generation))
+        })?;
+        Ok(NativeRun {
+            state,
+            slot,
+            no: run_number(generation, slot),
+        })
     }
 }
 
@@ -88,9 +117,9 @@ impl Drop for NativeRun {
         // gone already (then there is nothing left to free).
         let _ = RUNS.try_with(|runs| {
             let mut runs = runs.borrow_mut();
-            if let Some(slot) = runs.slots.get_mut(self.no as usize) {
+            if let Some(slot) = runs.slots.get_mut(self.slot as usize) {
                 *slot = None;
-                runs.free.push(self.no);
+                runs.free.push(self.slot);
             }
         });
     }
@@ -232,7 +261,7 @@ impl Crossed {
 #[napi]
 pub fn run_before_tool<'env>(
     env: &'env Env,
-    no: u32,
+    no: f64,
     name: String,
     args_json: Option<String>,
     tags: Option<Vec<String>>,
@@ -263,11 +292,23 @@ pub fn run_before_tool<'env>(
 #[napi]
 pub fn before_tool_function(env: &Env) -> Result<PackedFunction<'_>> {
     env.create_function_from_closure("runBeforeToolPacked", |ctx| {
-        let no: u32 = ctx.get(0)?;
+        let no: f64 = ctx.get(0)?;
         let packed: Utf16String = ctx.get(1)?;
         // Most calls are numbered by the addon: `lib/run.js` then passes two arguments.
         let call_id: Option<String> = if ctx.length() > 2 { ctx.get(2)? } else { None };
         let state = state_of(no)?;
+        if state
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            // `lib/run.js` takes a pending decision at once; a second call before that would
+            // leave the first one's decision (and its audit event) to be dropped.
+            return Err(invalid(format!(
+                "run {no}: a decision is pending; call runPending first"
+            )));
+        }
         let packed = utf8_of(&packed);
         let (args, name, tags) = unpack(&packed)?;
         Ok(match state.before_tool(name, args, tags, call_id)? {
@@ -283,7 +324,7 @@ pub fn before_tool_function(env: &Env) -> Result<PackedFunction<'_>> {
 
 /// The promise of run `no`'s decision that `beforeToolFunction`'s function left pending.
 #[napi]
-pub fn run_pending(env: &Env, no: u32) -> Result<PromiseRaw<'_, String>> {
+pub fn run_pending(env: &Env, no: f64) -> Result<PromiseRaw<'_, String>> {
     let state = state_of(no)?;
     let fut = state
         .pending
@@ -349,7 +390,7 @@ fn numbered(prefix: &str, n: u64) -> String {
 #[napi]
 pub fn run_after_tool<'env>(
     env: &'env Env,
-    no: u32,
+    no: f64,
     call_id: String,
     output_json: Option<String>,
     duration_ms: Option<f64>,
@@ -365,9 +406,19 @@ fn no_after_rule() -> Decision {
 }
 
 /// Run `no` of this thread.
-fn state_of(no: u32) -> Result<Arc<RunState>> {
-    RUNS.with_borrow(|runs| runs.slots.get(no as usize).cloned().flatten())
-        .ok_or_else(|| invalid(format!("run {no}: no such run on this thread")))
+fn state_of(no: f64) -> Result<Arc<RunState>> {
+    let missing = || invalid(format!("run {no}: no such run on this thread"));
+    // Only the exact number a live run was given: no truncation, no wrapping.
+    if !(no.is_finite() && no >= 0.0 && no.fract() == 0.0 && no < (1u64 << 52) as f64) {
+        return Err(missing());
+    }
+    let n = no as u64;
+    let (slot, generation) = (n & ((1 << SLOT_BITS) - 1), n >> SLOT_BITS);
+    RUNS.with_borrow(|runs| match runs.slots.get(slot as usize) {
+        Some(Some((g, state))) if u64::from(*g) == generation => Some(state.clone()),
+        _ => None,
+    })
+    .ok_or_else(missing)
 }
 
 /// `{id, tags?}` (JSON text) as the run's end user; tag values that are not strings are kept
@@ -441,7 +492,7 @@ type AfterDecided<'env> = Either<Option<String>, PromiseRaw<'env, Option<String>
 impl NativeRun {
     /// Its number for `runBeforeTool`.
     #[napi(getter)]
-    pub fn no(&self) -> u32 {
+    pub fn no(&self) -> f64 {
         self.no
     }
 
