@@ -84,7 +84,7 @@ export interface ToolCallInput {
   /** The tool's arguments (JSON data). Default `{}`. */
   args?: unknown
   tags?: string[] | string
-  /** Default: `call-1`, `call-2`, … in the run. */
+  /** Default: `call-1`, `call-2`, … in the run. Well-formed Unicode (a lone surrogate is refused). */
   callId?: string
 }
 
