@@ -7,6 +7,7 @@ mod common;
 mod redis_support;
 
 use std::sync::{Arc, Barrier};
+#[cfg(feature = "redis")]
 use std::time::Duration;
 
 use common::*;

@@ -5,6 +5,10 @@
 // their difference (the crossing's overhead).
 //
 //   node bench/ab.mjs path/to/package-A path/to/package-B [--runs N] [--workload FILE]
+//
+// Two addons in one process need more static TLS than glibc keeps by default (each carries
+// mimalloc's): run it with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536, or the second
+// addon fails to load ("cannot allocate memory in static TLS block").
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import os from 'node:os'
