@@ -1,5 +1,6 @@
 //! Property: whatever the tool name, tags, args and output, `before_tool` / `after_tool` never
-//! panic and always give a well-formed decision, against a policy using every condition kind.
+//! panic and always give a well-formed decision, against a policy using every condition kind;
+//! and `before_tool_now` decides every call as `before_tool` does.
 
 mod common;
 
@@ -104,12 +105,21 @@ const EVERY: &str = r#"
 
 fn engine() -> &'static (GovernanceEngine, ManualClock) {
     static E: OnceLock<(GovernanceEngine, ManualClock)> = OnceLock::new();
-    E.get_or_init(|| {
+    E.get_or_init(|| build_engine(Duration::from_millis(50), true))
+}
+
+/// An engine of [`EVERY`], on a clock of its own; with `callbacks`, its signal provider and
+/// subject extractor, else none (the signal is missing data).
+fn build_engine(signal_timeout: Duration, callbacks: bool) -> (GovernanceEngine, ManualClock) {
+    {
         let clock = clock();
         let engine = builder(EVERY, &clock)
-            .signal_timeout(Duration::from_millis(50))
+            .signal_timeout(signal_timeout)
             .build()
             .expect("policy compiles");
+        if !callbacks {
+            return (engine, clock);
+        }
         engine.register_signal("echo", |args: Map<String, Value>| async move {
             match args.get("a") {
                 Some(Value::String(s)) if s.starts_with('!') => Err("provider refused".to_string()),
@@ -131,7 +141,29 @@ fn engine() -> &'static (GovernanceEngine, ManualClock) {
             })
             .expect("glob");
         (engine, clock)
-    })
+    }
+}
+
+/// What a decision says, without what differs between two runs deciding alike: its latency,
+/// its signals' durations, a review's id.
+fn said(d: &Decision) -> Value {
+    let mut v = serde_json::to_value(d).expect("a decision serializes");
+    let o = v.as_object_mut().expect("an object");
+    o.remove("latencyNs");
+    for s in o
+        .get_mut("signals")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(s) = s.as_object_mut() {
+            s.remove("durationUs");
+        }
+    }
+    if let Some(h) = o.get_mut("hitl").and_then(Value::as_object_mut) {
+        h.remove("reviewId");
+    }
+    v
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -299,6 +331,44 @@ proptest! {
                 }
             }
             run.end("success", None).await;
+            Ok(())
+        })?;
+    }
+
+    /// `before_tool_now` (awaiting the rest when it hands one back) decides every call as
+    /// `before_tool` does: two engines of the same policy on clocks moved alike, one run each.
+    #[test]
+    fn before_tool_now_decides_as_before_tool(
+        steps in prop::collection::vec(arb_step(), 1..6),
+        callbacks in any::<bool>(),
+    ) {
+        let (a, clock_a) = build_engine(Duration::from_secs(10), callbacks);
+        let (b, clock_b) = build_engine(Duration::from_secs(10), callbacks);
+        runtime().block_on(async {
+            let ctx = || RunContext::new("run", "agent").with_enduser("u", [("tier".to_string(), "gold".to_string())]);
+            let (ra, rb) = (a.start_run(ctx()), b.start_run(ctx()));
+            for (i, s) in steps.iter().enumerate() {
+                clock_a.advance(chrono::Duration::milliseconds(s.advance_ms));
+                clock_b.advance(chrono::Duration::milliseconds(s.advance_ms));
+                let id = format!("c{i}");
+                let call = || ToolCall::new(&id, &s.name, s.args.clone()).with_tags(s.tags.clone());
+                let awaited = ra.before_tool(call()).await;
+                let now = match rb.before_tool_now(call()) {
+                    Ok(d) => d,
+                    Err(rest) => rest.await,
+                };
+                prop_assert_eq!(said(&awaited), said(&now), "call {}", i);
+                if awaited.is_allowed() {
+                    let outcome = || match &s.output {
+                        Some(v) => ToolOutcome::ok(v.clone(), Duration::from_millis(s.duration_ms)),
+                        None => ToolOutcome::err("failed", Duration::from_millis(s.duration_ms)),
+                    };
+                    let (x, y) = (ra.after_tool(&id, outcome()).await, rb.after_tool(&id, outcome()).await);
+                    prop_assert_eq!(x.as_ref().map(said), y.as_ref().map(said));
+                }
+            }
+            ra.end("success", None).await;
+            rb.end("success", None).await;
             Ok(())
         })?;
     }

@@ -432,10 +432,17 @@ proptest! {
                 prop_assert!(!run.awaits_result(&id));
             }
         }
-        // Fresh runs.
+        // Fresh runs, every other one through `before_tool_now` (nothing to await in a
+        // stateless policy: decided at once).
         for (i, call) in calls.iter().enumerate() {
             let run = engine.start_run(context(&format!("fresh-{i}")));
-            let d = run.before_tool_blocking(tool_call(i, call));
+            let d = if i % 2 == 0 {
+                let now = run.before_tool_now(tool_call(i, call));
+                prop_assert!(now.is_ok(), "a stateless decision is made at once");
+                now.unwrap_or_else(|_| unreachable!())
+            } else {
+                run.before_tool_blocking(tool_call(i, call))
+            };
             check(&d, &expected(&pols, call, role), call)?;
         }
     }
