@@ -158,8 +158,8 @@ impl RunState {
         let id_of = move || given.unwrap_or_else(|| numbered("call-", call_no));
         let call = ToolCall::new(id, name, args).with_tags(tags);
         // Decided here when nothing has to be awaited (no future to allocate or poll), inside
-        // the runtime's context (the audit trail's slow evaluators are spawned on it); the
-        // rest runs on the runtime.
+        // the runtime's context (as before: whatever the engine spawns finds it); the rest
+        // runs on the runtime.
         Ok(match in_runtime(|| self.run.before_tool_now(call)) {
             Ok(d) => match self.strings.number(&d) {
                 Some(numbered) => {
@@ -231,7 +231,7 @@ type LaterText = Pin<Box<dyn Future<Output = Result<String>> + Send>>;
 /// The function [`before_tool_function`] makes: `(no, packed, callId?)` to the fast form or
 /// JSON text.
 type PackedFunction<'env> =
-    Function<'env, FnArgs<(u32, Utf16String, Option<String>)>, Either<Utf16String, String>>;
+    Function<'env, FnArgs<(f64, Utf16String, Option<String>)>, Either<Utf16String, String>>;
 
 /// How a before decision crosses: in the fast form, as JSON text, or later (a promise).
 enum Crossed {
@@ -279,9 +279,9 @@ pub fn run_before_tool<'env>(
 
 /// The function `lib/run.js` decides packed calls with: `(no, packed, callId?)`, as
 /// [`run_before_tool`] with the args, the name and the tags in one string (see [`unpack`];
-/// JSON text never holds a NUL, and `lib/run.js` packs only a name and tags without one). It returns the decision in the fast form or as JSON text;
-/// for one that has to await something, the empty string: then `runPending(no)` gives its
-/// promise.
+/// JSON text never holds a NUL, and `lib/run.js` packs only a name and tags without one). It
+/// returns the decision in the fast form or as JSON text; for one that has to await
+/// something, the empty string: then `runPending(no)` gives its promise.
 ///
 /// Made from a closure, not a `#[napi]` function: napi-rs wraps those in a borrow-tracking
 /// scope (a thread-local stack, a mutex and allocations per call: ~800 instructions, a third
