@@ -7,24 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use toolgate::engine::{Decision, DecisionCode, RunContext, ToolOutcome};
+use toolgate::engine::{DecisionCode, RunContext, ToolOutcome};
 use toolgate::policy::EffectType;
-
-/// What a decision says, without its timings (which differ from call to call).
-fn said(d: &Decision) -> Value {
-    let mut v = serde_json::to_value(d).expect("a decision serialises");
-    let o = v.as_object_mut().expect("an object");
-    o.remove("latencyNs");
-    for s in o
-        .get_mut("signals")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        s.as_object_mut().expect("a signal").remove("durationUs");
-    }
-    v
-}
 
 const CAPPED: &str = r#"[{"id": "cap", "name": "cap", "priority": 1, "enabled": true,
     "selector": {"phase": "tool.before", "tool": {"name": "search"}},

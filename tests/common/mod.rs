@@ -93,3 +93,25 @@ pub async fn triggered(run: &Run, id: &str) -> bool {
     assert_eq!(d.evaluated.len(), 1, "{d:?}");
     d.evaluated[0].triggered
 }
+
+/// What a decision says, without what differs between two runs deciding alike: its latency,
+/// its signals' durations, a review's id.
+pub fn said(d: &Decision) -> Value {
+    let mut v = serde_json::to_value(d).expect("a decision serializes");
+    let o = v.as_object_mut().expect("an object");
+    o.remove("latencyNs");
+    for s in o
+        .get_mut("signals")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(s) = s.as_object_mut() {
+            s.remove("durationUs");
+        }
+    }
+    if let Some(h) = o.get_mut("hitl").and_then(Value::as_object_mut) {
+        h.remove("reviewId");
+    }
+    v
+}
