@@ -56,16 +56,7 @@ async fn without_anything_to_await_it_decides_at_once_as_before_tool_does() {
 #[tokio::test]
 async fn with_a_signal_to_await_it_hands_back_the_rest_which_decides_as_before_tool_does() {
     let clock = clock();
-    let engine = engine(
-        &rule(
-            "sig",
-            "tool.before",
-            r#"{"name": "*"}"#,
-            r#"{"kind": "signal", "key": "risk", "args": {}, "op": "gt", "value": 5}"#,
-            "block",
-        ),
-        &clock,
-    );
+    let engine = engine(&risk_rule(), &clock);
     engine.register_signal("risk", |args: serde_json::Map<String, Value>| async move {
         tokio::task::yield_now().await;
         Ok::<_, String>(json!(if args.is_empty() { 9 } else { 0 }))

@@ -176,16 +176,7 @@ fn blocking_entry_points_work_without_a_runtime() {
 #[test]
 fn blocking_entry_point_awaits_signal_providers_on_its_own_runtime() {
     let clock = clock();
-    let engine = engine(
-        &rule(
-            "sig",
-            "tool.before",
-            r#"{"name": "*"}"#,
-            r#"{"kind": "signal", "key": "risk", "args": {}, "op": "gt", "value": 5}"#,
-            "block",
-        ),
-        &clock,
-    );
+    let engine = engine(&risk_rule(), &clock);
     engine.register_signal(
         "risk",
         |_args: serde_json::Map<String, serde_json::Value>| async {

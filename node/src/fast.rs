@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use toolgate::engine::Decision;
 
 /// Code units of the fast form (`lib/decision.js` reads the same numbers: keep the two in
-/// step). Some are read only there and in the tests.
-#[allow(dead_code)]
+/// step; `Numbered::encode` checks its layout against them in debug builds).
 pub(crate) mod unit {
     /// `MARK + flags` (1: allowed, 2: abortRun). JSON text starts with `{` (0x7B), below it.
     pub const HEAD: usize = 0;
@@ -222,11 +221,17 @@ impl Numbered {
     pub(crate) fn encode(self, flags: u16, seq: u64, latency_ns: u64, call_no: u64) -> Vec<u16> {
         let extra = self.added.as_ref().map_or(0, |(_, json)| 1 + json.len());
         let mut out = Vec::with_capacity(unit::LEN + extra);
+        debug_assert_eq!(out.len(), unit::HEAD);
         out.push(unit::MARK + flags);
+        debug_assert_eq!(out.len(), unit::PHASE);
         out.extend(self.numbers);
+        debug_assert_eq!(out.len(), unit::SEQ);
         push48(&mut out, seq);
+        debug_assert_eq!(out.len(), unit::LATENCY);
         push48(&mut out, latency_ns.min((1 << 48) - 1));
+        debug_assert_eq!(out.len(), unit::CALL_NO);
         push48(&mut out, call_no);
+        debug_assert_eq!(out.len(), unit::LEN);
         if let Some((first, json)) = self.added {
             out.push(first);
             out.extend(json.encode_utf16());

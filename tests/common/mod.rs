@@ -64,6 +64,17 @@ pub fn rule(id: &str, phase: &str, tool: &str, condition: &str, effect: &str) ->
     )
 }
 
+/// One rule, `sig`, blocking every tool while signal `risk` (no args) is above 5.
+pub fn risk_rule() -> String {
+    rule(
+        "sig",
+        "tool.before",
+        r#"{"name": "*"}"#,
+        r#"{"kind": "signal", "key": "risk", "args": {}, "op": "gt", "value": 5}"#,
+        "block",
+    )
+}
+
 /// A policy of rules each in play only for the tool named like the rule (probe it with
 /// [`probe`] / [`triggered`]).
 pub fn probes(meta: &str, rules: &[(&str, &str)]) -> String {
