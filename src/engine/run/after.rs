@@ -52,7 +52,10 @@ impl Run {
         outcome: ToolOutcome,
         looked_up: Option<LookedUp>,
     ) -> Option<Decision> {
-        let pending = self.shared.pending.lock().remove(call_id)?;
+        let found = self.shared.pending.lock().remove(call_id);
+        let Some(pending) = found else {
+            return self.dropped_result(call_id);
+        };
         let now = self.engine.clock.now();
         // Observers see the outcome after the decision; copied only when one is registered.
         let observed = (!self.engine.observers.is_empty()).then(|| outcome.clone());
@@ -80,6 +83,24 @@ impl Run {
         self.shared.pending.lock().get(call_id).is_some()
     }
 
+    /// The answer for a result whose call is not waiting here: `None` (not allowed in this
+    /// run: ignored), unless the run's bound on waiting calls dropped some (see
+    /// `pending::MAX_PENDING`): then it may be one of theirs, and it is decided by the failure
+    /// mode, with an `error` event, never let through as if its call had not been allowed.
+    fn dropped_result(&self, call_id: &str) -> Option<Decision> {
+        if self.shared.pending.lock().dropped() == 0 {
+            return None;
+        }
+        let now = self.engine.clock.now();
+        Some(self.failure(
+            Phase::After,
+            call_id,
+            now,
+            "the call's before decision is no longer held: the run had more calls waiting for \
+             their results than it keeps, and the oldest were dropped",
+        ))
+    }
+
     fn after_failure(&self, call_id: &str, now: DateTime<Utc>) -> Decision {
         self.failure(
             Phase::After,
@@ -98,7 +119,10 @@ impl Run {
         }
         let (policies, profile) = {
             let pending = self.shared.pending.lock();
-            let call = pending.get(call_id)?;
+            let Some(call) = pending.get(call_id) else {
+                drop(pending);
+                return self.dropped_result(call_id);
+            };
             let policies = self.engine.policies.load_full();
             let profile = policies.tools.profile(&policies, &call.name, &call.tags);
             (policies, profile)

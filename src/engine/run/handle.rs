@@ -497,6 +497,11 @@ impl Run {
             *decision = closed_decision(Phase::Before, why);
             return;
         }
+        let mut proceeds = proceeds;
+        if proceeds && self.shared.pending.lock().contains(&call.id) {
+            *decision = super::refused::duplicate_call_decision(&call.id);
+            proceeds = false;
+        }
         let t = &self.shared.totals;
         t.calls.fetch_add(1, Ordering::Relaxed);
         match decision.effect {
@@ -534,15 +539,22 @@ impl Run {
         };
         if !self.engine.audit_enabled() {
             // Nothing shares the call: the run keeps it (no allocation).
-            self.shared.pending.lock().insert(PendingCall::Own(record));
+            let dropped = self.shared.pending.lock().insert(PendingCall::Own(record));
+            if dropped > 0 {
+                self.pending_dropped(dropped, now);
+            }
             return;
         }
         let call = Arc::new(record);
         if proceeds {
-            self.shared
+            let dropped = self
+                .shared
                 .pending
                 .lock()
                 .insert(PendingCall::Shared(call.clone()));
+            if dropped > 0 {
+                self.pending_dropped(dropped, now);
+            }
         }
         {
             // Captured as is (the decision cloned); the sealer writes the JSON.
@@ -555,6 +567,27 @@ impl Run {
             self.engine
                 .emit_body(&self.shared, EventKind::ToolDecision, body, now);
         }
+    }
+
+    /// The run's bound on calls waiting for their results dropped the `n` oldest: said in
+    /// the log and, with a trail, in an `error` event.
+    #[cold]
+    #[inline(never)]
+    fn pending_dropped(&self, n: usize, now: Option<DateTime<Utc>>) {
+        let msg = format!(
+            "run {:?}: more than {} allowed calls wait for their results (after_tool never \
+             called for them); the {n} oldest were dropped: a result reported later for one of \
+             them is decided by the failure mode",
+            self.shared.facts.context.run_id,
+            super::pending::MAX_PENDING
+        );
+        tracing::warn!("{msg}");
+        let now = now.unwrap_or_else(|| self.engine.clock.now());
+        self.emit(
+            EventKind::Error,
+            obj(json!({"message": msg, "pendingDropped": n})),
+            now,
+        );
     }
 
     pub(crate) fn failure(

@@ -39,9 +39,10 @@ impl PendingCall {
     }
 }
 
-/// An entry of [`PendingCalls`]' set, found by the call's id.
+/// An entry of [`PendingCalls`]' set, found by the call's id; `1` numbers the calls in the
+/// order they came (the oldest are dropped first when the set is full).
 #[derive(Debug)]
-struct Entry(PendingCall);
+struct Entry(PendingCall, u64);
 
 impl Borrow<str> for Entry {
     fn borrow(&self) -> &str {
@@ -68,26 +69,73 @@ impl Eq for Entry {}
 /// Calls kept in the run's own slots before the set is used.
 const FEW: usize = 4;
 
+/// The most calls a run keeps waiting for their results. A run whose caller never reports
+/// results (no `after_tool`) would otherwise keep every allowed call, its arguments
+/// included, for as long as it lives. Past it the oldest half of the calls waiting in the set
+/// are dropped; a result reported later for one of them is decided by the failure mode (see
+/// [`PendingCalls::dropped`]), never let through as if its call had not been allowed here.
+pub(crate) const MAX_PENDING: usize = 10_000;
+
 /// The run's allowed calls waiting for `after_tool`, by call id (no copy of the id as a key):
-/// the first [`FEW`] in slots of the run's own (searched in turn), the others in a set.
+/// the first [`FEW`] in slots of the run's own (searched in turn), the others in a set, at
+/// most [`MAX_PENDING`] in all.
 #[derive(Debug, Default)]
 pub(crate) struct PendingCalls {
     few: smallvec::SmallVec<[PendingCall; FEW]>,
     many: std::collections::HashSet<Entry, foldhash::fast::RandomState>,
+    /// The number the next call put into the set gets.
+    next: u64,
+    /// How many calls were dropped by the bound.
+    dropped: u64,
 }
 
 impl PendingCalls {
-    /// Adds `call`, replacing a pending call with the same id.
-    pub(crate) fn insert(&mut self, call: PendingCall) {
+    /// Adds `call` (its id is not pending: see [`contains`](Self::contains); a pending call
+    /// with the same id would be replaced). Answers how many of the oldest calls waiting were
+    /// dropped to keep the bound (0 almost always).
+    pub(crate) fn insert(&mut self, call: PendingCall) -> usize {
         if let Some(slot) = self.few.iter_mut().find(|c| c.id == call.id) {
             *slot = call;
-        } else if self.few.len() < FEW
-            && (self.many.is_empty() || !self.many.contains(call.id.as_str()))
-        {
-            self.few.push(call);
-        } else {
-            self.many.replace(Entry(call));
+            return 0;
         }
+        if self.few.len() < FEW && (self.many.is_empty() || !self.many.contains(call.id.as_str())) {
+            self.few.push(call);
+            return 0;
+        }
+        let dropped = if self.many.len() + FEW >= MAX_PENDING {
+            self.drop_oldest_half()
+        } else {
+            0
+        };
+        self.next += 1;
+        self.many.replace(Entry(call, self.next));
+        dropped
+    }
+
+    /// Drops the older half of the calls waiting in the set (one pass to find the middle
+    /// number, one to drop: amortized over the calls that filled it).
+    #[cold]
+    fn drop_oldest_half(&mut self) -> usize {
+        let mut numbers: Vec<u64> = self.many.iter().map(|e| e.1).collect();
+        let middle = numbers.len() / 2;
+        let (_, &mut cut, _) = numbers.select_nth_unstable(middle);
+        let before = self.many.len();
+        self.many.retain(|e| e.1 >= cut);
+        let n = before - self.many.len();
+        self.dropped += n as u64;
+        n
+    }
+
+    /// Whether a call with this id waits for its result.
+    #[inline]
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.few.iter().any(|c| c.id == id) || (!self.many.is_empty() && self.many.contains(id))
+    }
+
+    /// How many calls were dropped by the bound ([`MAX_PENDING`]) in this run: when any were,
+    /// a result for a call not found here may be one of theirs.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// The pending call `id`, if any.
@@ -146,6 +194,47 @@ mod tests {
         assert_eq!(p.remove("b").map(|c| c.args.clone()), Some(Value::from(2)));
         assert!(p.remove("b").is_none());
         assert!(p.get("zz").is_none());
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_half_is_dropped_and_counted() {
+        let mut p = PendingCalls::default();
+        let mut dropped = 0;
+        for i in 0..MAX_PENDING as u64 {
+            dropped += p.insert(call(&format!("c{i}"), i));
+        }
+        assert_eq!((p.len(), dropped, p.dropped()), (MAX_PENDING, 0, 0));
+        let n = p.insert(call("last", 1));
+        assert!(
+            n >= (MAX_PENDING - FEW) / 2 - 1 && n <= (MAX_PENDING - FEW) / 2 + 1,
+            "{n}"
+        );
+        assert_eq!(p.dropped(), n as u64);
+        assert_eq!(p.len(), MAX_PENDING + 1 - n);
+        // The few slots and the newest stay; the oldest of the set went first.
+        for id in ["c0", "c3", "last", &format!("c{}", MAX_PENDING - 1)] {
+            assert!(p.contains(id) && p.get(id).is_some(), "{id}");
+        }
+        assert!(!p.contains("c4") && !p.contains("c100"));
+        // Filling it again drops again: memory stays bounded whatever the caller does.
+        for i in 0..3 * MAX_PENDING as u64 {
+            p.insert(call(&format!("d{i}"), i));
+            assert!(p.len() <= MAX_PENDING);
+        }
+        assert!(p.dropped() > 3 * MAX_PENDING as u64 / 2);
+    }
+
+    #[test]
+    fn contains_finds_calls_in_the_slots_and_in_the_set() {
+        let mut p = PendingCalls::default();
+        for i in 0..10u64 {
+            p.insert(call(&format!("c{i}"), i));
+        }
+        assert!((0..10).all(|i| p.contains(&format!("c{i}"))));
+        assert!(!p.contains("c10") && !p.contains(""));
+        p.remove("c7");
+        p.remove("c1");
+        assert!(!p.contains("c7") && !p.contains("c1"));
     }
 
     #[test]

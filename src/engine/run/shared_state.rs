@@ -224,14 +224,14 @@ impl Run {
         policies: Arc<crate::engine::decide::profile::PolicySet>,
         profile: Arc<ToolProfile>,
     ) -> (Decision, bool) {
-        if let Some(e) = self.lease_lost_error() {
-            return self.shared_failure(Phase::Before, &call.id, now, &e);
-        }
+        let lease = match self.reservation_lease() {
+            Ok(l) => l,
+            Err(e) => return self.shared_failure(Phase::Before, &call.id, now, &e),
+        };
         let plan = profile.plan(&policies, Phase::Before);
         let (counters, windows) = ops(&policies, &self.shared, &profile, plan, true);
         let now_ms = now.timestamp_millis();
         let resume = self.shared.resume_pending.swap(false, Ordering::AcqRel);
-        let lease = self.engine.lease_hold(&self.shared);
         let req = self.store_request(
             &counters,
             &windows,
@@ -307,13 +307,10 @@ impl Run {
         if plan.is_empty() {
             return Ok(None);
         }
-        if let Some(e) = self.lease_lost_error() {
-            return Err(e);
-        }
+        let lease = self.reservation_lease()?;
         let (counters, windows) = ops(policies, &self.shared, profile, plan, false);
         let now_ms = now.timestamp_millis();
         let resume = self.shared.resume_pending.swap(false, Ordering::AcqRel);
-        let lease = self.engine.lease_hold(&self.shared);
         let req = self.store_request(
             &counters,
             &windows,
@@ -361,6 +358,24 @@ impl Run {
                 self.shared.facts.context.run_id
             ))
         })
+    }
+
+    /// The lease a reservation renews (`None`: the run is not held under one), or the error
+    /// when it was lost. The lease timer can find the loss on its own thread at any moment,
+    /// also between the check and the read of the hold: a hold read as gone is checked
+    /// again, so a reservation of a run taken over never goes out without its lease (it
+    /// would be answered as if the run were still this handle's).
+    fn reservation_lease(&self) -> Result<Option<LeaseHold>, SharedStateError> {
+        if let Some(e) = self.lease_lost_error() {
+            return Err(e);
+        }
+        let lease = self.engine.lease_hold(&self.shared);
+        if lease.is_none()
+            && let Some(e) = self.lease_lost_error()
+        {
+            return Err(e);
+        }
+        Ok(lease)
     }
 
     /// A reservation that found the run taken over: the handle lets go of the run's chain.
