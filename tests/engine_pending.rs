@@ -141,3 +141,76 @@ async fn a_run_that_dropped_nothing_still_ignores_results_of_calls_it_never_allo
             .is_none()
     );
 }
+
+/// Counts the effects observers are told.
+#[derive(Default)]
+struct Seen(std::sync::Mutex<Vec<(String, EffectType)>>);
+
+impl toolgate::engine::DecisionObserver for Seen {
+    fn on_decision(
+        &self,
+        _run: &RunContext,
+        call: &toolgate::engine::ToolCall,
+        d: &toolgate::engine::Decision,
+    ) {
+        self.0.lock().unwrap().push((call.id.clone(), d.effect));
+    }
+}
+
+#[tokio::test]
+async fn the_refusal_is_what_the_trail_the_totals_and_the_observers_see() {
+    use std::sync::Arc;
+    use toolgate::audit::{EventKind, MemorySink};
+    for observed in [false, true] {
+        let clock = clock();
+        let sink = Arc::new(MemorySink::new());
+        let seen = Arc::new(Seen::default());
+        let mut b = builder(SECRETS, &clock).audit_sink(sink.clone());
+        if observed {
+            b = b.observer(seen.clone());
+        }
+        let engine = b.build().expect("engine");
+        let run = engine.start_run(RunContext::new("dup", "a"));
+        assert!(
+            run.before_tool(call("c1", "echo", json!({})))
+                .await
+                .is_allowed()
+        );
+        let d = run.before_tool(call("c1", "echo", json!({}))).await;
+        assert_eq!(d.code, DecisionCode::BlockedFailure, "{observed}: {d:?}");
+        assert!(d.latency_ns > 0, "{d:?}");
+        run.end("success", None).await;
+        engine.flush().await.expect("flush");
+        let events = sink.events();
+        let decisions: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind() == EventKind::ToolDecision)
+            .map(|e| e.body()["decision"]["code"].clone())
+            .collect();
+        assert_eq!(
+            decisions,
+            vec![json!("ALLOWED"), json!("BLOCKED_FAILURE")],
+            "{observed}"
+        );
+        let ended = events
+            .iter()
+            .find(|e| e.kind() == EventKind::RunEnded)
+            .expect("run.ended")
+            .body()["totals"]
+            .clone();
+        assert_eq!(
+            (&ended["calls"], &ended["allowed"], &ended["blocked"]),
+            (&json!(2), &json!(1), &json!(1)),
+            "{observed}: {ended:?}"
+        );
+        if observed {
+            assert_eq!(
+                *seen.0.lock().unwrap(),
+                vec![
+                    ("c1".to_string(), EffectType::Allow),
+                    ("c1".to_string(), EffectType::Block)
+                ]
+            );
+        }
+    }
+}
