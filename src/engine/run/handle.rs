@@ -497,17 +497,6 @@ impl Run {
             *decision = closed_decision(Phase::Before, why);
             return;
         }
-        // One pending call per call id (see `refused::duplicate_call_decision`). Observers are
-        // told the final decision, so with them the id is checked first; without them the
-        // check is the pending set's insert (one lock, not two).
-        let mut proceeds = proceeds;
-        if proceeds
-            && !self.engine.observers.is_empty()
-            && self.shared.pending.lock().contains(&call.id)
-        {
-            *decision = super::refused::duplicate_call_decision(&call.id);
-            proceeds = false;
-        }
         let t = &self.shared.totals;
         t.calls.fetch_add(1, Ordering::Relaxed);
         match decision.effect {
@@ -545,18 +534,22 @@ impl Run {
         };
         if !self.engine.audit_enabled() {
             // Nothing shares the call: the run keeps it (no allocation).
-            let inserted = self.shared.pending.lock().insert(PendingCall::Own(record));
-            self.inserted(inserted.map_err(|c| c.id.clone()), decision, now);
+            let dropped = self.shared.pending.lock().insert(PendingCall::Own(record));
+            if dropped > 0 {
+                self.pending_dropped(dropped, now);
+            }
             return;
         }
         let call = Arc::new(record);
         if proceeds {
-            let inserted = self
+            let dropped = self
                 .shared
                 .pending
                 .lock()
                 .insert(PendingCall::Shared(call.clone()));
-            self.inserted(inserted.map_err(|_| call.id.clone()), decision, now);
+            if dropped > 0 {
+                self.pending_dropped(dropped, now);
+            }
         }
         {
             // Captured as is (the decision cloned); the sealer writes the JSON.
@@ -568,30 +561,6 @@ impl Run {
             let now = now.unwrap_or_else(|| self.engine.clock.now());
             self.engine
                 .emit_body(&self.shared, EventKind::ToolDecision, body, now);
-        }
-    }
-
-    /// After an allowed call was put in the pending set: the `n` calls dropped by the bound
-    /// said, or (`Err(id)`: a call under the same id waits already) the decision turned into
-    /// the refusal, and the run's totals with it.
-    #[inline]
-    fn inserted(
-        &self,
-        inserted: Result<usize, String>,
-        decision: &mut Decision,
-        now: Option<DateTime<Utc>>,
-    ) {
-        match inserted {
-            Ok(0) => {}
-            Ok(n) => self.pending_dropped(n, now),
-            Err(id) => {
-                let latency_ns = decision.latency_ns;
-                *decision = super::refused::duplicate_call_decision(&id);
-                decision.latency_ns = latency_ns;
-                let t = &self.shared.totals;
-                t.allowed.fetch_sub(1, Ordering::Relaxed);
-                t.blocked.fetch_add(1, Ordering::Relaxed);
-            }
         }
     }
 

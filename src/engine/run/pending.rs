@@ -90,16 +90,16 @@ pub(crate) struct PendingCalls {
 }
 
 impl PendingCalls {
-    /// Adds `call` unless a call with its id waits already (then `call` is handed back: one
-    /// pending call per id). Answers how many of the oldest calls waiting were dropped to keep
-    /// the bound (0 almost always).
-    pub(crate) fn insert(&mut self, call: PendingCall) -> Result<usize, PendingCall> {
-        if self.contains(&call.id) {
-            return Err(call);
+    /// Adds `call`, replacing a pending call with the same id. Answers how many of the
+    /// oldest calls waiting were dropped to keep the bound (0 almost always).
+    pub(crate) fn insert(&mut self, call: PendingCall) -> usize {
+        if let Some(slot) = self.few.iter_mut().find(|c| c.id == call.id) {
+            *slot = call;
+            return 0;
         }
-        if self.few.len() < FEW {
+        if self.few.len() < FEW && (self.many.is_empty() || !self.many.contains(call.id.as_str())) {
             self.few.push(call);
-            return Ok(0);
+            return 0;
         }
         let dropped = if self.many.len() + FEW >= MAX_PENDING {
             self.drop_oldest_half()
@@ -107,8 +107,8 @@ impl PendingCalls {
             0
         };
         self.next += 1;
-        self.many.insert(Entry(call, self.next));
-        Ok(dropped)
+        self.many.replace(Entry(call, self.next));
+        dropped
     }
 
     /// Drops the older half of the calls waiting in the set (one pass to find the middle
@@ -183,14 +183,13 @@ mod tests {
     }
 
     #[test]
-    fn found_by_id_kept_once_and_taken() {
+    fn found_by_id_replaced_and_taken() {
         let mut p = PendingCalls::default();
-        assert_eq!(p.insert(call("a", 1)).ok(), Some(0));
-        assert_eq!(p.insert(call("b", 2)).ok(), Some(0));
-        let back = p.insert(call("a", 3)).expect_err("one pending call per id");
-        assert_eq!(back.args, Value::from(3));
+        p.insert(call("a", 1));
+        p.insert(call("b", 2));
+        p.insert(call("a", 3));
         assert_eq!(p.len(), 2);
-        assert_eq!(p.get("a").map(|c| c.args.clone()), Some(Value::from(1)));
+        assert_eq!(p.get("a").map(|c| c.args.clone()), Some(Value::from(3)));
         assert_eq!(p.remove("b").map(|c| c.args.clone()), Some(Value::from(2)));
         assert!(p.remove("b").is_none());
         assert!(p.get("zz").is_none());
@@ -201,10 +200,10 @@ mod tests {
         let mut p = PendingCalls::default();
         let mut dropped = 0;
         for i in 0..MAX_PENDING as u64 {
-            dropped += p.insert(call(&format!("c{i}"), i)).expect("new id");
+            dropped += p.insert(call(&format!("c{i}"), i));
         }
         assert_eq!((p.len(), dropped, p.dropped()), (MAX_PENDING, 0, 0));
-        let n = p.insert(call("last", 1)).expect("new id");
+        let n = p.insert(call("last", 1));
         let half = (MAX_PENDING - FEW) / 2;
         assert!((half - 1..=half + 1).contains(&n), "{n}");
         assert_eq!(p.dropped(), n as u64);
@@ -216,7 +215,7 @@ mod tests {
         assert!(!p.contains("c4") && !p.contains("c100"));
         // Filling it again drops again: memory stays bounded whatever the caller does.
         for i in 0..3 * MAX_PENDING as u64 {
-            p.insert(call(&format!("d{i}"), i)).expect("new id");
+            p.insert(call(&format!("d{i}"), i));
             assert!(p.len() <= MAX_PENDING);
         }
         assert!(p.dropped() > 3 * MAX_PENDING as u64 / 2);
@@ -226,7 +225,7 @@ mod tests {
     fn contains_finds_calls_in_the_slots_and_in_the_set() {
         let mut p = PendingCalls::default();
         for i in 0..10u64 {
-            p.insert(call(&format!("c{i}"), i)).expect("new id");
+            p.insert(call(&format!("c{i}"), i));
         }
         assert!((0..10).all(|i| p.contains(&format!("c{i}"))));
         assert!(!p.contains("c10") && !p.contains(""));
@@ -239,26 +238,25 @@ mod tests {
     fn past_the_few_slots_calls_wait_in_the_set() {
         let mut p = PendingCalls::default();
         for i in 0..20u64 {
-            p.insert(call(&format!("c{i}"), i)).expect("new id");
+            p.insert(call(&format!("c{i}"), i));
         }
         assert_eq!(p.len(), 20);
-        assert!(p.insert(call("c3", 100)).is_err());
-        assert!(p.insert(call("c17", 101)).is_err());
-        assert_eq!(p.len(), 20, "refused, wherever the first waits");
-        assert_eq!(p.get("c3").map(|c| c.args.clone()), Some(Value::from(3)));
-        assert_eq!(p.get("c17").map(|c| c.args.clone()), Some(Value::from(17)));
+        p.insert(call("c3", 100));
+        p.insert(call("c17", 101));
+        assert_eq!(p.len(), 20, "replaced, wherever they wait");
+        assert_eq!(p.get("c3").map(|c| c.args.clone()), Some(Value::from(100)));
+        assert_eq!(p.get("c17").map(|c| c.args.clone()), Some(Value::from(101)));
         for i in (0..20u64).rev() {
             assert!(p.remove(&format!("c{i}")).is_some(), "c{i}");
         }
         assert_eq!(p.len(), 0);
-        // A freed slot takes a new call; an id waiting in the set is refused there too.
+        // A freed slot takes a new call; an id waiting in the set is replaced there.
         for i in 0..6u64 {
-            p.insert(call(&format!("d{i}"), i)).expect("new id");
+            p.insert(call(&format!("d{i}"), i));
         }
         assert!(p.remove("d1").is_some());
-        assert!(p.insert(call("d5", 7)).is_err());
-        assert_eq!(p.insert(call("d1", 8)).ok(), Some(0));
-        assert_eq!(p.len(), 6);
-        assert_eq!(p.get("d5").map(|c| c.args.clone()), Some(Value::from(5)));
+        p.insert(call("d5", 7));
+        assert_eq!(p.len(), 5);
+        assert_eq!(p.get("d5").map(|c| c.args.clone()), Some(Value::from(7)));
     }
 }

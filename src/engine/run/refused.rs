@@ -50,22 +50,3 @@ pub(crate) fn closed_decision(phase: Phase, why: RunClosed) -> Decision {
     d.error = Some(why.message().to_string());
     d
 }
-
-/// The decision on a call whose id is already allowed in the run and waits for its result: a
-/// block, `BLOCKED_FAILURE`, whatever the failure mode. Results are matched to calls by id:
-/// a second pending call under one id would take the first one's place, and the first call's
-/// result would then be decided as the second call's (its after-phase rules skipped).
-pub(crate) fn duplicate_call_decision(call_id: &str) -> Decision {
-    let msg = format!(
-        "call id {call_id:?} is already allowed in this run and waits for its result: a second \
-         call under the same id is refused (results are matched to calls by id)"
-    );
-    let mut d = Decision::simple(
-        Phase::Before,
-        EffectType::Block,
-        DecisionCode::BlockedFailure,
-        Some(Arc::from(msg.as_str())),
-    );
-    d.error = Some(msg);
-    d
-}
