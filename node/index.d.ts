@@ -202,7 +202,8 @@ export declare class Run {
   beforeTool(name: string, args?: unknown): Promise<Decision>
   /**
    * Records the outcome of an allowed call; the after-phase decision, always (`ALLOWED` when no
-   * after-phase rule is in play, or when the run has no allowed call `callId`).
+   * after-phase rule is in play, or when the run has no allowed call `callId` — unless the
+   * run dropped calls past its bound of 10,000 waiting: then by the failure mode).
    */
   afterTool(callId: string, outcome?: ToolOutcomeInput): Promise<Decision>
   /** Ends the run (`run.ended`) and flushes its audit events. */

@@ -131,7 +131,8 @@ class Run {
   /**
    * Records the outcome of an allowed call and decides the after-phase rules: the after-phase
    * `Decision`, always (`ALLOWED` when no after-phase rule is in play, and for a call id the
-   * run has no allowed call for: its result is not recorded). `error`: a string or an Error
+   * run has no allowed call for: its result is not recorded; by the failure mode once the run
+   * dropped calls past its bound of 10,000 waiting). `error`: a string or an Error
    * (the call failed).
    */
   async afterTool(callId, { output, durationMs, error } = {}) {

@@ -31,7 +31,10 @@ type LookedUp = (
 impl Run {
     /// Records the outcome of an allowed call and decides the after-phase rules
     /// (`tool.after`). Returns `None` when `call_id` was not allowed by
-    /// [`before_tool`](Run::before_tool) in this run (its result is ignored).
+    /// [`before_tool`](Run::before_tool) in this run (its result is ignored) — unless the run
+    /// dropped calls waiting for their results (more than 10,000 waited at once): then a
+    /// result for a call it does not hold is decided by the failure mode, with an `error`
+    /// event, since it may be one of the dropped calls.
     ///
     /// An after-phase `block` means the output must not reach the agent; `hitl` stops the run.
     ///
