@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use toolgate::engine::{EngineBuilder, GovernanceEngine, ManualClock};
 
@@ -23,6 +22,10 @@ pub enum Store {
 impl Store {
     /// Redis from `TOOLGATE_TEST_REDIS_URL`, `None` (with a printed reason) when unset.
     pub fn redis() -> Option<Store> {
+        if !cfg!(feature = "redis") {
+            eprintln!("skipped (Redis half): built without the `redis` feature");
+            return None;
+        }
         match std::env::var("TOOLGATE_TEST_REDIS_URL") {
             Ok(u) if !u.is_empty() => Some(Store::Redis(u)),
             _ => {
@@ -36,12 +39,15 @@ impl Store {
     pub fn on(&self, builder: EngineBuilder) -> EngineBuilder {
         match self {
             Store::Memory => builder,
+            #[cfg(not(feature = "redis"))]
+            Store::Redis(_) => unreachable!("no Redis store without the `redis` feature"),
+            #[cfg(feature = "redis")]
             Store::Redis(url) => {
                 let mut cfg = toolgate::state::redis::RedisConfig::new(url.clone());
                 cfg.prefix = format!("tgtest:engine:{}", uuid::Uuid::now_v7().simple());
-                cfg.ttl = Duration::from_secs(600);
+                cfg.ttl = std::time::Duration::from_secs(600);
                 // a busy shared test machine: the fault test checks the 50 ms default
-                cfg.timeout = Duration::from_secs(2);
+                cfg.timeout = std::time::Duration::from_secs(2);
                 builder.redis_state(cfg)
             }
         }
