@@ -39,8 +39,8 @@ impl PendingCall {
     }
 }
 
-/// An entry of [`PendingCalls`]' set, found by the call's id; `1` numbers the calls in the
-/// order they came (the oldest are dropped first when the set is full).
+/// An entry of [`PendingCalls`]' set, found by the call's id; its second field numbers the
+/// calls in the order they came (the oldest are dropped first when the set is full).
 #[derive(Debug)]
 struct Entry(PendingCall, u64);
 
@@ -101,11 +101,13 @@ impl PendingCalls {
             self.few.push(call);
             return 0;
         }
-        let dropped = if self.many.len() + FEW >= MAX_PENDING {
-            self.drop_oldest_half()
-        } else {
-            0
-        };
+        // A call replacing one in the set (same id) does not grow it: nothing to drop.
+        let dropped =
+            if self.many.len() + FEW >= MAX_PENDING && !self.many.contains(call.id.as_str()) {
+                self.drop_oldest_half()
+            } else {
+                0
+            };
         self.next += 1;
         self.many.replace(Entry(call, self.next));
         dropped
@@ -213,6 +215,16 @@ mod tests {
             assert!(p.contains(id) && p.get(id).is_some(), "{id}");
         }
         assert!(!p.contains("c4") && !p.contains("c100"));
+        // At the bound again, a call under an id already waiting replaces it: nothing dropped.
+        let mut i = 0u64;
+        while p.len() < MAX_PENDING {
+            p.insert(call(&format!("e{i}"), i));
+            i += 1;
+        }
+        let newest = format!("e{}", i - 1);
+        assert_eq!(p.insert(call(&newest, 7)), 0);
+        assert_eq!(p.len(), MAX_PENDING);
+        assert_eq!(p.get(&newest).map(|c| c.args.clone()), Some(Value::from(7)));
         // Filling it again drops again: memory stays bounded whatever the caller does.
         for i in 0..3 * MAX_PENDING as u64 {
             p.insert(call(&format!("d{i}"), i));
